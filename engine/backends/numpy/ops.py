@@ -1,0 +1,105 @@
+"""Reference operators in NumPy.
+
+This backend is the oracle for the CUDA kernels, so it favours the obviously
+correct formulation over speed: float32 storage and matmuls (BLAS sgemm),
+float64 for reductions (norm sums, softmax sums, RoPE angles) as llama.cpp's
+CPU backend does with its ``ggml_float`` accumulators.
+
+Shapes: activations are ``[T, n]`` (T tokens); per-head tensors ``[T, H, D]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...config import ROPE_NEOX, ROPE_NORM
+
+F32 = np.float32
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
+    """``x / sqrt(mean(x²) + eps) · w`` over the last axis (the weight is used
+    as stored: gemma's ``1 + w`` is already baked into its GGUF)."""
+    ms = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)
+    y = (x * (1.0 / np.sqrt(ms + eps))).astype(F32)
+    return y if w is None else y * w
+
+
+def matmul(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """``y = x · Wᵀ`` for a weight stored as GGUF rows ``[n_out, n_in]``."""
+    y = x @ w.T
+    return y if bias is None else y + bias
+
+
+def rope_angles(positions: np.ndarray, n_rot: int, base: float, scale: float,
+                freq_divisors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin ``[T, n_rot/2]`` of ``θ = scale · pos · base^(-2i/n_rot) / divisor_i``."""
+    i = np.arange(n_rot // 2, dtype=np.float64)
+    inv_freq = base ** (-2.0 * i / n_rot)
+    if freq_divisors is not None:
+        inv_freq = inv_freq / freq_divisors.astype(np.float64)
+    theta = scale * positions.astype(np.float64)[:, None] * inv_freq[None, :]
+    return np.cos(theta), np.sin(theta)
+
+
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rope_type: str) -> np.ndarray:
+    """Rotate ``x [T, H, D]`` pairwise. NORM pairs (2i, 2i+1); NEOX pairs (i, i+D/2)."""
+    half = cos.shape[1]
+    if rope_type == ROPE_NORM:
+        x0, x1 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
+    elif rope_type == ROPE_NEOX:
+        x0, x1 = x[..., :half], x[..., half:2 * half]
+    else:
+        raise ValueError(f"unknown rope type {rope_type!r}")
+    c, s = cos[:, None, :], sin[:, None, :]  # broadcast over heads
+    r0 = (x0 * c - x1 * s).astype(F32)
+    r1 = (x0 * s + x1 * c).astype(F32)
+    out = x.copy()
+    if rope_type == ROPE_NORM:
+        out[..., 0:2 * half:2], out[..., 1:2 * half:2] = r0, r1
+    else:
+        out[..., :half], out[..., half:2 * half] = r0, r1
+    return out
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, scale: float,
+              window: int = 0) -> np.ndarray:
+    """Causal multi-head attention with grouped KV heads.
+
+    q ``[T, H, D]`` at positions ``q_pos``; k, v ``[S, Hkv, D]`` for positions
+    ``0..S-1`` (the cache). Key p is visible to a query at p' iff p <= p' and,
+    with a sliding window, p' - p < window. Returns ``[T, H·D]``.
+    """
+    T, H, D = q.shape
+    S, Hkv, _ = k.shape
+    g = H // Hkv  # query head h reads KV head h // g (contiguous groups)
+    qg = q.reshape(T, Hkv, g, D).transpose(1, 2, 0, 3)  # [Hkv, g, T, D]
+    kt = k.transpose(1, 2, 0)  # [Hkv, D, S]
+    scores = (qg @ kt[:, None]) * F32(scale)  # [Hkv, g, T, S]
+    kpos = np.arange(S)
+    visible = kpos[None, :] <= q_pos[:, None]
+    if window:
+        visible &= (q_pos[:, None] - kpos[None, :]) < window
+    scores = np.where(visible, scores, -np.inf)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores.astype(np.float64))
+    p = (p / p.sum(axis=-1, keepdims=True)).astype(F32)
+    o = p @ v.transpose(1, 0, 2)[:, None]  # [Hkv, g, T, D]
+    return o.transpose(2, 0, 1, 3).reshape(T, H * D)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # exp(-x) -> inf for very negative x gives the right limit, -0
+        return x / (F32(1) + np.exp(-x))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (what llama.cpp uses for gemma, not erf)."""
+    return F32(0.5) * x * (F32(1) + np.tanh(F32(0.7978845608) * x * (F32(1) + F32(0.044715) * x * x)))
+
+
+ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
+
+
+def softcap(logits: np.ndarray, cap: float) -> np.ndarray:
+    return (cap * np.tanh(logits.astype(np.float64) / cap)).astype(F32)

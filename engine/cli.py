@@ -1,0 +1,79 @@
+"""``python -m engine``: generate tokens from a GGUF model.
+
+    python -m engine generate MODEL.gguf --prompt-ids 1,504,3458 -n 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import AnvilError
+
+
+def _token_ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--prompt-ids must be integers separated by commas or spaces, got {text!r}")
+    if not ids:
+        raise argparse.ArgumentTypeError("--prompt-ids is empty")
+    return ids
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine", description="Anvil inference engine")
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="greedy generation from prompt token ids")
+    g.add_argument("model", help="path to a GGUF file")
+    g.add_argument("--prompt-ids", type=_token_ids, required=True, help="prompt token ids, e.g. 1,504,3458")
+    g.add_argument("-n", "--n-predict", type=_positive, default=32, help="tokens to generate (default 32)")
+    g.add_argument("--ctx", type=_positive, default=None, help="context length (default: min(4096, trained))")
+    g.add_argument("--backend", default="numpy", help="numpy (default)")
+    g.add_argument("--stop-at-eos", action="store_true", help="stop at the end-of-sequence token")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    return p
+
+
+def cmd_generate(args) -> int:
+    from .generate import greedy
+    from .model import Model
+
+    model = Model(args.model, n_ctx=args.ctx, backend=args.backend)
+    out = greedy(model, args.prompt_ids, args.n_predict, stop_at_eos=args.stop_at_eos,
+                 on_token=None if args.json else (lambda t: print(t, end=" ", flush=True)))
+    if args.json:
+        print(json.dumps({"model": str(args.model), "backend": args.backend, "prompt_ids": out.prompt_ids,
+                          "tokens": out.tokens, "prefill_tok_s": out.prefill_tok_s, "decode_tok_s": out.decode_tok_s}))
+    else:
+        print()
+        print(f"prefill: {len(out.prompt_ids)} tokens in {out.prefill_s * 1e3:.1f} ms ({out.prefill_tok_s:.1f} tok/s); "
+              f"decode: {len(out.tokens)} tokens, {out.decode_tok_s:.1f} tok/s [{args.backend}]", file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"generate": cmd_generate}[args.command](args)
+    except AnvilError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

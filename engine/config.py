@@ -1,0 +1,162 @@
+"""ModelConfig: everything the forward pass needs to know about a model.
+
+``ModelConfig.from_gguf`` is the only place in Anvil that reads GGUF metadata
+keys. It follows llama.cpp's loader (``src/llama-model.cpp``) key for key,
+including its defaults, so a file means the same thing here as there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import GGUFError
+from .gguf_file import GGUFFile
+
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+
+ROPE_NORM = "norm"  # rotate consecutive pairs (2i, 2i+1): llama
+ROPE_NEOX = "neox"  # rotate (i, i + n_rot/2): qwen2, qwen3, gemma3
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int  # key/value head dimension
+    n_ff: int
+    n_rot: int
+    rope_type: str
+    rms_eps: float
+    # per layer: RoPE base and frequency scale (gemma3 SWA layers differ)
+    rope_base: tuple[float, ...]
+    rope_scale: tuple[float, ...]
+    has_rope_freqs: bool  # llama-3.1 style frequency divisors tensor
+    # per layer: sliding-window size, 0 = full causal attention
+    swa_window: tuple[int, ...]
+    attn_scale: float  # multiplies q·k
+    embd_scale: float  # multiplies the token embedding (gemma: sqrt(n_embd)), 1.0 otherwise
+    final_softcap: float  # 0 = none
+    activation: str  # "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    qk_norm: bool  # per-head RMSNorm on Q and K before RoPE (qwen3, gemma3)
+    post_norms: bool  # RMSNorm on attention and FFN outputs (gemma3)
+    qkv_bias: bool
+    output_bias: bool
+    tied_output: bool  # head reuses token_embd
+    bos_token_id: int | None
+    eos_token_id: int | None
+
+    @property
+    def n_gqa(self) -> int:
+        return self.n_head // self.n_head_kv
+
+    @classmethod
+    def from_gguf(cls, gf: GGUFFile) -> "ModelConfig":
+        arch = gf.get("general.architecture")
+        if arch not in SUPPORTED_ARCHS:
+            raise GGUFError(gf.path, f"unsupported architecture '{arch}' (key general.architecture; supported: {', '.join(SUPPORTED_ARCHS)})")
+
+        def key(name, default=...):
+            full = f"{arch}.{name}"
+            return gf.get(full) if default is ... else gf.get(full, default)
+
+        def positive_int(name, value):
+            if not isinstance(value, int) or value <= 0:
+                raise GGUFError(gf.path, f"key '{arch}.{name}' must be a positive integer, got {value!r}")
+            return value
+
+        n_embd = positive_int("embedding_length", key("embedding_length"))
+        n_layer = positive_int("block_count", key("block_count"))
+        n_head = positive_int("attention.head_count", _scalar(gf, f"{arch}.attention.head_count", key("attention.head_count")))
+        n_head_kv = positive_int("attention.head_count_kv",
+                                 _scalar(gf, f"{arch}.attention.head_count_kv", key("attention.head_count_kv", n_head)))
+        if n_head % n_head_kv:
+            raise GGUFError(gf.path, f"key '{arch}.attention.head_count' ({n_head}) is not a multiple of head_count_kv ({n_head_kv})")
+        n_ff = positive_int("feed_forward_length", _scalar(gf, f"{arch}.feed_forward_length", key("feed_forward_length")))
+        head_dim = positive_int("attention.key_length", key("attention.key_length", n_embd // n_head))
+        head_dim_v = key("attention.value_length", head_dim)
+        if head_dim_v != head_dim:
+            raise GGUFError(gf.path, f"key '{arch}.attention.value_length' ({head_dim_v}) != key_length ({head_dim}): unsupported")
+        n_rot = key("rope.dimension_count", head_dim)
+        if n_rot != head_dim:
+            # llama.cpp itself refuses this for llama; the other three are never partial
+            raise GGUFError(gf.path, f"key '{arch}.rope.dimension_count' ({n_rot}) != head dim ({head_dim}): partial RoPE unsupported")
+        rms_eps = float(key("attention.layer_norm_rms_epsilon"))
+
+        n_vocab = gf.array_len("tokenizer.ggml.tokens") or key("vocab_size", None)
+        if n_vocab is None:
+            n_vocab = gf.tensor_shape("token_embd.weight")[0]
+
+        # RoPE frequency scaling: llama.cpp's default type is linear with
+        # factor 1; YaRN and LongRoPE are not implemented here.
+        scaling = key("rope.scaling.type", "linear")
+        if scaling not in ("none", "linear"):
+            raise GGUFError(gf.path, f"key '{arch}.rope.scaling.type' = '{scaling}' is not supported (only none/linear)")
+        factor = key("rope.scaling.factor", key("rope.scale_linear", 0.0))
+        freq_scale = 1.0 if scaling == "none" or not factor else 1.0 / float(factor)
+        freq_base = float(key("rope.freq_base", 10000.0))
+
+        swa_window = [0] * n_layer
+        rope_base = [freq_base] * n_layer
+        rope_scale = [freq_scale] * n_layer
+        attn_scale = 1.0 / math.sqrt(head_dim)
+        embd_scale, softcap, activation = 1.0, 0.0, "silu"
+        if arch == "gemma3":
+            window = key("attention.sliding_window", 0)
+            if window:
+                swa = _gemma3_swa_pattern(gf, arch, n_layer)
+                base_swa = float(key("rope.freq_base_swa", 10000.0))
+                for il in range(n_layer):
+                    if swa[il]:
+                        # SWA layers use their own base and never scale (llama_model::get_rope_freq_*)
+                        swa_window[il], rope_base[il], rope_scale[il] = int(window), base_swa, 1.0
+            # the 27B model scales by n_embd/n_head (integer division) instead of head_dim
+            attn_scale = 1.0 / math.sqrt(n_embd // n_head if n_layer == 62 else head_dim)
+            embd_scale = math.sqrt(n_embd)
+            softcap = float(key("final_logit_softcapping", 0.0))
+            activation = "gelu_tanh"
+
+        return cls(
+            arch=arch, n_vocab=int(n_vocab), n_ctx_train=positive_int("context_length", key("context_length")),
+            n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
+            n_ff=n_ff, n_rot=n_rot, rope_type=ROPE_NORM if arch == "llama" else ROPE_NEOX, rms_eps=rms_eps,
+            rope_base=tuple(rope_base), rope_scale=tuple(rope_scale),
+            has_rope_freqs=arch == "llama" and gf.has_tensor("rope_freqs.weight"),
+            swa_window=tuple(swa_window), attn_scale=attn_scale, embd_scale=embd_scale,
+            final_softcap=softcap, activation=activation,
+            qk_norm=arch in ("qwen3", "gemma3"), post_norms=arch == "gemma3",
+            qkv_bias=gf.has_tensor("blk.0.attn_q.bias"),
+            output_bias=arch == "qwen2" and gf.has_tensor("output.bias"),
+            tied_output=not gf.has_tensor("output.weight"),
+            bos_token_id=gf.get("tokenizer.ggml.bos_token_id", None),
+            eos_token_id=gf.get("tokenizer.ggml.eos_token_id", None),
+        )
+
+
+def _scalar(gf: GGUFFile, full_key: str, value):
+    """Per-layer arrays (allowed by llama.cpp for some keys) must be uniform here."""
+    if isinstance(value, list):
+        if len(set(value)) != 1:
+            raise GGUFError(gf.path, f"key '{full_key}' varies per layer ({value[:8]}...): unsupported")
+        return value[0]
+    return value
+
+
+def _gemma3_swa_pattern(gf: GGUFFile, arch: str, n_layer: int) -> list[bool]:
+    """Which layers use the sliding window (llama_hparams::set_swa_pattern).
+
+    The key may be a bool array (one per layer) or a period n: layer il is SWA
+    iff il % n < n - 1. Converted Gemma 3 files carry no key: period 6.
+    """
+    pattern = gf.get(f"{arch}.attention.sliding_window_pattern", 6)
+    if isinstance(pattern, list):
+        if len(pattern) < n_layer:
+            raise GGUFError(gf.path, f"key '{arch}.attention.sliding_window_pattern' has {len(pattern)} entries for {n_layer} layers")
+        return [bool(p) for p in pattern[:n_layer]]
+    n = int(pattern)
+    return [n == 0 or il % n < n - 1 for il in range(n_layer)]

@@ -1,0 +1,21 @@
+"""User-facing errors.
+
+Everything a user can cause (a bad file, a missing key, a wrong option) raises
+an ``AnvilError`` whose message is one line naming the file and the key,
+tensor or value at fault. The CLIs print that line and exit non-zero, with no
+traceback; anything else escaping is a bug in Anvil.
+"""
+
+
+class AnvilError(Exception):
+    """A problem with the user's input, reported as one line."""
+
+
+class GGUFError(AnvilError):
+    """A GGUF file that cannot be used: not a GGUF, truncated, missing a key,
+    an unsupported architecture or tensor type, or a tensor of the wrong shape."""
+
+    def __init__(self, path, what: str):
+        super().__init__(f"{path}: {what}")
+        self.path = path
+        self.what = what

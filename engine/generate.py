@@ -1,0 +1,68 @@
+"""Prefill + greedy decode.
+
+Greedy means argmax over the fp32 logits with the lowest index winning ties,
+as llama.cpp's greedy sampler does (``np.argmax`` returns the first maximum).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import AnvilError
+
+
+@dataclass
+class Generation:
+    prompt_ids: list[int]
+    tokens: list[int] = field(default_factory=list)
+    logits: list[np.ndarray] = field(default_factory=list)  # per step, when kept
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        n = len(self.tokens) - 1  # the first token comes out of the prefill
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else float("nan")
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return len(self.prompt_ids) / self.prefill_s if self.prefill_s > 0 else float("nan")
+
+
+def greedy(model, prompt_ids, n_steps: int, *, stop_at_eos: bool = False, keep_logits: bool = False,
+           forced: list[int] | None = None, on_token=None) -> Generation:
+    """Generate ``n_steps`` tokens greedily after ``prompt_ids``.
+
+    ``forced`` (teacher forcing): feed these tokens instead of the model's own
+    choices, while still recording the model's argmax at every step.
+    """
+    prompt_ids = [int(t) for t in prompt_ids]
+    if not prompt_ids:
+        raise AnvilError("the prompt is empty: give at least one token id")
+    if n_steps < 1:
+        raise AnvilError(f"the number of steps must be at least 1, got {n_steps}")
+    if len(prompt_ids) + n_steps - 1 > model.n_ctx:
+        raise AnvilError(
+            f"{model.path}: prompt of {len(prompt_ids)} tokens + {n_steps} steps exceeds the context of {model.n_ctx} (n_ctx)")
+    out = Generation(prompt_ids)
+    model.reset()
+    t0 = time.perf_counter()
+    logits = model.forward(prompt_ids)
+    out.prefill_s = time.perf_counter() - t0
+    eos = model.config.eos_token_id
+    t0 = time.perf_counter()
+    for step in range(n_steps):
+        token = int(np.argmax(logits))
+        out.tokens.append(token)
+        if keep_logits:
+            out.logits.append(logits)
+        if on_token is not None:
+            on_token(token)
+        if step == n_steps - 1 or (stop_at_eos and token == eos):
+            break
+        logits = model.forward([forced[step] if forced is not None else token])
+    out.decode_s = time.perf_counter() - t0
+    return out

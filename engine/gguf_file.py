@@ -1,0 +1,118 @@
+"""Open and validate a GGUF file; look up its metadata and tensors.
+
+The file is memory-mapped through ``gguf.GGUFReader``: opening a multi-GB
+model costs nothing until a tensor is read. Every failure is turned into a
+``GGUFError`` naming the file and the key or tensor at fault.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFReader
+
+from .errors import GGUFError
+from . import quants
+from .quants import QType
+
+GGUF_MAGIC = b"GGUF"
+_MISSING = object()
+
+
+class GGUFFile:
+    """A validated, memory-mapped GGUF file."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise GGUFError(self.path, "no such file")
+        with open(self.path, "rb") as f:
+            magic = f.read(4)
+        if magic != GGUF_MAGIC:
+            raise GGUFError(self.path, f"not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+        try:
+            self._reader = GGUFReader(self.path, "r")
+        except Exception as e:  # the reader raises ValueError/IndexError/struct errors on a cut-off file
+            raise GGUFError(self.path, f"truncated or corrupt GGUF ({type(e).__name__}: {e})") from None
+        self._tensors = {t.name: t for t in self._reader.tensors}
+        self._check_extents()
+
+    def _check_extents(self) -> None:
+        # The reader maps tensor data lazily; a file cut short inside the data
+        # section only shows up here, as a tensor whose bytes run past the end.
+        size = self.path.stat().st_size
+        for t in self._reader.tensors:
+            end = t.data_offset + t.n_bytes
+            if end > size or t.data.nbytes != t.n_bytes:
+                raise GGUFError(self.path, f"truncated: tensor '{t.name}' needs bytes up to {end}, file has {size}")
+
+    # ---- metadata -------------------------------------------------------
+    def has_key(self, key: str) -> bool:
+        return key in self._reader.fields
+
+    def get(self, key: str, default=_MISSING):
+        """The value of metadata ``key`` as a Python scalar, str or list."""
+        field = self._reader.fields.get(key)
+        if field is None:
+            if default is _MISSING:
+                raise GGUFError(self.path, f"missing required key '{key}'")
+            return default
+        return field.contents()
+
+    def array_len(self, key: str) -> int | None:
+        """Length of an array-valued key without decoding it (a 262k-token
+        vocabulary takes a while to turn into Python strings)."""
+        field = self._reader.fields.get(key)
+        return None if field is None else len(field.data)
+
+    def keys(self) -> list[str]:
+        return list(self._reader.fields)
+
+    # ---- tensors --------------------------------------------------------
+    def has_tensor(self, name: str) -> bool:
+        return name in self._tensors
+
+    def tensor_names(self) -> list[str]:
+        return list(self._tensors)
+
+    def _tensor(self, name: str):
+        t = self._tensors.get(name)
+        if t is None:
+            raise GGUFError(self.path, f"missing tensor '{name}'")
+        return t
+
+    def tensor_type(self, name: str) -> QType:
+        t = self._tensor(name)
+        try:
+            qtype = QType(int(t.tensor_type))
+        except ValueError:
+            raise GGUFError(self.path, f"tensor '{name}' has unsupported type {t.tensor_type.name}") from None
+        if qtype not in quants.SUPPORTED:
+            raise GGUFError(self.path, f"tensor '{name}' has unsupported type {qtype.name}")
+        return qtype
+
+    def tensor_shape(self, name: str) -> tuple[int, ...]:
+        """NumPy (row-major) shape: GGUF's ne order reversed, so a weight
+        ``{n_in, n_out}`` is ``(n_out, n_in)`` and ``y = W @ x``."""
+        return tuple(int(n) for n in reversed(self._tensor(name).shape.tolist()))
+
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's bytes as stored (memory-mapped, not copied)."""
+        return self._tensor(name).data
+
+    def check_shape(self, name: str, expected: tuple[int, ...]) -> None:
+        actual = self.tensor_shape(name)
+        if actual != tuple(expected):
+            # report in GGUF's own ne order, the order tools like gguf-dump print
+            raise GGUFError(
+                self.path,
+                f"tensor '{name}' has shape {list(reversed(actual))}, expected {list(reversed(tuple(expected)))} (GGUF ne order)",
+            )
+
+    def dequantize(self, name: str, expected: tuple[int, ...] | None = None) -> np.ndarray:
+        """The tensor as float32 in NumPy shape, after checking its shape."""
+        if expected is not None:
+            self.check_shape(name, expected)
+        return quants.dequantize(self.raw(name), self.tensor_type(name), self.tensor_shape(name))

@@ -1,0 +1,32 @@
+"""Gemma 3 (architectures.md §4).
+
+Differs from the llama family in five places: the embedding is scaled by
+√n_embd; attention and FFN outputs are RMS-normed again before the residual
+add (post-norms); the FFN is GeGLU with tanh-GELU; most layers attend over a
+sliding window with their own RoPE base; the logits may be soft-capped.
+
+    x = x + RMSNorm(Wo · Attn(RoPE(RMSNorm_h(Wq·n)), RoPE(RMSNorm_h(Wk·n)), Wv·n))·post_attn_norm
+    x = x + RMSNorm(W_down · (GELU(W_gate·m) ⊙ (W_up·m)))·post_ffn_norm
+"""
+
+from __future__ import annotations
+
+
+def block(ops, cfg, w, il, x, positions, cache):
+    T = x.shape[0]
+    n = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
+    q = ops.matmul(n, w.wq, w.bq).reshape(T, cfg.n_head, cfg.head_dim)
+    k = ops.matmul(n, w.wk, w.bk).reshape(T, cfg.n_head_kv, cfg.head_dim)
+    v = ops.matmul(n, w.wv, w.bv).reshape(T, cfg.n_head_kv, cfg.head_dim)
+    q = ops.rms_norm(q, w.q_norm, cfg.rms_eps)
+    k = ops.rms_norm(k, w.k_norm, cfg.rms_eps)
+    cos, sin = cache.rope(il, positions)  # SWA layers: their own base, no scaling
+    q = ops.rope(q, cos, sin, cfg.rope_type)
+    k = ops.rope(k, cos, sin, cfg.rope_type)
+    keys, values = cache.store(il, positions, k, v)
+    a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
+    x = x + ops.rms_norm(ops.matmul(a, w.wo), w.post_attn_norm, cfg.rms_eps)
+
+    m = ops.rms_norm(x, w.ffn_norm, cfg.rms_eps)
+    h = ops.gelu_tanh(ops.matmul(m, w.w_gate)) * ops.matmul(m, w.w_up)
+    return x + ops.rms_norm(ops.matmul(h, w.w_down), w.post_ffn_norm, cfg.rms_eps)

@@ -1,0 +1,33 @@
+"""The llama family: ``llama``, ``qwen2`` and ``qwen3``.
+
+One pre-norm decoder block, written as the math (architectures.md §1, §1b, §2):
+
+    x = x + Wo · Attn(RoPE(Wq·n + bq), RoPE(Wk·n + bk), Wv·n + bv),  n = RMSNorm(x)·attn_norm
+    x = x + W_down · (SiLU(W_gate·m) ⊙ (W_up·m)),                      m = RMSNorm(x)·ffn_norm
+
+qwen2 adds the Q/K/V biases, qwen3 a per-head RMSNorm on Q and K before RoPE;
+llama rotates consecutive pairs (NORM), the Qwens rotate halves (NEOX).
+"""
+
+from __future__ import annotations
+
+
+def block(ops, cfg, w, il, x, positions, cache):
+    T = x.shape[0]
+    n = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
+    q = ops.matmul(n, w.wq, w.bq).reshape(T, cfg.n_head, cfg.head_dim)
+    k = ops.matmul(n, w.wk, w.bk).reshape(T, cfg.n_head_kv, cfg.head_dim)
+    v = ops.matmul(n, w.wv, w.bv).reshape(T, cfg.n_head_kv, cfg.head_dim)
+    if cfg.qk_norm:
+        q = ops.rms_norm(q, w.q_norm, cfg.rms_eps)
+        k = ops.rms_norm(k, w.k_norm, cfg.rms_eps)
+    cos, sin = cache.rope(il, positions)
+    q = ops.rope(q, cos, sin, cfg.rope_type)
+    k = ops.rope(k, cos, sin, cfg.rope_type)
+    keys, values = cache.store(il, positions, k, v)
+    a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
+    x = x + ops.matmul(a, w.wo)
+
+    m = ops.rms_norm(x, w.ffn_norm, cfg.rms_eps)
+    h = ops.silu(ops.matmul(m, w.w_gate)) * ops.matmul(m, w.w_up)
+    return x + ops.matmul(h, w.w_down)

@@ -1,0 +1,105 @@
+"""Make llama.cpp reference outputs with llama-cpp-python, in process.
+
+Settings are pinned, not left to defaults, because each changes llama.cpp's
+numbers (architectures.md §8): flash attention off, KV cache type, GPU layers
+(0 on the CPU tier, all on the GPU tier), batch sizes. Greedy decode is done
+here from the raw logits (argmax, lowest index on ties), not by llama.cpp's
+sampler, so the recorded token is exactly the argmax of the recorded logits.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import AnvilError
+
+from .refs import Case, Reference
+
+GGML_TYPES = {"f32": 0, "f16": 1}
+
+# The CPU tier compares against the float32 NumPy engine: F32 KV cache and no
+# flash attention keep llama.cpp's own rounding to its quantised matmuls.
+CPU_SETTINGS = {"n_gpu_layers": 0, "flash_attn": False, "type_k": "f32", "type_v": "f32",
+                "n_ctx": 512, "n_batch": 512, "n_ubatch": 512, "n_threads": 2, "swa_full": True}
+GPU_SETTINGS = {**CPU_SETTINGS, "n_gpu_layers": -1, "type_k": "f16", "type_v": "f16", "n_threads": 8}
+
+
+def _import_llama_cpp():
+    try:
+        import llama_cpp
+    except ImportError:
+        raise AnvilError("llama-cpp-python is not installed: pip install -e '.[reference]' "
+                         "(it builds llama.cpp from source; a few minutes)") from None
+    return llama_cpp
+
+
+def device_description(settings: dict) -> str:
+    if settings["n_gpu_layers"] == 0:
+        cpu = platform.processor() or platform.machine()
+        try:
+            for line in open("/proc/cpuinfo"):
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        return f"cpu: {cpu} ({os.cpu_count()} cores)"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return f"gpu: {pynvml.nvmlDeviceGetName(h)}, driver {pynvml.nvmlSystemGetDriverVersion()}"
+    except Exception as e:  # NVML missing: still say what we know
+        return f"gpu: unknown ({type(e).__name__})"
+
+
+def make_reference(model_name: str, model_path: Path, sha256: str, prompts: list[str], n_steps: int, *,
+                   settings: dict, top_k: int = 16, progress=None) -> Reference:
+    llama_cpp = _import_llama_cpp()
+    s = settings
+    llm = llama_cpp.Llama(
+        model_path=str(model_path), n_gpu_layers=s["n_gpu_layers"], n_ctx=s["n_ctx"], n_batch=s["n_batch"],
+        n_ubatch=s["n_ubatch"], n_threads=s["n_threads"], n_threads_batch=s["n_threads"],
+        flash_attn=s["flash_attn"], type_k=GGML_TYPES[s["type_k"]], type_v=GGML_TYPES[s["type_v"]],
+        swa_full=s["swa_full"], logits_all=False, seed=0, verbose=False)
+    ref = Reference(
+        model=model_name, model_file=Path(model_path).name, model_sha256=sha256,
+        llama_cpp={"package": "llama-cpp-python", "version": llama_cpp.__version__,
+                   "system_info": llama_cpp.llama_print_system_info().decode().strip()},
+        settings=dict(s), device=device_description(s),
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), top_k=top_k)
+    for prompt in prompts:
+        # add_bos follows the model's own tokenizer.ggml.add_bos_token, as llama.cpp's CLI does
+        prompt_ids = llm.tokenize(prompt.encode(), add_bos=True, special=False)
+        if len(prompt_ids) + n_steps > s["n_ctx"]:
+            raise AnvilError(f"prompt {prompt!r}: {len(prompt_ids)} tokens + {n_steps} steps exceed n_ctx {s['n_ctx']}")
+        ref.cases.append(_greedy_case(llm, prompt, prompt_ids, n_steps, top_k))
+        if progress:
+            progress()
+    return ref
+
+
+def _greedy_case(llm, prompt: str, prompt_ids: list[int], n_steps: int, top_k: int) -> Case:
+    llm.reset()
+    llm.eval(prompt_ids)
+    tokens, top_ids, top_logits = [], [], []
+    for step in range(n_steps):
+        # logits_all=False: llama.cpp computes only the last token's row; the
+        # high-level Llama.scores is no longer filled then, so read it directly
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),)).copy()
+        # stable sort on -logit keeps the lowest id first among equal logits
+        order = np.argsort(-logits, kind="stable")[:top_k]
+        token = int(order[0])
+        tokens.append(token)
+        top_ids.append([int(i) for i in order])
+        top_logits.append([float(logits[i]) for i in order])
+        if step < n_steps - 1:
+            llm.eval([token])
+    return Case(prompt=prompt, prompt_ids=[int(t) for t in prompt_ids], tokens=tokens,
+                top_ids=top_ids, top_logits=top_logits)
