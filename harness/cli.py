@@ -1,0 +1,130 @@
+"""``harness``: the workbench around the engine.
+
+    harness models [NAME ...]                 fetch/generate catalog models, print their paths
+    harness synth --preset NAME OUT.gguf      write a random-weight GGUF at a real model shape
+    harness reference [--model NAME] [--tier cpu|gpu] [--force]
+                                              regenerate llama.cpp references (needs llama-cpp-python)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.errors import AnvilError
+
+
+def cmd_models(args) -> int:
+    from . import catalog
+
+    cat = catalog.load()
+    names = args.names or [n for n, e in cat.items() if args.tier in (None, e.tier)]
+    for name in names:
+        e = catalog.entry(name, cat)
+        if e.tier == "gpu" and not args.names and args.tier is None:
+            continue  # real-shape files are GBs: only on request
+        path = catalog.model_path(name, catalog=cat, progress=not args.quiet)
+        print(f"{name:20s} {e.tier:4s} {e.source:6s} {path}")
+    return 0
+
+
+def cmd_synth(args) -> int:
+    from engine import synth
+
+    from . import catalog
+
+    if args.preset not in synth.PRESETS:
+        raise AnvilError(f"unknown preset '{args.preset}'; available: {', '.join(synth.PRESETS)}")
+    preset = synth.PRESETS[args.preset]
+    vocab = Path(args.vocab) if args.vocab else catalog.vocab_source(preset.vocab)
+    info = synth.write_synthetic(preset, args.out, vocab_gguf=vocab, seed=args.seed)
+    print(f"wrote {info['path']}: {info['bytes'] / 1e6:.1f} MB, {info['n_params'] / 1e6:.1f}M params, "
+          f"sha256 {info['sha256']}")
+    if args.margin:
+        _report_margin(Path(info["path"]))
+    return 0
+
+
+def _report_margin(path: Path) -> None:
+    """Median top-2 logit margin of greedy decoding with the NumPy engine: the
+    headroom a synthetic model leaves for numerical noise between engines."""
+    import numpy as np
+
+    import engine
+    from engine.generate import greedy
+
+    model = engine.load(path)
+    margins = []
+    for seed in range(3):
+        prompt = np.random.default_rng(seed).integers(0, model.config.n_vocab, 8).tolist()
+        for logits in greedy(model, prompt, 16, keep_logits=True).logits:
+            top2 = np.partition(logits, -2)[-2:]
+            margins.append(float(top2[1] - top2[0]))
+    print(f"median top-2 logit margin over {len(margins)} greedy steps: {np.median(margins):.3f} "
+          f"(min {min(margins):.3f})")
+
+
+def cmd_reference(args) -> int:
+    from . import catalog, refs
+    from .reference import CPU_SETTINGS, GPU_SETTINGS, make_reference
+
+    cat = catalog.load()
+    names = [args.model] if args.model else [n for n, e in cat.items() if e.tier == args.tier]
+    settings = CPU_SETTINGS if args.tier == "cpu" else GPU_SETTINGS
+    for name in names:
+        e = catalog.entry(name, cat)
+        out = refs.reference_path(name, args.tier)
+        if out.exists() and not args.force:
+            old = refs.load(out)
+            if old.model_sha256 != e.sha256:
+                raise AnvilError(f"{out} was made from a model with sha256 {old.model_sha256}, the catalog now pins "
+                                 f"{e.sha256}; pass --force to replace it")
+        path = catalog.model_path(name, catalog=cat)
+        print(f"{name}: running llama.cpp ({len(e.prompts)} prompts x {e.n_steps} steps)...", file=sys.stderr)
+        ref = make_reference(name, path, e.sha256, list(e.prompts), e.n_steps, settings=settings)
+        refs.save(ref, out)
+        print(f"wrote {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness", description="Anvil workbench: correctness and speed against llama.cpp")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("models", help="fetch or generate catalog models and print their paths")
+    m.add_argument("names", nargs="*", help="catalog model names (default: every cpu-tier model)")
+    m.add_argument("--tier", choices=["cpu", "gpu"], default=None)
+    m.add_argument("-q", "--quiet", action="store_true")
+    m.set_defaults(func=cmd_models)
+
+    s = sub.add_parser("synth", help="write a random-weight GGUF at a real model shape")
+    s.add_argument("--preset", required=True, help="e.g. tiny-llama, qwen3-8b, llama3-8b")
+    s.add_argument("out", help="output .gguf path")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--vocab", help="GGUF to copy the tokenizer from (default: the preset's)")
+    s.add_argument("--margin", action="store_true", help="report the median top-2 logit margin (NumPy engine)")
+    s.set_defaults(func=cmd_synth)
+
+    r = sub.add_parser("reference", help="regenerate llama.cpp reference outputs")
+    r.add_argument("--model", help="one catalog model (default: every model of the tier)")
+    r.add_argument("--tier", choices=["cpu", "gpu"], default="cpu")
+    r.add_argument("--force", action="store_true", help="replace a reference made from a different model file")
+    r.set_defaults(func=cmd_reference)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except AnvilError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

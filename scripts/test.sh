@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The full test suite on a fresh machine: install with test extras, fetch the
+# catalog's CPU-tier models on first use, run pytest. Extra args go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup.sh test
+python -m pytest -q "$@"
