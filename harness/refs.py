@@ -115,6 +115,7 @@ def write_json_atomic(path: str | os.PathLike, obj) -> Path:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(dumps(obj))
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; these files are shared
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

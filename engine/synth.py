@@ -1,0 +1,494 @@
+"""Random-weight GGUF files at real model shapes ("synthetic models").
+
+Quantised tensors are written directly as random blocks whose scale fields are
+set so the dequantised weights have zero mean and std ~ GAIN/sqrt(fan_in); no
+float weights are ever quantised, so an 8B-shaped file streams out at the speed
+of the random generator. All tokenizer.* metadata is copied byte for byte from
+a vocab source GGUF (a real model or a llama.cpp vocab-only file).
+
+Determinism: every byte comes from PCG64 raw output (a fixed algorithm, stable
+across NumPy versions) seeded by (seed, crc32(tensor name), chunk index), and is
+then transformed only with integer ops and elementwise IEEE float32 arithmetic
+(no reductions), so (preset, seed, vocab file) -> the same sha256 on any
+little-endian machine. The only libm calls (pow for rope_freqs, exp for the
+gemma3 head row scales) run in float64 and are rounded to float32, so a
+last-ulp libm difference practically never reaches the file.
+
+The GGUF container is serialised here rather than with gguf.GGUFWriter:
+GGUFReader needs 6-13 s to parse a vocab file and GGUFWriter packs arrays item
+by item and wants whole tensors in memory; a raw KV copy plus a chunked data
+stream avoids all three. The layout is GGUF v3 (gguf.GGUF_MAGIC/VERSION).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import mmap
+import os
+import secrets
+import struct
+import zlib
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFValueType as V
+from gguf import LlamaFileType as FT
+
+GAIN = 1.0           # weight std = GAIN/sqrt(fan_in): unit-RMS inputs give O(1) outputs
+EMBD_STD = 1.0       # x0 (the embedded token) has RMS 1, like one layer's contribution
+NORM_JITTER = 0.1    # norm weights uniform in 1 +- 0.1*sqrt(3) (std 0.1), stored as is
+BIAS_STD = 0.5       # qwen2 q/k/v biases
+TARGET_MARGIN = 1.5  # wanted median top-2 logit gap (see _logit_std)
+CHUNK_BYTES = 16 << 20  # generation chunk; part of the seed schedule, never change
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    arch: str                 # llama | qwen2 | qwen3 | gemma3
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    context_length: int
+    rope_freq_base: float
+    rms_eps: float
+    vocab: str                # smollm2 | gemma3 | qwen2 | llama-bpe
+    mix: str | tuple          # "Q4_K_M" or ((role, type name), ...)
+    file_type: int            # general.file_type (LlamaFileType)
+    tied: bool = False        # no output.weight: the head reuses token_embd
+    qkv_bias: bool = False    # qwen2
+    rope_freqs: bool = False  # llama-3.1 frequency factors tensor
+    sliding_window: int = 0   # gemma3: layers il % 6 < 5 are SWA
+    rope_freq_base_swa: float = 0.0
+    softcap: float = 0.0      # gemma3 final_logit_softcapping
+    logit_std: float | None = None  # pre-softcap logit std; None -> napkin formula
+    head_row_sigma: float = 0.0     # log-normal spread of head row norms
+
+
+_TINY = dict(n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512)
+
+PRESETS: dict[str, Preset] = {p.name: p for p in [
+    Preset("tiny-llama", "llama", **_TINY, context_length=131072, rope_freq_base=500000.0,
+           rms_eps=1e-5, vocab="smollm2", rope_freqs=True, file_type=FT.MOSTLY_Q4_0,
+           mix=(("token_embd", "Q4_1"), ("output", "Q8_0"), ("attn_q", "Q4_0"), ("attn_k", "Q4_0"),
+                ("attn_v", "Q8_0"), ("attn_output", "Q5_1"), ("ffn_gate", "Q4_0"),
+                ("ffn_up", "Q4_0"), ("ffn_down", "Q5_1"))),
+    Preset("tiny-qwen2", "qwen2", **_TINY, context_length=32768, rope_freq_base=1e6, rms_eps=1e-6,
+           vocab="qwen2", qkv_bias=True, file_type=FT.MOSTLY_Q5_0,
+           mix=(("token_embd", "Q5_0"), ("output", "Q8_0"), ("attn_q", "Q5_0"), ("attn_k", "Q5_0"),
+                ("attn_v", "Q8_0"), ("attn_output", "F16"), ("ffn_gate", "Q5_0"),
+                ("ffn_up", "Q8_0"), ("ffn_down", "F16"))),
+    Preset("tiny-qwen3", "qwen3", **_TINY, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6,
+           vocab="qwen2", tied=True, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M),
+    # n_head*head_dim = 512 != n_embd: exercises key_length; window 8 so SWA bites on short prompts.
+    # Softcap 30 caps logits near 30, so the head is set from a simulation (see _logit_std).
+    Preset("tiny-gemma3", "gemma3", n_embd=256, n_layer=6, n_head=8, n_head_kv=2, head_dim=64,
+           n_ff=512, context_length=32768, rope_freq_base=1e6, rms_eps=1e-6, vocab="gemma3",
+           tied=True, sliding_window=8, rope_freq_base_swa=10000.0, softcap=30.0,
+           logit_std=3.5, head_row_sigma=0.3, file_type=FT.MOSTLY_Q5_K_M,
+           mix=(("token_embd", "Q5_K"), ("attn_q", "Q5_K"), ("attn_k", "Q5_K"), ("attn_v", "Q6_K"),
+                ("attn_output", "BF16"), ("ffn_gate", "Q5_K"), ("ffn_up", "Q5_K"),
+                ("ffn_down", "Q6_K"))),
+    Preset("qwen3-8b", "qwen3", n_embd=4096, n_layer=36, n_head=32, n_head_kv=8, head_dim=128,
+           n_ff=12288, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2",
+           mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M),
+    Preset("llama3-8b", "llama", n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, head_dim=128,
+           n_ff=14336, context_length=131072, rope_freq_base=500000.0, rms_eps=1e-5,
+           vocab="llama-bpe", rope_freqs=True, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M),
+]}
+
+
+# F32 twins of the tiny presets: llama.cpp multiplies F32 weights in fp32 like
+# the NumPy engine (no 8-bit activation rounding), so these pin the arithmetic
+# of each architecture to ~1e-4 logits. The small smollm2 vocab keeps them small.
+_ROLES = ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+for _name in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"):
+    PRESETS[f"{_name}-f32"] = replace(PRESETS[_name], name=f"{_name}-f32", vocab="smollm2",
+                                      mix=tuple((r, "F32") for r in _ROLES), file_type=FT.ALL_F32)
+
+# ---------------------------------------------------------------- tensor plan
+
+def _q4_k_m(role: str, il: int, p: Preset) -> T:
+    """src/llama-quant.cpp llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q4_K_M (dense, non-falcon)."""
+    n = p.n_layer
+    more_bits = il < n // 8 or il >= 7 * n // 8 or (il - n // 8) % 3 == 2
+    if role == "output" or (role == "token_embd" and p.tied):
+        return T.Q6_K        # the OUTPUT rule; a tied token_embd is quantised as the head
+    if role in ("attn_v", "ffn_down") and more_bits:
+        return T.Q6_K
+    return T.Q4_K            # token_embd (untied) keeps the default type
+
+
+def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, str, float]]:
+    """(name, ne (ne0 first), type, init kind, std) for every tensor, in file order."""
+    E, hd, L = p.n_embd, p.head_dim, p.n_layer
+    q_dim, kv_dim = p.n_head * hd, p.n_head_kv * hd
+    mix = None if p.mix == "Q4_K_M" else {r: T[t] for r, t in p.mix}
+
+    def qtype(role: str, il: int = -1) -> T:
+        return _q4_k_m(role, il, p) if mix is None else mix[role]
+
+    # logit std = std(head) * sqrt(n_embd) * rms(output_norm weight), see _logit_std.
+    # Untied: output_norm ~1 and the head std sets the logit std. Tied: the
+    # embedding must keep x0 at RMS ~1 (gemma3 scales x0 by sqrt(n_embd)), and
+    # output_norm gets the gain. Its signs are random then: with all-positive
+    # weights the final state's own-embedding component gives the input token
+    # a logit bonus of ~ sqrt(n_embd) * cos(h, x0) * logit_std, which made tied
+    # files echo their input (99% repeats at gain 1); a small x0 instead lets the
+    # context swamp the token's identity (23-47% repeats). Random signs make the
+    # bonus sum g_i e_i^2 zero-mean, giving untied-like behaviour.
+    rms_g = math.sqrt(1 + NORM_JITTER ** 2)
+    x0_scale = math.sqrt(E) if p.arch == "gemma3" else 1.0
+    embd_std = EMBD_STD / x0_scale
+    head_std = embd_std if p.tied else _logit_std(p, n_vocab) / (math.sqrt(E) * rms_g)
+    out_gain = _logit_std(p, n_vocab) / (embd_std * math.sqrt(E) * rms_g) if p.tied else 1.0
+    out = [("token_embd.weight", (E, n_vocab), qtype("token_embd"), "head" if p.tied else "weight", embd_std)]
+    if p.rope_freqs:
+        out.append(("rope_freqs.weight", (hd // 2,), T.F32, "rope_freqs", 0.0))
+    for il in range(L):
+        b = f"blk.{il}."
+        out.append((b + "attn_norm.weight", (E,), T.F32, "norm", 0.0))
+        for role, rows in (("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim)):
+            out.append((b + role + ".weight", (E, rows), qtype(role, il), "weight", GAIN / math.sqrt(E)))
+            if p.qkv_bias:
+                out.append((b + role + ".bias", (rows,), T.F32, "bias", BIAS_STD))
+        if p.arch in ("qwen3", "gemma3"):
+            out.append((b + "attn_q_norm.weight", (hd,), T.F32, "norm", 0.0))
+            out.append((b + "attn_k_norm.weight", (hd,), T.F32, "norm", 0.0))
+        out.append((b + "attn_output.weight", (q_dim, E), qtype("attn_output", il), "weight", GAIN / math.sqrt(q_dim)))
+        if p.arch == "gemma3":
+            out.append((b + "post_attention_norm.weight", (E,), T.F32, "norm", 0.0))
+        out.append((b + "ffn_norm.weight", (E,), T.F32, "norm", 0.0))
+        out.append((b + "ffn_gate.weight", (E, p.n_ff), qtype("ffn_gate", il), "weight", GAIN / math.sqrt(E)))
+        out.append((b + "ffn_up.weight", (E, p.n_ff), qtype("ffn_up", il), "weight", GAIN / math.sqrt(E)))
+        out.append((b + "ffn_down.weight", (p.n_ff, E), qtype("ffn_down", il), "weight", GAIN / math.sqrt(p.n_ff)))
+        if p.arch == "gemma3":
+            out.append((b + "post_ffw_norm.weight", (E,), T.F32, "norm", 0.0))
+    out.append(("output_norm.weight", (E,), T.F32, "norm_signed" if p.tied else "norm", out_gain))
+    if not p.tied:
+        out.append(("output.weight", (E, n_vocab), qtype("output"), "head", head_std))
+    return out
+
+
+def _logit_std(p: Preset, n_vocab: int) -> float:
+    """Std of the pre-softcap logits the head is scaled for.
+
+    Napkin math: the final RMSNorm gives h with unit RMS, so for a fixed h the
+    logits l_v = sum_i w_vi g_i h_i are iid over v (rows are independent) and
+    ~N(0, s^2) with s = std(w_out) * sqrt(n_embd) * rms(g), rms(g) = sqrt(1+0.1^2).
+    The top of N Gaussians sits near s*sqrt(2 ln N) and the top-2 gap is about
+    Exp(mean = s/sqrt(2 ln N)), median ln2 * s/sqrt(2 ln N). For median 1.5:
+    N=49152 -> s=10.0, N=151936 -> s=10.6 (simulated median 1.43-1.52); ~5% of
+    steps still fall below 0.1. Argmax identity depends only on h's direction,
+    so prompts/steps still give different tokens; top-1 prob is ~0.5-0.9.
+
+    With a softcap c, l -> c*tanh(l/c) compresses the top: for N=262144, c=30
+    and Gaussian rows the capped median gap peaks at ~0.5 (s=5-6). Spreading
+    the head row norms log-normally (sigma 0.3) fattens the tail: s=3.5 gives a
+    simulated capped median of 0.88, 7% of gaps < 0.1, 249 distinct argmaxes
+    in 300 random h (preset fields logit_std / head_row_sigma).
+
+    Measured: llama.cpp (CPU) vs an exact float64 forward of the tiny presets
+    differ by 0.09-0.24 logits RMS, ~1-2% of the logit std (its 8-bit activation
+    quantisation). That noise scales with the head like the margin does, so the
+    scale buys margins in absolute logits, not a better margin/noise ratio.
+    """
+    if p.logit_std is not None:
+        return p.logit_std
+    return TARGET_MARGIN * math.sqrt(2 * math.log(n_vocab)) / math.log(2)
+
+
+def _rope_freqs(p: Preset) -> np.ndarray:
+    """Llama-3.1 rope factors as conversion/llama.py computes them (factor 8, low 1, high 4, orig 8192)."""
+    factor, low, high, old = 8.0, 1.0, 4.0, 8192
+    out = []
+    for i in range(0, p.head_dim, 2):
+        wavelen = 2 * math.pi / (1.0 / p.rope_freq_base ** (i / p.head_dim))
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+# ---------------------------------------------------------- quantised blocks
+# Each type's blocks start as random bytes; the random bits already sitting in
+# the scale fields then become jitter/sign, and are overwritten with the real
+# scales. Quant values are uniform, so with d=1: E[(q-8)^2] = 21.25+0.25 for
+# Q4_0, (q-16)^2 -> 85.5 (Q5_0), int8 -> 5461.5 (Q8_0), (q-32)^2 -> 341.5 (Q6_K).
+# Types with an offset (Q4_1, Q5_1, Q4_K, Q5_K) centre it: m = -7.5d / -15.5d,
+# dmin*mn = 7.5d*(sc + delta) so sub-blocks are nearly, not exactly, symmetric
+# (an engine that swaps scale and min still gets different numbers).
+
+_JK = 1 << 15  # d jitter: j = 0.75 + 0.5*k/_JK, k uniform 0.._JK-1
+_J2 = 0.75 ** 2 + 2 * 0.75 * (0.5 / _JK) * (_JK - 1) / 2 + (0.5 / _JK) ** 2 * (_JK - 1) * (2 * _JK - 1) / 6
+_SC2 = sum((8 + b % 53) ** 2 for b in range(256)) / 256          # E[sc^2], K-quant 6-bit scales
+_S62 = sum((16 + k % 112) ** 2 for k in range(128)) / 128        # E[s^2], Q6_K int8 scales
+_DELTA2 = 2.5   # E[(a-b)^2], a, b uniform {0..3}: mn - sc offset
+_UNIT_VAR = {   # E[w^2] / E[d^2] for the block distributions below
+    T.Q4_0: 21.5, T.Q5_0: 85.5, T.Q8_0: 5461.5, T.Q4_1: 21.25, T.Q5_1: 85.25,
+    T.Q4_K: _SC2 * 21.25 + 7.5 ** 2 * _DELTA2, T.Q5_K: _SC2 * 85.25 + 15.5 ** 2 * _DELTA2,
+    T.Q6_K: _S62 * 341.5,
+}
+QUANT_TYPES = tuple(_UNIT_VAR)
+
+
+def _f16(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32).astype(np.float16)
+
+
+def _put(blk: np.ndarray, off: int, x: np.ndarray) -> None:
+    blk[:, off:off + 2] = x.astype(np.float16).view(np.uint8).reshape(-1, 2)
+
+
+def _u16(blk: np.ndarray, off: int) -> np.ndarray:
+    return blk[:, off].astype(np.uint32) | (blk[:, off + 1].astype(np.uint32) << 8)
+
+
+def fill_blocks(qt: T, blk: np.ndarray, std: np.ndarray) -> None:
+    """Turn random (nb, type_size) bytes into blocks whose weights have std `std` (per block), in place."""
+    r = _u16(blk, 208 if qt == T.Q6_K else 0)
+    jit = (np.float32(0.75) + np.float32(0.5 / _JK) * (r & (_JK - 1)).astype(np.float32))
+    d = std.astype(np.float32) * np.float32(1 / math.sqrt(_UNIT_VAR[qt] * _J2)) * jit
+    if qt in (T.Q4_0, T.Q5_0, T.Q8_0, T.Q4_1, T.Q5_1):
+        d = np.where(r >> 15, -d, d)  # random sign: cancels the -0.5 mean of the symmetric types
+        _put(blk, 0, d)
+        if qt in (T.Q4_1, T.Q5_1):    # m centres q on the rounded d
+            _put(blk, 2, _f16(d).astype(np.float32) * np.float32(-7.5 if qt == T.Q4_1 else -15.5))
+    elif qt in (T.Q4_K, T.Q5_K):
+        s = blk[:, 4:16]
+        sc = (np.uint8(8) + s[:, :8] % np.uint8(53)).astype(np.int16)        # 8..60
+        nib = np.concatenate([s[:, 8:12] & 15, s[:, 8:12] >> 4], axis=1).astype(np.int16)
+        mn = (sc + (nib & 3) - (nib >> 2)).astype(np.uint8)                  # sc-3..sc+3
+        sc = sc.astype(np.uint8)
+        packed = np.empty_like(s)
+        packed[:, 0:4] = (sc[:, :4] & 63) | ((sc[:, 4:] >> 4) << 6)          # get_scale_min_k4 inverse
+        packed[:, 4:8] = (mn[:, :4] & 63) | ((mn[:, 4:] >> 4) << 6)
+        packed[:, 8:12] = (sc[:, 4:] & 15) | ((mn[:, 4:] & 15) << 4)
+        blk[:, 4:16] = packed
+        _put(blk, 0, d)
+        _put(blk, 2, _f16(d).astype(np.float32) * np.float32(7.5 if qt == T.Q4_K else 15.5))
+    elif qt == T.Q6_K:
+        s = blk[:, 192:208]
+        mag = (np.uint8(16) + (s & 127) % np.uint8(112)).astype(np.int16)    # 16..127
+        blk[:, 192:208] = np.where(s >> 7, -mag, mag).astype(np.int8).view(np.uint8)
+        _put(blk, 208, d)
+    else:
+        raise ValueError(f"no random-block recipe for {qt.name}")
+
+
+def _float_values(raw: np.ndarray, n: int, std: np.ndarray | float, qt: T) -> np.ndarray:
+    """Uniform(-sqrt3*std, sqrt3*std) from raw uint64s; exact float32 ops only."""
+    u = (raw[:n] >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -23) - np.float32(1.0)
+    x = u * (np.asarray(std, dtype=np.float32) * np.float32(math.sqrt(3)))
+    if qt == T.F32:
+        return x
+    if qt == T.F16:
+        return x.astype(np.float16)
+    bits = x.view(np.uint32)  # BF16: round to nearest even on the top 16 bits
+    return ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+
+
+def _raw(seed: int, name: str, *extra: int, n: int) -> np.ndarray:
+    ss = np.random.SeedSequence([seed, zlib.crc32(name.encode()), *extra])
+    return np.random.PCG64(ss).random_raw(n)
+
+
+def _row_scales(seed: int, name: str, rows: int, sigma: float) -> np.ndarray:
+    """exp(sigma*z - sigma^2) with z ~ Irwin-Hall(4) standardised: E[r^2] = 1."""
+    if sigma == 0:
+        return np.ones(rows, np.float32)
+    u = (_raw(seed, name, 1 << 31, n=4 * rows) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    u = u.reshape(rows, 4)
+    z = (((u[:, 0] + u[:, 1]) + u[:, 2]) + u[:, 3] - 2.0) * math.sqrt(3.0)  # fixed summation order
+    return np.exp(sigma * z - sigma * sigma).astype(np.float32)
+
+
+def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float, p: Preset):
+    """Yield the tensor's bytes chunk by chunk (chunking depends on the shape only)."""
+    if kind == "rope_freqs":
+        yield _rope_freqs(p).tobytes()
+        return
+    n_el = math.prod(ne)
+    if kind.startswith("norm"):  # ~1 (gemma's stored 1+w included), times the gain (output_norm only)
+        raw = _raw(seed, name, 0, n=n_el)
+        x = (_float_values(raw, n_el, NORM_JITTER, T.F32) + np.float32(1.0)) * np.float32(std or 1.0)
+        yield (np.where(raw & np.uint64(1), -x, x) if kind == "norm_signed" else x).tobytes()
+        return
+    if kind == "bias":
+        yield _float_values(_raw(seed, name, 0, n=n_el), n_el, std, T.F32).tobytes()
+        return
+    blk_el, blk_bytes = GGML_QUANT_SIZES[qt]
+    bpr = ne[0] // blk_el                               # blocks per row
+    row_bytes = bpr * blk_bytes
+    rows = math.prod(ne[1:])
+    rows_per_chunk = max(1, CHUNK_BYTES // row_bytes)
+    rscale = _row_scales(seed, name, rows, p.head_row_sigma if kind == "head" else 0.0) * np.float32(std)
+    for ci, r0 in enumerate(range(0, rows, rows_per_chunk)):
+        r1 = min(rows, r0 + rows_per_chunk)
+        nb = (r1 - r0) * bpr
+        if qt in (T.F32, T.F16, T.BF16):
+            n = nb * blk_el
+            yield _float_values(_raw(seed, name, 0, ci, n=n), n, np.repeat(rscale[r0:r1], ne[0]), qt).tobytes()
+            continue
+        raw = _raw(seed, name, 0, ci, n=(nb * blk_bytes + 7) // 8).view(np.uint8)
+        blk = raw[:nb * blk_bytes].reshape(nb, blk_bytes)
+        fill_blocks(qt, blk, np.repeat(rscale[r0:r1], bpr))
+        yield blk.reshape(-1)
+
+
+# ------------------------------------------------------------- GGUF plumbing
+
+_SCALAR = {V.UINT8: 1, V.INT8: 1, V.UINT16: 2, V.INT16: 2, V.UINT32: 4, V.INT32: 4,
+           V.FLOAT32: 4, V.BOOL: 1, V.UINT64: 8, V.INT64: 8, V.FLOAT64: 8}
+
+
+@lru_cache(maxsize=8)
+def _tokenizer_kv_cached(path: str, _size: int, _mtime: int) -> tuple[tuple[bytes, ...], int]:
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        magic, _ver, _nt, n_kv = struct.unpack_from("<IIQQ", m, 0)
+        if magic != GGUF_MAGIC:
+            raise ValueError(f"{path}: not a GGUF file")
+        off, kvs, n_vocab = 24, [], None
+
+        def skip(off: int, vt: int) -> int:
+            if vt in _SCALAR:
+                return off + _SCALAR[vt]
+            if vt == V.STRING:
+                return off + 8 + struct.unpack_from("<Q", m, off)[0]
+            raise ValueError(f"{path}: unexpected GGUF value type {vt}")
+
+        for _ in range(n_kv):
+            start = off
+            (klen,) = struct.unpack_from("<Q", m, off)
+            key = bytes(m[off + 8:off + 8 + klen]).decode()
+            (vt,) = struct.unpack_from("<I", m, off + 8 + klen)
+            off += 12 + klen
+            if vt == V.ARRAY:
+                it, n = struct.unpack_from("<IQ", m, off)
+                off += 12
+                if it in _SCALAR:
+                    off += n * _SCALAR[it]
+                else:
+                    for _ in range(n):
+                        off = skip(off, it)
+                if key == "tokenizer.ggml.tokens":
+                    n_vocab = n
+            else:
+                off = skip(off, vt)
+            if key.startswith("tokenizer."):
+                kvs.append(bytes(m[start:off]))
+    if not n_vocab:
+        raise ValueError(f"{path}: no tokenizer.ggml.tokens")
+    return tuple(kvs), n_vocab
+
+
+def tokenizer_kv(vocab_gguf) -> tuple[tuple[bytes, ...], int]:
+    """Raw serialised tokenizer.* key/values of a GGUF, and len(tokenizer.ggml.tokens)."""
+    st = os.stat(vocab_gguf)
+    return _tokenizer_kv_cached(str(Path(vocab_gguf).resolve()), st.st_size, st.st_mtime_ns)
+
+
+def _kv(key: str, vt: V, val) -> bytes:
+    k = key.encode()
+    head = struct.pack("<Q", len(k)) + k + struct.pack("<I", vt)
+    if vt == V.STRING:
+        s = val.encode()
+        return head + struct.pack("<Q", len(s)) + s
+    return head + struct.pack({V.UINT32: "<I", V.FLOAT32: "<f"}[vt], val)
+
+
+def _metadata(p: Preset, n_vocab: int) -> list[bytes]:
+    a = p.arch
+    kv = [_kv("general.architecture", V.STRING, a), _kv("general.name", V.STRING, f"anvil-synth-{p.name}"),
+          _kv("general.file_type", V.UINT32, int(p.file_type)), _kv("general.quantization_version", V.UINT32, 2)]
+    for k, v in (("context_length", p.context_length), ("embedding_length", p.n_embd),
+                 ("block_count", p.n_layer), ("feed_forward_length", p.n_ff),
+                 ("attention.head_count", p.n_head), ("attention.head_count_kv", p.n_head_kv),
+                 ("attention.key_length", p.head_dim), ("attention.value_length", p.head_dim),
+                 ("rope.dimension_count", p.head_dim), ("vocab_size", n_vocab)):
+        kv.append(_kv(f"{a}.{k}", V.UINT32, v))
+    kv.append(_kv(f"{a}.rope.freq_base", V.FLOAT32, p.rope_freq_base))
+    kv.append(_kv(f"{a}.attention.layer_norm_rms_epsilon", V.FLOAT32, p.rms_eps))
+    if p.sliding_window:
+        kv.append(_kv(f"{a}.attention.sliding_window", V.UINT32, p.sliding_window))
+        kv.append(_kv(f"{a}.rope.freq_base_swa", V.FLOAT32, p.rope_freq_base_swa))
+    if p.softcap:
+        kv.append(_kv(f"{a}.final_logit_softcapping", V.FLOAT32, p.softcap))
+    return kv
+
+
+def _nbytes(ne: tuple, qt: T) -> int:
+    blk_el, blk_bytes = GGML_QUANT_SIZES[qt]
+    assert ne[0] % blk_el == 0, (ne, qt.name)
+    return math.prod(ne) // blk_el * blk_bytes
+
+
+def write_synthetic(preset: Preset | str, out_path, *, vocab_gguf, seed: int = 0,
+                    logit_scale: float | None = None) -> dict:
+    """Write a random-weight GGUF for `preset` atomically; returns path, sha256, bytes, preset, seed, n_params.
+
+    logit_scale overrides the pre-softcap logit std the head is scaled for (see _logit_std).
+    """
+    p = PRESETS[preset] if isinstance(preset, str) else preset
+    if logit_scale is not None:
+        p = replace(p, logit_std=float(logit_scale))
+    tok_kvs, n_vocab = tokenizer_kv(vocab_gguf)
+    plan = tensor_plan(p, n_vocab)
+    kvs = _metadata(p, n_vocab) + list(tok_kvs)
+
+    align = GGUF_DEFAULT_ALIGNMENT
+    pad = lambda n: -n % align  # noqa: E731
+    header = bytearray(struct.pack("<IIQQ", GGUF_MAGIC, GGUF_VERSION, len(plan), len(kvs)))
+    for b in kvs:
+        header += b
+    offset = 0
+    for name, ne, qt, _, _ in plan:
+        nm = name.encode()
+        header += struct.pack("<Q", len(nm)) + nm + struct.pack("<I", len(ne))
+        header += struct.pack(f"<{len(ne)}Q", *ne) + struct.pack("<IQ", qt, offset)
+        offset += _nbytes(ne, qt) + pad(_nbytes(ne, qt))
+    header += bytes(pad(len(header)))
+
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Temp file next to the target (os.replace is atomic within a filesystem); O_EXCL with
+    # mode 0o666 so the umask applies as for a normal file (mkstemp would leave 0600).
+    tmp = out.parent / f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    h, total = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            def emit(b) -> int:
+                nonlocal total
+                mv = memoryview(b).cast("B")
+                f.write(mv)
+                h.update(mv)
+                total += len(mv)
+                return len(mv)
+            emit(bytes(header))
+            for name, ne, qt, kind, std in plan:
+                n = sum(emit(c) for c in _tensor_chunks(seed, name, ne, qt, kind, std, p))
+                assert n == _nbytes(ne, qt), name
+                emit(bytes(pad(n)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return {"path": str(out), "sha256": h.hexdigest(), "bytes": total, "preset": p.name,
+            "seed": seed, "n_params": sum(math.prod(ne) for _, ne, *_ in plan)}

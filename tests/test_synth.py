@@ -1,0 +1,243 @@
+"""engine.synth: random-weight GGUF files (determinism, layout, calibration, atomic write).
+
+GGUFReader needs seconds to parse a real 50k-260k token vocab, so layout checks
+use a 512-token vocab-only GGUF built here; the real vocab fixtures (from
+tests/conftest.py) are used where the copy itself is the point.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFReader, GGUFWriter
+from gguf.quants import dequantize
+
+from engine import synth
+from engine.synth import PRESETS, fill_blocks, tensor_plan, tokenizer_kv, write_synthetic
+
+TINY = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"]
+
+
+@pytest.fixture(scope="module")
+def small_vocab(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocab") / "small-vocab.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([f"tok{i}" for i in range(512)])
+    w.add_token_types([1] * 512)
+    w.add_token_merges(["t o", "to k"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.add_chat_template("{{ messages }}")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    return path
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_deterministic_and_seeded(smollm2_path, tmp_path):
+    a = write_synthetic("tiny-llama", tmp_path / "a.gguf", vocab_gguf=smollm2_path, seed=0)
+    b = write_synthetic(PRESETS["tiny-llama"], tmp_path / "b.gguf", vocab_gguf=smollm2_path, seed=0)
+    c = write_synthetic("tiny-llama", tmp_path / "c.gguf", vocab_gguf=smollm2_path, seed=1)
+    assert a["sha256"] == b["sha256"] == _sha(tmp_path / "a.gguf")
+    assert c["sha256"] != a["sha256"]
+    assert a["bytes"] == os.path.getsize(tmp_path / "a.gguf")
+    assert (a["preset"], a["seed"], c["seed"]) == ("tiny-llama", 0, 1)
+    assert a["n_params"] == sum(math.prod(ne) for _, ne, *_ in tensor_plan(PRESETS["tiny-llama"], 49152))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(tmp_path / "a.gguf").st_mode & 0o777 == 0o666 & ~umask
+
+
+@pytest.mark.parametrize("vocab_fixture, preset, n_vocab", [
+    ("smollm2_path", "tiny-llama", 49152),
+    ("qwen2_vocab_path", "tiny-qwen3", None),   # 151936 in llama.cpp's ggml-vocab-qwen2.gguf
+    ("gemma3_path", "tiny-gemma3", 262144),
+])
+def test_tokenizer_copied_verbatim(vocab_fixture, preset, n_vocab, request, tmp_path):
+    src = request.getfixturevalue(vocab_fixture)
+    out = write_synthetic(preset, tmp_path / "m.gguf", vocab_gguf=src)["path"]
+    src_kv, src_n = tokenizer_kv(src)
+    out_kv, out_n = tokenizer_kv(out)
+    assert out_kv == src_kv and out_n == src_n
+    assert n_vocab is None or src_n == n_vocab
+    assert any(kv[8:].startswith(b"tokenizer.ggml.tokens") for kv in out_kv)
+
+
+def _fields(r: GGUFReader) -> dict:
+    return {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_layout_and_calibration(name, small_vocab, tmp_path):
+    p = PRESETS[name]
+    path = write_synthetic(p, tmp_path / f"{name}.gguf", vocab_gguf=small_vocab)["path"]
+    r = GGUFReader(path)
+    kv, a = _fields(r), p.arch
+    expect = {"general.architecture": a, f"{a}.context_length": p.context_length,
+              f"{a}.embedding_length": p.n_embd, f"{a}.block_count": p.n_layer,
+              f"{a}.feed_forward_length": p.n_ff, f"{a}.attention.head_count": p.n_head,
+              f"{a}.attention.head_count_kv": p.n_head_kv, f"{a}.attention.key_length": p.head_dim,
+              f"{a}.attention.value_length": p.head_dim, f"{a}.rope.dimension_count": p.head_dim,
+              f"{a}.vocab_size": 512, "general.file_type": p.file_type,
+              "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.add_bos_token": True,
+              "tokenizer.chat_template": "{{ messages }}", "tokenizer.ggml.model": "gpt2"}
+    for k, v in expect.items():
+        assert kv[k] == v, k
+    assert kv[f"{a}.rope.freq_base"] == pytest.approx(p.rope_freq_base)
+    assert kv[f"{a}.attention.layer_norm_rms_epsilon"] == pytest.approx(p.rms_eps)
+    assert len(kv["tokenizer.ggml.tokens"]) == 512
+    assert not any(k.startswith("general.") and k not in
+                   ("general.architecture", "general.name", "general.file_type", "general.quantization_version")
+                   for k in kv)  # nothing but tokenizer.* leaks in from the vocab file
+    if a == "gemma3":
+        assert kv["gemma3.attention.sliding_window"] == 8
+        assert kv["gemma3.final_logit_softcapping"] == pytest.approx(30.0)
+        assert p.n_head * p.head_dim != p.n_embd
+
+    tensors = {t.name: t for t in r.tensors}
+    plan = tensor_plan(p, 512)
+    assert list(tensors) == [n for n, *_ in plan]
+    for tname, ne, qt, kind, std in plan:
+        t = tensors[tname]
+        assert (tuple(int(x) for x in t.shape), t.tensor_type) == (ne, qt), tname
+        w = dequantize(t.data, t.tensor_type).astype(np.float64)
+        if kind in ("weight", "head"):
+            assert abs(w.mean()) < 0.03 * w.std(), tname
+            assert w.std() == pytest.approx(std, rel=0.07), tname
+            if tname.startswith("blk."):
+                assert std * math.sqrt(ne[0]) == pytest.approx(synth.GAIN), tname  # GAIN/sqrt(fan_in)
+        elif kind == "norm":
+            assert abs(w.mean() - 1.0) < 0.03 and 0.07 < w.std() < 0.13, tname
+    names = set(tensors)
+    assert ("output.weight" in names) != p.tied
+    assert ("rope_freqs.weight" in names) == p.rope_freqs
+    assert ("blk.0.attn_q.bias" in names) == p.qkv_bias
+    assert ("blk.0.attn_q_norm.weight" in names) == (a in ("qwen3", "gemma3"))
+    assert ("blk.0.post_ffw_norm.weight" in names) == (a == "gemma3")
+
+    # Head: logits of a unit-RMS hidden state have the designed pre-softcap std.
+    t = tensors.get("output.weight") or tensors["token_embd.weight"]
+    head = dequantize(t.data, t.tensor_type).astype(np.float64)
+    g = tensors["output_norm.weight"].data.astype(np.float64)
+    h = np.random.default_rng(0).standard_normal((64, p.n_embd))
+    logits = (h * g) @ head.T
+    assert logits.std() == pytest.approx(synth._logit_std(p, 512), rel=0.12)
+    if p.tied:  # random-sign output norm (see tensor_plan) and x0 at RMS ~1
+        assert 0.3 < (g < 0).mean() < 0.7
+        scale = math.sqrt(p.n_embd) if a == "gemma3" else 1.0
+        assert np.sqrt((head ** 2).mean()) * scale == pytest.approx(1.0, rel=0.1)
+
+
+def test_rope_freqs_llama31():
+    f = synth._rope_freqs(PRESETS["llama3-8b"])
+    assert f.shape == (64,) and f.dtype == np.float32
+    assert f[0] == 1.0 and f[-1] == 8.0 and np.all(np.diff(f) >= 0)
+    mid = f[(f > 1) & (f < 8)]      # the smooth band between wavelengths 2048 and 8192
+    assert 0 < len(mid) < 16
+
+
+@pytest.mark.parametrize("qt", synth.QUANT_TYPES)
+def test_block_calibration(qt):
+    bs = synth.GGML_QUANT_SIZES[qt][1]
+    nb = 4096
+    rng = np.random.default_rng(7)
+    blk = rng.integers(0, 256, size=(nb, bs), dtype=np.uint8)
+    std = np.full(nb, 0.02, np.float32)
+    fill_blocks(qt, blk, std)
+    w = dequantize(blk, qt).astype(np.float64)
+    assert w.size == nb * synth.GGML_QUANT_SIZES[qt][0]
+    assert abs(w.mean()) < 0.02 * 0.02
+    assert w.std() == pytest.approx(0.02, rel=0.03)
+    # per-block scale is honoured: doubling std doubles the weights' spread
+    blk2 = rng.integers(0, 256, size=(nb, bs), dtype=np.uint8)
+    fill_blocks(qt, blk2, std * 2)
+    assert dequantize(blk2, qt).std() == pytest.approx(0.04, rel=0.03)
+
+
+def _more_bits(il: int, n: int) -> bool:
+    return il < n // 8 or il >= 7 * n // 8 or (il - n // 8) % 3 == 2
+
+
+@pytest.mark.parametrize("name, n_vocab, size_gb", [("qwen3-8b", 151936, 5.02), ("llama3-8b", 128256, 4.91)])
+def test_q4_k_m_real_shapes(name, n_vocab, size_gb):
+    p = PRESETS[name]
+    plan = {n: (ne, qt) for n, ne, qt, *_ in tensor_plan(p, n_vocab)}
+    assert plan["token_embd.weight"] == ((4096, n_vocab), T.Q4_K)
+    assert plan["output.weight"] == ((4096, n_vocab), T.Q6_K)
+    six = [il for il in range(p.n_layer) if plan[f"blk.{il}.attn_v.weight"][1] == T.Q6_K]
+    assert six == [il for il in range(p.n_layer) if _more_bits(il, p.n_layer)]
+    if name == "qwen3-8b":
+        assert six == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 31, 32, 33, 34, 35]
+    for il in range(p.n_layer):
+        assert plan[f"blk.{il}.ffn_down.weight"][1] == plan[f"blk.{il}.attn_v.weight"][1]
+        assert plan[f"blk.{il}.ffn_gate.weight"][1] == T.Q4_K
+    nbytes = sum(synth._nbytes(ne, qt) for ne, qt in plan.values())
+    assert nbytes / 1e9 == pytest.approx(size_gb, rel=0.01)
+    assert ("rope_freqs.weight" in plan) == (name == "llama3-8b")
+
+
+def test_tied_q4_k_m_embedding_is_q6_k():
+    plan = {n: qt for n, _, qt, *_ in tensor_plan(PRESETS["tiny-qwen3"], 151936)}
+    assert plan["token_embd.weight"] == T.Q6_K and "output.weight" not in plan
+
+
+def test_atomic_write(small_vocab, tmp_path, monkeypatch):
+    out = tmp_path / "m.gguf"
+    out.write_bytes(b"previous")
+    calls = {"n": 0}
+    real = synth.fill_blocks
+
+    def failing(*args):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise RuntimeError("interrupted")
+        return real(*args)
+
+    monkeypatch.setattr(synth, "fill_blocks", failing)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        write_synthetic("tiny-llama", out, vocab_gguf=small_vocab)
+    assert out.read_bytes() == b"previous"          # old file untouched
+    assert sorted(os.listdir(tmp_path)) == ["m.gguf"]  # no temp file left
+    out.unlink()
+    calls["n"] = 0
+    with pytest.raises(RuntimeError):
+        write_synthetic("tiny-llama", out, vocab_gguf=small_vocab)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, vocab_fixture", [
+    ("tiny-llama", "smollm2_path"), ("tiny-qwen2", "qwen2_vocab_path"),
+    ("tiny-qwen3", "qwen2_vocab_path"), ("tiny-gemma3", "gemma3_path")])
+def test_runs_in_llama_cpp(name, vocab_fixture, request, tmp_path):
+    """llama.cpp loads the file, logits are finite and greedy argmax is decisive but not stuck."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    path = write_synthetic(name, tmp_path / "m.gguf", vocab_gguf=request.getfixturevalue(vocab_fixture))["path"]
+    llm = llama_cpp.Llama(model_path=path, n_ctx=256, n_threads=2, verbose=False, logits_all=False)
+    margins, seqs = [], []
+    for prompt in (b"Once upon a time, in a land far away,", b"def fibonacci(n):"):
+        llm.reset()
+        llm.eval(llm.tokenize(prompt, add_bos=True))
+        seq = []
+        for _ in range(12):
+            lg = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+            assert np.isfinite(lg).all()
+            top2 = np.sort(np.partition(lg, -2)[-2:])
+            margins.append(top2[1] - top2[0])
+            seq.append(int(np.argmax(lg)))
+            llm.eval([seq[-1]])
+        seqs.append(seq)
+    assert np.median(margins) > 0.3
+    assert seqs[0] != seqs[1] and len(set(seqs[0] + seqs[1])) >= 6, seqs  # random nets may fall into short loops
