@@ -1,6 +1,7 @@
-"""``python -m engine``: generate tokens from a GGUF model.
+"""``python -m engine``: generate tokens from a GGUF model, or benchmark it.
 
     python -m engine generate MODEL.gguf --prompt-ids 1,504,3458 -n 32
+    python -m engine bench MODEL.gguf [-p 512] [-n 128] [-r 5] [--json]
 """
 
 from __future__ import annotations
@@ -40,17 +41,45 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt-ids", type=_token_ids, required=True, help="prompt token ids, e.g. 1,504,3458")
     g.add_argument("-n", "--n-predict", type=_positive, default=32, help="tokens to generate (default 32)")
     g.add_argument("--ctx", type=_positive, default=None, help="context length (default: min(4096, trained))")
-    g.add_argument("--backend", default="numpy", help="numpy (default)")
+    _backend_args(g)
     g.add_argument("--stop-at-eos", action="store_true", help="stop at the end-of-sequence token")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+    b = sub.add_parser("bench", help="llama-bench style pp/tg throughput")
+    b.add_argument("model", help="path to a GGUF file")
+    b.add_argument("-p", "--n-prompt", type=int, default=512, help="prefill test length (0 = skip; default 512)")
+    b.add_argument("-n", "--n-gen", type=int, default=128, help="decode test length (0 = skip; default 128)")
+    b.add_argument("-r", "--repetitions", type=_positive, default=5)
+    b.add_argument("--ctx", type=_positive, default=None, help="context length (default: min(4096, trained))")
+    _backend_args(b)
+    b.add_argument("--json", action="store_true", help="print the result record as JSON")
     return p
+
+
+def _backend_args(p) -> None:
+    p.add_argument("--backend", choices=["auto", "cuda", "numpy"], default="auto",
+                   help="auto (default): cuda when an NVIDIA GPU is usable, else numpy")
+    p.add_argument("--eager", action="store_true", help="cuda: run decode without CUDA graphs")
+    p.add_argument("--kv", choices=["f16", "f32"], default="f16", help="cuda: KV cache type (default f16)")
+
+
+def _load(args):
+    from .model import Model
+
+    backend = args.backend
+    if backend == "auto":
+        from .backends.cuda.device import gpu_available
+
+        backend = "cuda" if gpu_available() else "numpy"
+    options = {"eager": args.eager, "kv_f16": args.kv == "f16"} if backend == "cuda" else {}
+    args.backend = backend
+    return Model(args.model, n_ctx=args.ctx, backend=backend, **options)
 
 
 def cmd_generate(args) -> int:
     from .generate import greedy
-    from .model import Model
 
-    model = Model(args.model, n_ctx=args.ctx, backend=args.backend)
+    model = _load(args)
     out = greedy(model, args.prompt_ids, args.n_predict, stop_at_eos=args.stop_at_eos,
                  on_token=None if args.json else (lambda t: print(t, end=" ", flush=True)))
     if args.json:
@@ -63,10 +92,20 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from .bench import bench, format_table
+
+    model = _load(args)
+    rec = bench(model, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
+                progress=None if args.json else lambda t, v: print(f"  {t}: {v:.2f} t/s", file=sys.stderr))
+    print(json.dumps(rec, indent=1) if args.json else format_table(rec))
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"generate": cmd_generate}[args.command](args)
+        return {"generate": cmd_generate, "bench": cmd_bench}[args.command](args)
     except AnvilError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -54,8 +54,8 @@ def greedy(model, prompt_ids, n_steps: int, *, stop_at_eos: bool = False, keep_l
     out.prefill_s = time.perf_counter() - t0
     eos = model.config.eos_token_id
     t0 = time.perf_counter()
+    token = int(np.argmax(logits))
     for step in range(n_steps):
-        token = int(np.argmax(logits))
         out.tokens.append(token)
         if keep_logits:
             out.logits.append(logits)
@@ -63,6 +63,11 @@ def greedy(model, prompt_ids, n_steps: int, *, stop_at_eos: bool = False, keep_l
             on_token(token)
         if step == n_steps - 1 or (stop_at_eos and token == eos):
             break
-        logits = model.forward([forced[step] if forced is not None else token])
+        feed = forced[step] if forced is not None else token
+        if keep_logits:
+            logits = model.forward([feed])
+            token = int(np.argmax(logits))
+        else:  # the backend picks the token itself (on the GPU: no logits copy)
+            token = model.decode_next(feed)
     out.decode_s = time.perf_counter() - t0
     return out

@@ -12,7 +12,6 @@ import os
 
 import numpy as np
 
-from .backends import numpy as numpy_backend
 from .config import ModelConfig
 from .errors import AnvilError
 from .gguf_file import GGUFFile
@@ -23,19 +22,29 @@ FAMILIES = {"llama": llama, "qwen2": llama, "qwen3": llama, "gemma3": gemma3}
 DEFAULT_N_CTX = 4096
 
 
+def make_backend(name: str, cfg: ModelConfig, n_ctx: int, **options):
+    if name == "numpy":
+        from .backends.numpy import Backend
+    elif name == "cuda":
+        from .backends.cuda import Backend
+    else:
+        raise AnvilError(f"unknown backend '{name}' (available: numpy, cuda)")
+    return Backend(cfg, n_ctx, **options)
+
+
 class Model:
-    def __init__(self, path: str | os.PathLike, *, n_ctx: int | None = None, backend: str = "numpy"):
-        if backend != "numpy":
-            raise AnvilError(f"unknown backend '{backend}' (available: numpy)")
+    def __init__(self, path: str | os.PathLike, *, n_ctx: int | None = None, backend: str = "numpy",
+                 **backend_options):
         self.gguf = GGUFFile(path)
         self.config = cfg = ModelConfig.from_gguf(self.gguf)
         self.n_ctx = n_ctx if n_ctx is not None else min(DEFAULT_N_CTX, cfg.n_ctx_train)
         if self.n_ctx <= 0:
             raise AnvilError(f"n_ctx must be positive, got {self.n_ctx}")
-        self.ops = numpy_backend.ops
+        self.backend = make_backend(backend, cfg, self.n_ctx, **backend_options)
+        self.ops = self.backend.ops
         self.family = FAMILIES[cfg.arch]
-        self.glob, self.layers = weights.load(self.gguf, cfg, numpy_backend.upload)
-        self.cache = numpy_backend.KVCache(cfg, self.n_ctx, self.glob.rope_freqs)
+        self.glob, self.layers = weights.load(self.gguf, cfg, self.backend.upload)
+        self.cache = self.backend.make_cache(self.glob.rope_freqs)
         self.head = self.glob.token_embd if cfg.tied_output else self.glob.output
         self.pos = 0
 
@@ -49,7 +58,23 @@ class Model:
 
     def forward(self, tokens) -> np.ndarray:
         """Logits (float32 ``[n_vocab]``) after the last of ``tokens``."""
-        cfg, ops = self.config, self.ops
+        tokens = self._check(tokens)
+        logits = self.run(*self.backend.inputs(tokens, self.pos))
+        self.pos += tokens.size
+        return self.backend.to_host(logits).reshape(-1)
+
+    def decode_next(self, token: int) -> int:
+        """Feed one token; return the greedy choice for the next position.
+        On the GPU this is one CUDA-graph replay and a 4-byte read."""
+        self._check([token])
+        if hasattr(self.backend, "decode_next"):
+            nxt = self.backend.decode_next(self, int(token), self.pos)
+            self.pos += 1
+            return nxt
+        return int(np.argmax(self.forward([token])))
+
+    def _check(self, tokens) -> np.ndarray:
+        cfg = self.config
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if tokens.size == 0:
             raise AnvilError("forward() needs at least one token")
@@ -59,18 +84,18 @@ class Model:
         if self.pos + tokens.size > self.n_ctx:
             raise AnvilError(
                 f"{self.path}: {self.pos} cached + {tokens.size} new tokens exceed the context of {self.n_ctx} (n_ctx)")
-        positions = np.arange(self.pos, self.pos + tokens.size)
+        return tokens
 
-        x = self.glob.token_embd[tokens]
-        if cfg.embd_scale != 1.0:
-            x = x * np.float32(cfg.embd_scale)
+    def run(self, tokens, positions):
+        """The forward pass on backend arrays: ``tokens`` and their
+        ``positions`` in, the last token's logits ``[1, n_vocab]`` out."""
+        cfg, ops = self.config, self.ops
+        x = ops.embed(self.glob.token_embd, tokens, cfg.embd_scale)
         for il, w in enumerate(self.layers):
-            x = self.family.block(ops, cfg, w, il, x, positions, self.cache)
-        self.pos += tokens.size
-
+            x = ops.end_layer(self.family.block(ops, cfg, w, il, x, positions, self.cache))
         # Only the last token's logits are needed (llama.cpp drops the other rows too).
-        h = ops.rms_norm(x[-1:], self.glob.output_norm, cfg.rms_eps)
-        logits = ops.matmul(h, self.head, self.glob.output_bias)[0]
+        h = ops.rms_norm(ops.last_row(x), self.glob.output_norm, cfg.rms_eps)
+        logits = ops.matmul(h, self.head, self.glob.output_bias)
         if cfg.final_softcap:
             logits = ops.softcap(logits, cfg.final_softcap)
         return logits

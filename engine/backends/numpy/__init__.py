@@ -1,13 +1,36 @@
 """The NumPy reference backend: float32 weights, float64 reductions."""
 
+from __future__ import annotations
+
+import numpy as np
+
+from ...config import ModelConfig
 from ...gguf_file import GGUFFile
 from . import ops
 from .cache import KVCache
 
 
-def upload(gf: GGUFFile, name: str):
-    """Weights live in host memory, dequantised once to float32."""
-    return gf.dequantize(name)
+class Backend:
+    """Host memory and NumPy operators; the oracle for the CUDA backend."""
+
+    name = "numpy"
+    ops = ops
+
+    def __init__(self, cfg: ModelConfig, n_ctx: int):
+        self.cfg, self.n_ctx = cfg, n_ctx
+
+    def upload(self, gf: GGUFFile, name: str) -> np.ndarray:
+        """Weights are dequantised once to float32."""
+        return gf.dequantize(name)
+
+    def make_cache(self, rope_freqs) -> KVCache:
+        return KVCache(self.cfg, self.n_ctx, rope_freqs)
+
+    def inputs(self, tokens: np.ndarray, start: int):
+        return tokens, np.arange(start, start + tokens.size)
+
+    def to_host(self, x) -> np.ndarray:
+        return x
 
 
-__all__ = ["ops", "KVCache", "upload"]
+__all__ = ["Backend", "KVCache", "ops"]

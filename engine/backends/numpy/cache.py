@@ -20,8 +20,10 @@ class KVCache:
         self.v = np.zeros(shape, np.float32)
 
     def rope(self, il: int, positions: np.ndarray):
+        """Layer ``il``'s rotation for these positions, for ``ops.rope``."""
         c = self.cfg
-        return ops.rope_angles(positions, c.n_rot, c.rope_base[il], c.rope_scale[il], self.rope_freqs)
+        cos, sin = ops.rope_angles(positions, c.n_rot, c.rope_base[il], c.rope_scale[il], self.rope_freqs)
+        return cos, sin, c.rope_type
 
     def store(self, il: int, positions: np.ndarray, k: np.ndarray, v: np.ndarray):
         """Write this step's K/V and return every cached position up to the last one."""

@@ -42,8 +42,10 @@ def rope_angles(positions: np.ndarray, n_rot: int, base: float, scale: float,
     return np.cos(theta), np.sin(theta)
 
 
-def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rope_type: str) -> np.ndarray:
-    """Rotate ``x [T, H, D]`` pairwise. NORM pairs (2i, 2i+1); NEOX pairs (i, i+D/2)."""
+def rope(x: np.ndarray, angles: tuple[np.ndarray, np.ndarray, str]) -> np.ndarray:
+    """Rotate ``x [T, H, D]`` pairwise by ``angles = (cos, sin, rope_type)``
+    (from ``KVCache.rope``). NORM pairs (2i, 2i+1); NEOX pairs (i, i+D/2)."""
+    cos, sin, rope_type = angles
     half = cos.shape[1]
     if rope_type == ROPE_NORM:
         x0, x1 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
@@ -98,7 +100,30 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return F32(0.5) * x * (F32(1) + np.tanh(F32(0.7978845608) * x * (F32(1) + F32(0.044715) * x * x)))
 
 
-ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
+def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return silu(g) * u
+
+
+def geglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return gelu_tanh(g) * u
+
+
+def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a + b
+
+
+def embed(table: np.ndarray, tokens: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    x = table[tokens]
+    return x * np.float32(scale) if scale != 1.0 else x
+
+
+def last_row(x: np.ndarray) -> np.ndarray:
+    return x[-1:]
+
+
+def end_layer(x: np.ndarray) -> np.ndarray:
+    """A layer is done (the CUDA backend recycles its scratch memory here)."""
+    return x
 
 
 def softcap(logits: np.ndarray, cap: float) -> np.ndarray:

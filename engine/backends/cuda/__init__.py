@@ -1,0 +1,231 @@
+"""The CUDA backend: quantised weights on the GPU, NVRTC kernels, graph decode.
+
+Weights are uploaded in their GGUF block form and read directly by the
+matrix-vector kernels (decode); prefill dequantises one weight at a time to
+bf16 into a scratch buffer and multiplies all prompt tokens at once with
+cuBLAS on the tensor cores, so no dequantised copy of the model is kept.
+
+Decode runs as one CUDA graph per sequence step: the token id, its position
+and the KV length live in device memory, the graph's last kernel advances
+them, and the host only reads back the chosen token.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...config import ModelConfig
+from ...gguf_file import GGUFFile
+from ...quants import QType
+from .device import DArray, Device, Workspace
+
+# Prefill/decode switch: up to this many tokens the matrix-vector kernels
+# read the quantised weights directly; above it, dequantise + GEMM.
+GEMV_MAX_TOKENS = 1
+
+
+@dataclass(frozen=True)
+class QWeight:
+    data: DArray  # raw GGUF blocks, uint8
+    qtype: QType
+    n_out: int
+    n_in: int
+
+
+@dataclass(frozen=True)
+class Positions:
+    dev: DArray  # int32 [T] on the device
+    T: int
+
+
+@dataclass(frozen=True)
+class Rotation:
+    positions: Positions
+    base: float
+    scale: float
+    freq_div: DArray | None
+    rope_type: str
+    n_rot: int
+
+
+class KVCache:
+    def __init__(self, backend: "Backend", rope_freqs):
+        cfg, dev = backend.cfg, backend.dev
+        self.cfg, self.backend, self.rope_freqs = cfg, backend, rope_freqs
+        dtype = np.float16 if backend.kv_f16 else np.float32
+        shape = (backend.n_ctx, cfg.n_head_kv, cfg.head_dim)
+        self.k = [dev.empty(shape, dtype) for _ in range(cfg.n_layer)]
+        self.v = [dev.empty(shape, dtype) for _ in range(cfg.n_layer)]
+
+    def rope(self, il: int, positions: Positions) -> Rotation:
+        c = self.cfg
+        return Rotation(positions, c.rope_base[il], c.rope_scale[il], self.rope_freqs, c.rope_type, c.n_rot)
+
+    def store(self, il: int, positions: Positions, k: DArray, v: DArray):
+        from . import core_ops
+
+        core_ops.kv_store(self.backend.dev, k, v, self.k[il], self.v[il], positions.dev, positions.T,
+                          kv_f16=self.backend.kv_f16)
+        return self.k[il], self.v[il]
+
+
+class Ops:
+    """The operators the model code calls, on device arrays. Outputs come from
+    the workspace, which the model resets at the start of each pass."""
+
+    def __init__(self, backend: "Backend"):
+        from . import core_ops, qmatmul
+
+        self.b, self.dev, self.core, self.q = backend, backend.dev, core_ops, qmatmul
+        self._scratch: DArray | None = None
+
+    def _empty(self, shape, dtype=np.float32) -> DArray:
+        return self.b.workspace.empty(shape, dtype)
+
+    def embed(self, table: QWeight, tokens: DArray, scale: float = 1.0) -> DArray:
+        x = self._empty((tokens.size, table.n_in))
+        self.q.get_rows(self.dev, table.data, table.qtype, tokens, x, table.n_in, scale)
+        self.b.workspace.set_mark()  # everything after the embedding is per-layer scratch
+        return x
+
+    def rms_norm(self, x: DArray, w: DArray | None, eps: float) -> DArray:
+        y = self._empty(x.shape)
+        self.core.rms_norm(self.dev, x, w, y, eps)
+        return y
+
+    def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None) -> DArray:
+        T = x.shape[0]
+        y = self._empty((T, w.n_out))
+        if T <= GEMV_MAX_TOKENS:
+            self.q.gemv(self.dev, w.data, w.qtype, x, y, w.n_in, w.n_out, add=bias)
+            return y
+        wb = self._bf16_scratch(w.n_out * w.n_in).reshape(w.n_out, w.n_in)
+        self.q.dequant_bf16(self.dev, w.data, w.qtype, wb, w.n_out, w.n_in)
+        xb = self._empty((T, w.n_in), np.uint16)  # bf16 bits
+        self.core.f32_to_bf16(self.dev, x, xb)
+        self.b.cublas.gemm_bf16(xb, wb, y, T, w.n_in, w.n_out)
+        if bias is not None:
+            self.core.bias_add_rows(self.dev, y, bias)
+        return y
+
+    def _bf16_scratch(self, n: int) -> DArray:
+        if self._scratch is None or self._scratch.size < n:
+            self._scratch = self.dev.empty((n,), np.uint16)
+        return self._scratch.reshape(-1).rows(0, n)
+
+    def rope(self, x: DArray, r: Rotation) -> DArray:
+        self.core.rope(self.dev, x, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale, r.freq_div)
+        return x  # in place: x is this pass's own temporary
+
+    def attention(self, q: DArray, keys: DArray, values: DArray, positions: Positions, scale: float,
+                  window: int = 0) -> DArray:
+        T, H, D = q.shape
+        out = self._empty((T, H * D))
+        self.core.attention(self.dev, q, keys, values, out, positions.dev, T, H, self.b.cfg.n_head_kv, D, scale,
+                            window, kv_f16=self.b.kv_f16)
+        return out
+
+    def add(self, a: DArray, b: DArray) -> DArray:
+        y = self._empty(a.shape)
+        self.core.add(self.dev, a, b, y)
+        return y
+
+    def swiglu(self, g: DArray, u: DArray) -> DArray:
+        y = self._empty(g.shape)
+        self.core.silu_mul(self.dev, g, u, y)
+        return y
+
+    def geglu(self, g: DArray, u: DArray) -> DArray:
+        y = self._empty(g.shape)
+        self.core.gelu_tanh_mul(self.dev, g, u, y)
+        return y
+
+    def softcap(self, x: DArray, cap: float) -> DArray:
+        self.core.softcap(self.dev, x, cap)
+        return x
+
+    def last_row(self, x: DArray) -> DArray:
+        return x.rows(x.shape[0] - 1, x.shape[0])
+
+    def end_layer(self, x: DArray) -> DArray:
+        """Recycle the layer's temporaries: move the residual stream to the
+        start of the layer's workspace region and release the rest, so a
+        512-token prefill needs one layer's scratch, not 36 layers'."""
+        return self.b.workspace.keep(x)
+
+
+class Backend:
+    name = "cuda"
+
+    def __init__(self, cfg: ModelConfig, n_ctx: int, *, kv_f16: bool = True, eager: bool = False,
+                 workspace_mb: int | None = None):
+        from .cublas import Cublas
+
+        self.cfg, self.n_ctx, self.kv_f16, self.eager = cfg, n_ctx, kv_f16, eager
+        self.dev = Device()
+        self.cublas = Cublas(self.dev.stream)
+        self.workspace = Workspace(self.dev, (workspace_mb or 256) << 20)
+        self.ops = Ops(self)
+        # decode state: static device buffers the captured graph reads
+        self.token = self.dev.empty((1,), np.int32)
+        self.pos = self.dev.empty((1,), np.int32)
+        self.next_token = self.dev.empty((1,), np.int32)
+        self.graph = None
+        self._device_state = None  # (token, pos) the buffers hold for the next step
+
+    def upload(self, gf: GGUFFile, name: str):
+        shape = gf.tensor_shape(name)
+        qtype = gf.tensor_type(name)
+        if len(shape) == 1:
+            return self.dev.upload(gf.dequantize(name))
+        raw = np.ascontiguousarray(gf.raw(name)).view(np.uint8).reshape(-1)
+        return QWeight(self.dev.upload(raw), qtype, shape[0], shape[1])
+
+    def make_cache(self, rope_freqs) -> KVCache:
+        return KVCache(self, rope_freqs)
+
+    def inputs(self, tokens: np.ndarray, start: int):
+        self.workspace.reset()
+        tok = self.workspace.empty((tokens.size,), np.int32)
+        pos = self.workspace.empty((tokens.size,), np.int32)
+        self.dev.upload(tokens.astype(np.int32), tok)
+        self.dev.upload(np.arange(start, start + tokens.size, dtype=np.int32), pos)
+        return tok, Positions(pos, tokens.size)
+
+    def to_host(self, x: DArray) -> np.ndarray:
+        return self.dev.download(x)
+
+    # ---- decode ---------------------------------------------------------
+    def decode_next(self, model, token: int, pos: int) -> int:
+        """Run ``token`` at ``pos`` and return the greedy next token.
+
+        The first step runs eagerly (compiling/loading every kernel), then the
+        same step is captured as a graph; later steps only replay it. The
+        graph feeds its own argmax back in, so a plain greedy loop writes
+        nothing to the device; a different token (teacher forcing) or a jump
+        in position is written into the static buffers first.
+        """
+        if (token, pos) != self._device_state:
+            self.dev.upload(np.array([token], np.int32), self.token)
+            self.dev.upload(np.array([pos], np.int32), self.pos)
+        if self.graph is not None and not self.eager:
+            self.dev.replay(self.graph)
+        else:
+            self._decode_body(model)
+            if not self.eager:
+                self.graph = self.dev.capture(lambda: self._decode_body(model))
+        nxt = int(self.dev.download(self.next_token)[0])
+        self._device_state = (nxt, pos + 1)
+        return nxt
+
+    def _decode_body(self, model) -> None:
+        from . import core_ops
+
+        self.workspace.reset()
+        logits = model.run(self.token, Positions(self.pos, 1))
+        core_ops.argmax(self.dev, logits, self.next_token)
+        self.dev.launch(self.dev.function("decode.cu", "advance"), (1,), (1,),
+                        (self.next_token, self.token, self.pos))

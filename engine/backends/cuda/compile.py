@@ -1,0 +1,121 @@
+"""One compile path for every CUDA kernel: NVRTC at run time, cached on disk.
+
+Kernels live in ``engine/kernels/*.cu`` (one op family per file, shared
+helpers in ``*.cuh``). The cache key covers everything that changes the
+machine code: the source, every header it includes from that folder, the
+options (macros included), the target architecture and the NVRTC version.
+The cache directory is ``$ANVIL_CACHE_DIR`` (default
+``~/.cache/anvil/kernels``), so two engine builds measured side by side can
+be given separate caches and never run each other's kernels.
+
+``ANVIL_NO_COMPILE=1`` turns any compile into an error: set it around a
+timed region to prove nothing was compiled inside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from ...errors import AnvilError
+
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+class CompileError(AnvilError):
+    """NVRTC rejected a kernel; the message carries NVRTC's full log."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ANVIL_CACHE_DIR") or Path.home() / ".cache" / "anvil" / "kernels")
+
+
+@lru_cache(maxsize=None)
+def nvrtc_version() -> tuple[int, int]:
+    from cuda.bindings import nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise AnvilError(f"NVRTC is not usable ({err.name}); install the CUDA toolkit or `cuda-toolkit[nvrtc]`")
+    return major, minor
+
+
+@lru_cache(maxsize=None)
+def cuda_include_dir() -> str:
+    """Where cuda_fp16.h & co. live: the toolkit, else the pip wheels' copy."""
+    for d in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if d and (Path(d) / "include" / "cuda_fp16.h").exists():
+            return str(Path(d) / "include")
+    import cuda.pathfinder
+
+    found = cuda.pathfinder.find_nvidia_header_directory("cudart")
+    if not found:
+        raise AnvilError("CUDA headers (cuda_fp16.h) not found: set CUDA_HOME or pip install 'cuda-toolkit[cudart]'")
+    return found
+
+
+def _sources(name: str) -> list[tuple[str, str]]:
+    """The kernel file and every local header it pulls in, transitively."""
+    seen, order, todo = set(), [], [name]
+    while todo:
+        fname = todo.pop()
+        if fname in seen:
+            continue
+        seen.add(fname)
+        path = KERNELS_DIR / fname
+        if not path.exists():
+            raise AnvilError(f"kernel source {path} not found")
+        text = path.read_text()
+        order.append((fname, text))
+        todo.extend(_INCLUDE.findall(text))
+    return order
+
+
+def _options(arch: str, defines: dict[str, object]) -> dict:
+    # fast math as llama.cpp's CUDA build (architectures.md §8): same expf/division shapes
+    return dict(std="c++17", arch=arch, use_fast_math=True,
+                include_path=[str(KERNELS_DIR), cuda_include_dir()],
+                define_macro=[(k, str(v)) for k, v in sorted(defines.items())] or None)
+
+
+def cache_key(name: str, arch: str, defines: dict[str, object] | None = None) -> str:
+    h = hashlib.sha256()
+    for fname, text in _sources(name):
+        h.update(fname.encode() + b"\0" + text.encode() + b"\0")
+    h.update(repr(sorted(_options(arch, defines or {}).items())).encode())
+    h.update(repr(nvrtc_version()).encode())
+    return h.hexdigest()[:32]
+
+
+def compile_cubin(name: str, arch: str, defines: dict[str, object] | None = None) -> bytes:
+    """Machine code for ``kernels/<name>`` on ``arch`` (e.g. "sm_90"), from the
+    cache when present."""
+    defines = defines or {}
+    key = cache_key(name, arch, defines)
+    path = cache_dir() / f"{Path(name).stem}-{arch}-{key}.cubin"
+    if path.exists():
+        return path.read_bytes()
+    if os.environ.get("ANVIL_NO_COMPILE") == "1":
+        raise AnvilError(f"kernel {name} ({arch}) needs compiling but ANVIL_NO_COMPILE=1 (compile before timing)")
+    from cuda.core import Program, ProgramOptions
+
+    source = (KERNELS_DIR / name).read_text()
+    try:
+        cubin = Program(source, "c++", ProgramOptions(name=name, **_options(arch, defines))).compile("cubin").code
+    except Exception as e:  # cuda.core raises with NVRTC's log in the message
+        raise CompileError(f"NVRTC failed on engine/kernels/{name} for {arch}:\n{e}") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(cubin)
+    os.replace(tmp, path)  # concurrent compilers race harmlessly: same bytes
+    return cubin
+
+
+def kernel_files() -> list[str]:
+    return sorted(p.name for p in KERNELS_DIR.glob("*.cu"))

@@ -1,0 +1,65 @@
+"""The one cuBLAS call the prefill needs, through ctypes.
+
+Prefill multiplies all prompt tokens by each weight at once, a GEMM, on the
+tensor cores: the quantised weight is dequantised to bf16 into a scratch
+buffer, the activations are cast to bf16, and ``cublasGemmEx`` accumulates
+in fp32. The library comes from NVIDIA's ``nvidia-cublas`` wheel or the CUDA
+toolkit, located by ``cuda.pathfinder``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+
+from ...errors import AnvilError
+from .device import DArray
+
+CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
+CUDA_R_32F, CUDA_R_16BF = 0, 14
+CUBLAS_COMPUTE_32F = 68
+CUBLAS_GEMM_DEFAULT = -1
+
+
+@lru_cache(maxsize=None)
+def _lib():
+    try:
+        import cuda.pathfinder
+
+        loaded = cuda.pathfinder.load_nvidia_dynamic_lib("cublas")
+        return ctypes.CDLL(loaded.abs_path)
+    except Exception as e:
+        raise AnvilError(f"cuBLAS not found ({e}); pip install nvidia-cublas or install the CUDA toolkit") from None
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise AnvilError(f"cuBLAS {what} failed with status {status}")
+
+
+class Cublas:
+    def __init__(self, stream):
+        lib = _lib()
+        self.handle = ctypes.c_void_p()
+        _check(lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
+        _check(lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(int(stream))), "cublasSetStream")
+        lib.cublasGemmEx.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                     ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                     ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        self.lib = lib
+        self._one, self._zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+
+    def gemm_bf16(self, x: DArray, w: DArray, y: DArray, T: int, n_in: int, n_out: int) -> None:
+        """``y[T, n_out] = x[T, n_in] · w[n_out, n_in]ᵀ``, bf16 inputs, fp32 out.
+
+        cuBLAS is column-major: row-major ``y`` is column-major ``yᵀ``
+        ``[n_out, T] = w · xᵀ``, i.e. op(A)=Wᵀ-as-stored (A = w, lda = n_in,
+        transposed) times B = x (ldb = n_in).
+        """
+        _check(self.lib.cublasGemmEx(
+            self.handle, CUBLAS_OP_T, CUBLAS_OP_N, n_out, T, n_in,
+            ctypes.byref(self._one), ctypes.c_void_p(w.ptr), CUDA_R_16BF, n_in,
+            ctypes.c_void_p(x.ptr), CUDA_R_16BF, n_in,
+            ctypes.byref(self._zero), ctypes.c_void_p(y.ptr), CUDA_R_32F, n_out,
+            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), "cublasGemmEx")

@@ -1,0 +1,244 @@
+"""The GPU: context, stream, memory, kernel modules, launches, graphs.
+
+Raw ``cuda.bindings.driver`` calls, each through ``check()``, which turns a
+failure into an exception naming the call and the CUDA error. Importing this
+module needs no GPU; ``Device()`` does.
+
+Device memory is a ``DArray``: a pointer, a shape and a NumPy dtype, with
+views (reshape, row slices) that share the allocation. Temporaries of one
+forward pass come from a bump ``Workspace`` reset at the start of each pass,
+so a decode step allocates the same addresses every time and can be captured
+once as a CUDA graph and replayed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import AnvilError
+from . import compile as nvrtc_compile
+
+
+class CudaError(AnvilError):
+    pass
+
+
+def check(result):
+    """Unwrap a cuda-python call's ``(err, *values)``; raise on error."""
+    from cuda.bindings import driver
+
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, name = driver.cuGetErrorName(err)
+        _, text = driver.cuGetErrorString(err)
+        raise CudaError(f"CUDA error {name.decode() if name else err}: {text.decode() if text else ''}")
+    return values[0] if len(values) == 1 else (tuple(values) if values else None)
+
+
+def gpu_available() -> bool:
+    try:
+        from cuda.bindings import driver
+
+        if driver.cuInit(0)[0] != driver.CUresult.CUDA_SUCCESS:
+            return False
+        err, n = driver.cuDeviceGetCount()
+        return err == driver.CUresult.CUDA_SUCCESS and n > 0
+    except Exception:
+        return False
+
+
+@dataclass
+class DArray:
+    """A typed view of device memory (row-major)."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    device: "Device"
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def reshape(self, *shape) -> "DArray":
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else tuple(shape)
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            shape = tuple(self.size // known if s == -1 else s for s in shape)
+        assert math.prod(shape) == self.size, (self.shape, shape)
+        return DArray(self.ptr, shape, self.dtype, self.device)
+
+    def rows(self, start: int, stop: int) -> "DArray":
+        """Rows ``start:stop`` of the first axis (contiguous, so a view)."""
+        row = self.nbytes // self.shape[0]
+        return DArray(self.ptr + start * row, (stop - start,) + self.shape[1:], self.dtype, self.device)
+
+    def numpy(self) -> np.ndarray:
+        return self.device.download(self)
+
+
+class Workspace:
+    """Bump allocator over one device allocation, reset per forward pass."""
+
+    ALIGN = 256
+
+    def __init__(self, device: "Device", nbytes: int):
+        self.device, self.capacity = device, nbytes
+        self.base = device.alloc_raw(nbytes)
+        self.offset = self.mark = 0
+        self.high_water = 0
+
+    def reset(self) -> None:
+        self.offset = 0
+        self.mark = 0
+
+    def set_mark(self) -> None:
+        """Where ``keep`` will put the values it keeps."""
+        self.mark = self.offset
+
+    def keep(self, a: DArray) -> DArray:
+        """Copy ``a`` to the mark and free everything allocated after it
+        (``a`` must lie after the mark, so the copy never overlaps)."""
+        dst = DArray(self.base + self.mark, a.shape, a.dtype, self.device)
+        assert a.ptr >= dst.ptr + a.nbytes or a.ptr == dst.ptr
+        if a.ptr != dst.ptr:
+            check(self.device.driver.cuMemcpyDtoDAsync(dst.ptr, a.ptr, a.nbytes, self.device.stream))
+        self.offset = self.mark + (a.nbytes + self.ALIGN - 1) // self.ALIGN * self.ALIGN
+        return dst
+
+    def empty(self, shape, dtype=np.float32) -> DArray:
+        shape = tuple(int(s) for s in shape)
+        n = max(1, math.prod(shape)) * np.dtype(dtype).itemsize
+        if self.offset + n > self.capacity:
+            raise CudaError(f"workspace exhausted: need {self.offset + n} bytes, have {self.capacity}")
+        a = DArray(self.base + self.offset, shape, np.dtype(dtype), self.device)
+        self.offset += (n + self.ALIGN - 1) // self.ALIGN * self.ALIGN
+        self.high_water = max(self.high_water, self.offset)
+        return a
+
+
+class Device:
+    def __init__(self, ordinal: int = 0):
+        from cuda.bindings import driver
+        from cuda.core import Device as CoreDevice
+
+        if not gpu_available():
+            raise AnvilError("no usable NVIDIA GPU (cuInit failed or no device): use --backend numpy")
+        self.driver = driver
+        self.core = CoreDevice(ordinal)
+        self.core.set_current()
+        self.handle = check(driver.cuDeviceGet(ordinal))
+        major = check(driver.cuDeviceGetAttribute(
+            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.handle))
+        minor = check(driver.cuDeviceGetAttribute(
+            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.handle))
+        self.arch = f"sm_{major}{minor}"
+        self.sm_count = check(driver.cuDeviceGetAttribute(
+            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.handle))
+        self.name = check(driver.cuDeviceGetName(256, self.handle)).split(b"\0")[0].decode()
+        self.stream = check(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
+        self._modules: dict[tuple, object] = {}
+        self._functions: dict[tuple, object] = {}
+        self._allocs: list[int] = []
+        self.allocated = 0
+
+    # ---- memory ---------------------------------------------------------
+    def alloc_raw(self, nbytes: int) -> int:
+        ptr = int(check(self.driver.cuMemAlloc(max(1, int(nbytes)))))
+        self._allocs.append(ptr)
+        self.allocated += int(nbytes)
+        return ptr
+
+    def empty(self, shape, dtype=np.float32) -> DArray:
+        shape = tuple(int(s) for s in shape)
+        return DArray(self.alloc_raw(max(1, math.prod(shape)) * np.dtype(dtype).itemsize), shape, np.dtype(dtype), self)
+
+    def upload(self, host: np.ndarray, out: DArray | None = None) -> DArray:
+        host = np.ascontiguousarray(host)
+        if out is None:
+            out = self.empty(host.shape, host.dtype)
+        assert out.nbytes == host.nbytes, (out.shape, host.shape)
+        check(self.driver.cuMemcpyHtoDAsync(out.ptr, host.ctypes.data, host.nbytes, self.stream))
+        self.synchronize()  # the host array may be a temporary
+        return out
+
+    def download(self, a: DArray) -> np.ndarray:
+        host = np.empty(a.shape, a.dtype)
+        check(self.driver.cuMemcpyDtoHAsync(host.ctypes.data, a.ptr, a.nbytes, self.stream))
+        self.synchronize()
+        return host
+
+    def fill(self, a: DArray, byte: int) -> None:
+        check(self.driver.cuMemsetD8Async(a.ptr, byte, a.nbytes, self.stream))
+
+    def synchronize(self) -> None:
+        check(self.driver.cuStreamSynchronize(self.stream))
+
+    def free_all(self) -> None:
+        for p in self._allocs:
+            self.driver.cuMemFree(p)
+        self._allocs.clear()
+        self.allocated = 0
+
+    # ---- kernels --------------------------------------------------------
+    def function(self, file: str, name: str, defines: dict | None = None):
+        key = (file, name, tuple(sorted((defines or {}).items())))
+        fn = self._functions.get(key)
+        if fn is None:
+            mkey = (file, key[2])
+            module = self._modules.get(mkey)
+            if module is None:
+                cubin = nvrtc_compile.compile_cubin(file, self.arch, defines)
+                module = check(self.driver.cuModuleLoadData(cubin))
+                self._modules[mkey] = module
+            fn = check(self.driver.cuModuleGetFunction(module, name.encode()))
+            self._functions[key] = fn
+        return fn
+
+    def launch(self, fn, grid, block, args, shared: int = 0) -> None:
+        """Launch ``fn``; ``args`` are DArrays (passed as pointers), Python
+        ints (int32), floats (float32) or ctypes values (passed as given)."""
+        values, types = [], []
+        for a in args:
+            if isinstance(a, DArray):
+                values.append(a.ptr)
+                types.append(ctypes.c_void_p)
+            elif isinstance(a, (bool, np.bool_)):
+                values.append(int(a))
+                types.append(ctypes.c_int)
+            elif isinstance(a, (int, np.integer)):
+                values.append(int(a))
+                types.append(ctypes.c_int)
+            elif isinstance(a, (float, np.floating)):
+                values.append(float(a))
+                types.append(ctypes.c_float)
+            else:  # an explicit ctypes value, e.g. ctypes.c_void_p(0) for a null pointer
+                values.append(a.value)
+                types.append(type(a))
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        block = tuple(block) + (1,) * (3 - len(block))
+        check(self.driver.cuLaunchKernel(fn, *grid, *block, shared, self.stream,
+                                         (tuple(values), tuple(types)), 0))
+
+    # ---- graphs ---------------------------------------------------------
+    def capture(self, fn) -> object:
+        """Record everything ``fn()`` launches on the stream into an
+        executable graph (nothing runs during capture)."""
+        d = self.driver
+        check(d.cuStreamBeginCapture(self.stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+        try:
+            fn()
+        finally:
+            graph = check(d.cuStreamEndCapture(self.stream))
+        return check(d.cuGraphInstantiate(graph, 0))
+
+    def replay(self, graph_exec) -> None:
+        check(self.driver.cuGraphLaunch(graph_exec, self.stream))

@@ -1,0 +1,130 @@
+"""``python -m engine bench``: llama-bench's tests, with its names and semantics.
+
+- ``pp<N>``: one N-token prefill from an empty cache, per repetition.
+- ``tg<N>``: N single-token greedy decode steps from an empty cache, each
+  step synchronised (the chosen token is read back before the next).
+- 1 warm-up + R repetitions, reported as mean ± sd tokens/s; decode also as
+  achieved GB/s: the weight bytes one token reads × tokens/s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+
+
+def build_hash() -> str:
+    """sha256 over the engine's own sources (.py, .cu, .cuh): the build under test."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.suffix in (".py", ".cu", ".cuh") and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def weight_bytes_per_token(model) -> int:
+    """Bytes of every matrix a decode step reads: all layer weights plus the
+    head (the embedding table itself when tied; the lookup reads one row)."""
+    gf = model.gguf
+    total = 0
+    for name in gf.tensor_names():
+        if len(gf.tensor_shape(name)) != 2:
+            continue
+        if name == "token_embd.weight" and not model.config.tied_output:
+            continue
+        total += int(gf.raw(name).nbytes)
+    return total
+
+
+def gpu_info() -> dict:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return {"gpu": pynvml.nvmlDeviceGetName(h), "driver": pynvml.nvmlSystemGetDriverVersion(),
+                "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
+                "sm_clock_max_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)}
+    except Exception as e:
+        return {"gpu": None, "nvml": f"unavailable ({type(e).__name__})"}
+
+
+def _sync(model):
+    dev = getattr(model.backend, "dev", None)
+    if dev is not None:
+        dev.synchronize()
+
+
+def run_pp(model, n: int, rng) -> float:
+    tokens = rng.integers(0, model.config.n_vocab, n)
+    model.reset()
+    _sync(model)
+    t0 = time.perf_counter()
+    model.forward(tokens)  # returns host logits: the pass has finished
+    return n / (time.perf_counter() - t0)
+
+
+def run_tg(model, n: int, rng) -> float:
+    model.reset()
+    token = int(rng.integers(0, model.config.n_vocab))
+    _sync(model)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        token = model.decode_next(token)  # reads the token back: synchronised
+    return n / (time.perf_counter() - t0)
+
+
+def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: int = 0, progress=None) -> dict:
+    rng = np.random.default_rng(seed)
+    tests = []
+    if n_prompt:
+        tests.append((f"pp{n_prompt}", lambda: run_pp(model, n_prompt, rng)))
+    if n_gen:
+        tests.append((f"tg{n_gen}", lambda: run_tg(model, n_gen, rng)))
+    bytes_tok = weight_bytes_per_token(model)
+    results = []
+    for name, fn in tests:
+        fn()  # warm-up: compiles/loads kernels, captures the decode graph
+        samples = []
+        for _ in range(reps):
+            samples.append(fn())
+            if progress:
+                progress(name, samples[-1])
+        rec = {"test": name, "samples_tok_s": samples, "tok_s_mean": statistics.fmean(samples),
+               "tok_s_sd": statistics.stdev(samples) if len(samples) > 1 else 0.0}
+        if name.startswith("tg"):
+            rec["gb_s"] = bytes_tok * rec["tok_s_mean"] / 1e9
+        results.append(rec)
+    be = model.backend
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "engine": "anvil", "build": build_hash(),
+        "model": str(model.path), "model_bytes": model.path.stat().st_size,
+        "weight_bytes_per_token": bytes_tok,
+        "backend": be.name,
+        "settings": {"n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "warmup": 1, "seed": seed,
+                     "n_ctx": model.n_ctx, "kv": "f16" if getattr(be, "kv_f16", False) else "f32",
+                     "graphs": not getattr(be, "eager", True)},
+        "host": platform.node(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **gpu_info(),
+        "peak_device_bytes": getattr(getattr(be, "dev", None), "allocated", None),
+        "results": results,
+    }
+
+
+def format_table(rec: dict) -> str:
+    lines = [f"| model | backend | test | t/s | GB/s |", "|---|---|---|---|---|"]
+    for r in rec["results"]:
+        gbs = f"{r['gb_s']:.0f}" if "gb_s" in r else ""
+        lines.append(f"| {Path(rec['model']).name} | {rec['backend']} | {r['test']} | "
+                     f"{r['tok_s_mean']:.2f} ± {r['tok_s_sd']:.2f} | {gbs} |")
+    return "\n".join(lines)

@@ -1,0 +1,51 @@
+// Shared helpers for Anvil's CUDA kernels (compiled by NVRTC, --use_fast_math).
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+// NVRTC ships no libc headers (no <stdint.h>, no <math.h> INFINITY): define what we use.
+typedef unsigned char uint8_t;
+typedef signed char int8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef int int32_t;
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+#define WARP_SIZE 32
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    return v;
+}
+
+// Sum over a whole block (blockDim.x a multiple of 32, at most 1024); every
+// thread gets the result. `scratch` holds 32 floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    v = warp_sum(v);
+    __syncthreads();  // scratch may still be in use by a previous call
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    const int n_warps = blockDim.x / WARP_SIZE;
+    v = lane < n_warps ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    const int n_warps = blockDim.x / WARP_SIZE;
+    v = lane < n_warps ? scratch[lane] : -INFINITY;
+    return warp_max(v);
+}

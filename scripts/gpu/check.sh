@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs on the GPU host (offline): install the carried wheels, generate the
+# synthetic catalog models from carried tokenizer extracts, run the GPU tests,
+# and benchmark. Carry: .gpu (whl/ wheels, vocab/ tokenizer GGUFs).
+# Usage: bash scripts/gpu/check.sh [tests|bench|all]   (logs and JSON in $OUT)
+set -uo pipefail
+what=${1:-all}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl 2>&1 | tail -1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export ANVIL_MODELS_DIR=/tmp/models ANVIL_CACHE_DIR=/tmp/anvil-kernels
+mkdir -p $ANVIL_MODELS_DIR/vocab && cp -n .gpu/vocab/*.gguf $ANVIL_MODELS_DIR/vocab/
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv | tee $OUT/gpu.txt
+tiny="tiny-llama tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-llama-f32 tiny-qwen2-f32 tiny-qwen3-f32 tiny-gemma3-f32"
+python3 -m harness.cli models -q $tiny > $OUT/models.txt 2>&1 || cat $OUT/models.txt
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  python3 -m pytest -q -m gpu -x tests/test_kernels_quant.py tests/test_kernels_core.py tests/test_cuda_engine.py \
+    -p no:cacheprovider 2>&1 | tee $OUT/pytest-gpu.txt | tail -25
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  q8b=$(python3 -m harness.cli models -q qwen3-8b | awk '{print $4}')
+  python3 -m engine bench "$q8b" --backend cuda --json > $OUT/bench-qwen3-8b.json 2> $OUT/bench-qwen3-8b.err
+  tail -3 $OUT/bench-qwen3-8b.err
+  python3 -c "import json,sys; from engine.bench import format_table; print(format_table(json.load(open('$OUT/bench-qwen3-8b.json'))))"
+fi

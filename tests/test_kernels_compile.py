@@ -1,0 +1,50 @@
+"""Every kernel compiles with NVRTC (no GPU needed), and the compile cache is
+keyed on everything that changes the machine code."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.backends.cuda import compile as nvrtc
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANVIL_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.delenv("ANVIL_NO_COMPILE", raising=False)
+
+
+@pytest.mark.parametrize("name", nvrtc.kernel_files())
+def test_every_kernel_compiles_for_sm90(name):
+    defines = {"KV_F16": 1} if name == "attention.cu" else None
+    assert len(nvrtc.compile_cubin(name, "sm_90", defines)) > 0
+
+
+def test_cache_key_covers_defines_arch_and_headers(tmp_path, monkeypatch):
+    base = nvrtc.cache_key("decode.cu", "sm_90")
+    assert nvrtc.cache_key("decode.cu", "sm_90", {"X": 1}) != base
+    assert nvrtc.cache_key("decode.cu", "sm_80") != base
+    # an edit to an included header changes the key of every file including it
+    kernels = tmp_path / "k"
+    kernels.mkdir()
+    for f in ("decode.cu", "common.cuh"):
+        (kernels / f).write_text((nvrtc.KERNELS_DIR / f).read_text())
+    monkeypatch.setattr(nvrtc, "KERNELS_DIR", kernels)
+    before = nvrtc.cache_key("decode.cu", "sm_90")
+    (kernels / "common.cuh").write_text((kernels / "common.cuh").read_text() + "\n// edit\n")
+    assert nvrtc.cache_key("decode.cu", "sm_90") != before
+
+
+def test_cache_hit_and_no_compile_switch(monkeypatch):
+    nvrtc.compile_cubin("decode.cu", "sm_90")
+    monkeypatch.setenv("ANVIL_NO_COMPILE", "1")
+    assert nvrtc.compile_cubin("decode.cu", "sm_90")  # cached: allowed
+    with pytest.raises(nvrtc.AnvilError, match="ANVIL_NO_COMPILE"):
+        nvrtc.compile_cubin("decode.cu", "sm_90", {"SOMETHING_NEW": 1})
+
+
+def test_compile_error_carries_the_nvrtc_log(tmp_path, monkeypatch):
+    (tmp_path / "bad.cu").write_text('extern "C" __global__ void k() { int x = ; }\n')
+    monkeypatch.setattr(nvrtc, "KERNELS_DIR", tmp_path)
+    with pytest.raises(nvrtc.CompileError, match=r"bad\.cu.*expected an expression"):
+        nvrtc.compile_cubin("bad.cu", "sm_90")
