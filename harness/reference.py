@@ -92,7 +92,10 @@ def _greedy_case(llm, prompt: str, prompt_ids: list[int], n_steps: int, top_k: i
     for step in range(n_steps):
         # logits_all=False: llama.cpp computes only the last token's row; the
         # high-level Llama.scores is no longer filled then, so read it directly
-        logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),)).copy()
+        ptr = llm._ctx.get_logits_ith(-1)
+        if not ptr:  # NULL: llama.cpp kept no logits for the last token
+            raise AnvilError(f"llama.cpp returned no logits at step {step} of prompt {prompt!r}")
+        logits = np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).copy()
         # stable sort on -logit keeps the lowest id first among equal logits
         order = np.argsort(-logits, kind="stable")[:top_k]
         token = int(order[0])

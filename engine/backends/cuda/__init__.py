@@ -67,8 +67,7 @@ class KVCache:
     def store(self, il: int, positions: Positions, k: DArray, v: DArray):
         from . import core_ops
 
-        core_ops.kv_store(self.backend.dev, k, v, self.k[il], self.v[il], positions.dev, positions.T,
-                          kv_f16=self.backend.kv_f16)
+        core_ops.kv_store(self.backend.dev, k, v, self.k[il], self.v[il], positions.dev)
         return self.k[il], self.v[il]
 
 
@@ -124,8 +123,7 @@ class Ops:
                   window: int = 0) -> DArray:
         T, H, D = q.shape
         out = self._empty((T, H * D))
-        self.core.attention(self.dev, q, keys, values, out, positions.dev, T, H, self.b.cfg.n_head_kv, D, scale,
-                            window, kv_f16=self.b.kv_f16)
+        self.core.attention(self.dev, q, keys, values, out, positions.dev, scale, window)
         return out
 
     def add(self, a: DArray, b: DArray) -> DArray:

@@ -220,8 +220,8 @@ class Device:
             elif isinstance(a, (float, np.floating)):
                 values.append(float(a))
                 types.append(ctypes.c_float)
-            else:  # an explicit ctypes value, e.g. ctypes.c_void_p(0) for a null pointer
-                values.append(a.value)
+            else:  # an explicit ctypes value, e.g. ctypes.c_void_p(None) for a null pointer
+                values.append(a.value if a.value is not None else 0)
                 types.append(type(a))
         grid = tuple(grid) + (1,) * (3 - len(grid))
         block = tuple(block) + (1,) * (3 - len(block))

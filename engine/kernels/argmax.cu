@@ -1,0 +1,86 @@
+// Greedy sampling: index of the largest of n fp32 logits, the LOWEST index
+// winning ties (as llama.cpp's greedy sampler and np.argmax). NaNs are
+// skipped (a NaN never compares greater); if every value is NaN the answer
+// is 0.
+//
+// Napkin math: 152k logits = 608 KB. One block streams that at maybe
+// 100-150 GB/s (one SM's worth of outstanding loads) = ~5 µs; spread over
+// ~100 blocks it is a ~1 µs read. So core_ops uses the single-block `argmax`
+// for small n and `argmax_partial` (many blocks, one (value, index) per
+// block into a scratch buffer) + `argmax_final` (one block) for large n.
+// Decode reads back only the int at `out`.
+#include "common.cuh"
+
+#define NO_INDEX 0x7fffffff
+
+// Is (v, i) better than (bv, bi)? Larger value, or equal value and lower index.
+__device__ __forceinline__ void take_better(float& bv, int& bi, float v, int i) {
+    if (v > bv || (v == bv && i < bi)) {
+        bv = v;
+        bi = i;
+    }
+}
+
+// Reduce every thread's (bv, bi) to thread 0. blockDim.x a multiple of 32.
+__device__ __forceinline__ void block_argmax(float& bv, int& bi) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1)
+        take_better(bv, bi, __shfl_xor_sync(0xffffffff, bv, o), __shfl_xor_sync(0xffffffff, bi, o));
+    if (lane == 0) {
+        sv[warp] = bv;
+        si[warp] = bi;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const int n_warps = blockDim.x / WARP_SIZE;
+        bv = lane < n_warps ? sv[lane] : -INFINITY;
+        bi = lane < n_warps ? si[lane] : NO_INDEX;
+#pragma unroll
+        for (int o = WARP_SIZE / 2; o > 0; o >>= 1)
+            take_better(bv, bi, __shfl_xor_sync(0xffffffff, bv, o), __shfl_xor_sync(0xffffffff, bi, o));
+    }
+}
+
+// Best (value, index) of x[begin:end) for this thread (strided by blockDim,
+// ascending, so a strict '>' keeps the thread's lowest index among equals).
+__device__ __forceinline__ void scan(const float* x, int begin, int end, float& bv, int& bi) {
+    bv = -INFINITY;
+    bi = NO_INDEX;
+    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) take_better(bv, bi, x[i], i);
+}
+
+extern "C" __global__ void argmax(const float* x, int n, int* out) {
+    float bv;
+    int bi;
+    scan(x, 0, n, bv, bi);
+    block_argmax(bv, bi);
+    if (threadIdx.x == 0) *out = bi == NO_INDEX ? 0 : bi;
+}
+
+// Pass 1: block b takes the contiguous slice [b*chunk, (b+1)*chunk).
+extern "C" __global__ void argmax_partial(const float* x, int n, float* part_val, int* part_idx) {
+    const int chunk = (n + gridDim.x - 1) / gridDim.x;
+    const int begin = blockIdx.x * chunk;
+    const int end = min(n, begin + chunk);
+    float bv;
+    int bi;
+    scan(x, begin, end, bv, bi);
+    block_argmax(bv, bi);
+    if (threadIdx.x == 0) {
+        part_val[blockIdx.x] = bv;
+        part_idx[blockIdx.x] = bi;
+    }
+}
+
+// Pass 2: one block over the n_parts partial results (indices compared
+// explicitly, so the order of the partials does not matter).
+extern "C" __global__ void argmax_final(const float* part_val, const int* part_idx, int n_parts, int* out) {
+    float bv = -INFINITY;
+    int bi = NO_INDEX;
+    for (int i = threadIdx.x; i < n_parts; i += blockDim.x) take_better(bv, bi, part_val[i], part_idx[i]);
+    block_argmax(bv, bi);
+    if (threadIdx.x == 0) *out = bi == NO_INDEX ? 0 : bi;
+}

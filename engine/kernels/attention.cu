@@ -1,0 +1,504 @@
+// Causal attention over the KV cache, with GQA and an optional sliding window.
+//
+// Cache layout per layer: [n_ctx, n_head_kv, HEAD_DIM] of kv_t (f16 or f32,
+// KV_F16). Query t sits at position pos[t] and sees cache rows p with
+// p <= pos[t] and (window == 0 || pos[t] - p < window). Query head h reads KV
+// head h / GQA. Scores (q.k)*scale and the softmax are fp32; exps are __expf
+// (what llama.cpp's fast-math build runs). Output [T, n_head*HEAD_DIM].
+// Rows past the visible range are never read (they may hold garbage or NaN).
+//
+// Compile-time: KV_F16 (0/1), HEAD_DIM (multiple of 64, <= 256), GQA
+// (n_head / n_head_kv). core_ops compiles one module per model shape.
+//
+// Kernels:
+//   kv_store            K/V rows of this step -> cache rows pos[t] (f16: round to nearest)
+//   attention_decode    split-K "flash decoding" for few queries (decode, T=1)
+//   attention_combine   merges the splits' partial softmaxes
+//   attention_prefill   tiled online-softmax (flash-attention style), fp32 CUDA cores
+#include "common.cuh"
+
+#ifndef KV_F16
+#define KV_F16 1
+#endif
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef GQA
+#define GQA 1
+#endif
+
+#if KV_F16
+typedef __half kv_t;
+#else
+typedef float kv_t;
+#endif
+
+constexpr int D = HEAD_DIM;
+constexpr int G = GQA;
+static_assert(D == 64 || D == 128 || D == 256, "HEAD_DIM must be 64, 128 or 256");
+static_assert(G >= 1 && G <= 16, "GQA ratio out of range");
+
+// Elements of a cache row per 16-byte load.
+constexpr int KCH = 16 / (int)sizeof(kv_t);
+
+// N consecutive cache elements -> floats, with the widest aligned loads.
+// Callers keep p aligned to N*sizeof(kv_t) (row starts are, D being a multiple of 64).
+template <int N>
+__device__ __forceinline__ void load_kv(const kv_t* p, float* out) {
+#if KV_F16
+    if constexpr (N % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 8) {
+            const uint4 u = *reinterpret_cast<const uint4*>(p + i);
+            const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float2 f = __half22float2(h[k]);
+                out[i + 2 * k] = f.x;
+                out[i + 2 * k + 1] = f.y;
+            }
+        }
+    } else if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const uint2 u = *reinterpret_cast<const uint2*>(p + i);
+            const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+                const float2 f = __half22float2(h[k]);
+                out[i + 2 * k] = f.x;
+                out[i + 2 * k + 1] = f.y;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i += 2) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(p + i));
+            out[i] = f.x;
+            out[i + 1] = f.y;
+        }
+    }
+#else
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const float4 f = *reinterpret_cast<const float4*>(p + i);
+            out[i] = f.x; out[i + 1] = f.y; out[i + 2] = f.z; out[i + 3] = f.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i += 2) {
+            const float2 f = *reinterpret_cast<const float2*>(p + i);
+            out[i] = f.x; out[i + 1] = f.y;
+        }
+    }
+#endif
+}
+
+__device__ __forceinline__ kv_t to_kv(float x) {
+#if KV_F16
+    return __float2half_rn(x);
+#else
+    return x;
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// kv_store: k, v [T, kv_dim] fp32 -> cache row pos[t]. grid T, block 256.
+extern "C" __global__ void kv_store(const float* k, const float* v, kv_t* k_cache, kv_t* v_cache,
+                                    const int* pos, int T, int kv_dim) {
+    const int t = blockIdx.x;
+    if (t >= T) return;
+    const size_t src = (size_t)t * kv_dim, dst = (size_t)pos[t] * kv_dim;
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        k_cache[dst + i] = to_kv(k[src + i]);
+        v_cache[dst + i] = to_kv(v[src + i]);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Decode: split-K over the visible keys ("flash decoding").
+//
+// grid (n_splits, n_head_kv, T), block DEC_WARPS*32. A block owns one KV
+// head, so it reads each K/V row once for all G query heads of the group.
+// The grid is fixed when a decode graph is captured, but the context grows
+// every step, so each block derives its key chunk from pos[t] on the device:
+// chunk = ceil(n_keys / n_splits) rounded up to 32, at least DEC_MIN_CHUNK;
+// splits past the end exit at once. Napkin math, 8B model (8 KV heads,
+// D 128, f16), 1000 cached keys: 4 MB of K/V per layer. core_ops sizes the
+// grid for ~4 blocks per SM at full context (e.g. 32 splits per KV head for
+// n_ctx 4096); at 1000 keys the 128-key minimum chunk leaves 8 active splits
+// per head: 64 blocks, 256 warps, each scoring one 32-key tile.
+//
+// Inside a block each warp takes 32-key tiles round-robin and keeps its own
+// online softmax (m, l, o) per query head:
+//   scores: lane j scores key j of the tile against the G queries (q in
+//           shared memory, broadcast reads; the key row comes in 16-byte
+//           loads, whole rows per lane, so all its bytes are used via L1);
+//   PV:     one 16-byte load per lane per V row: a row spans LPR lanes and
+//           the warp reads RPW = 32/LPR rows at once (f16 D=128: 16 lanes,
+//           2 rows), all 32/RPW loads of the tile issued together; the RPW
+//           row groups are summed with shuffles once per split, not per tile.
+// Warps are merged through shared memory at the end; with one split the
+// block writes the normalised output, else unnormalised partial O plus
+// (max, sum) for attention_combine.
+constexpr int DEC_WARPS = 4;
+constexpr int DEC_MIN_CHUNK = 32 * DEC_WARPS;  // below that some warps idle anyway
+constexpr int EPL = KCH > D / 32 ? KCH : D / 32;  // V elements per lane per row (16 B, or 32 B for f32 D=256)
+constexpr int LPR = D / EPL;                      // lanes per V row
+constexpr int RPW = 32 / LPR;                     // V rows per warp step
+
+// Visible keys of query position qp and split s's share [c0, c1).
+__device__ __forceinline__ void split_range(int qp, int window, int n_splits, int s, int& c0, int& c1,
+                                            int& n_active) {
+    const int lo = window > 0 ? max(0, qp - window + 1) : 0;
+    const int n_keys = qp - lo + 1;
+    int chunk = max((n_keys + n_splits - 1) / n_splits, DEC_MIN_CHUNK);
+    chunk = (chunk + 31) & ~31;
+    n_active = (n_keys + chunk - 1) / chunk;
+    c0 = lo + s * chunk;
+    c1 = min(c0 + chunk, qp + 1);
+}
+
+// Shared memory (floats): o_s [DEC_WARPS][G][D] (q_s [G][D] aliases its
+// start until the merge), p_s [DEC_WARPS][G][32], ml_s [DEC_WARPS][G][2].
+extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
+attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, float* part_o,
+                 float* part_ml, const int* pos, int n_head, int n_head_kv, float scale, int window) {
+    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;
+    const int qp = pos[t];
+    int c0, c1, n_active;
+    split_range(qp, window, n_splits, s, c0, c1, n_active);
+    if (s >= n_active) return;  // whole block: no barrier skipped
+
+    extern __shared__ __align__(16) float smem[];
+    float* q_s = smem;
+    float* o_s = smem;
+    float* p_s = smem + DEC_WARPS * G * D;
+    float* ml_s = p_s + DEC_WARPS * G * 32;
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+
+    // The G query heads of KV head g are contiguous in q[t].
+    const float* qt = q + ((size_t)t * n_head + (size_t)g * G) * D;
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) q_s[i] = qt[i];
+    __syncthreads();
+
+    float m[G], l[G], o[G][EPL];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;  // per-lane partial sum, reduced over the warp at the end
+#pragma unroll
+        for (int c = 0; c < EPL; ++c) o[h][c] = 0.0f;
+    }
+
+    const size_t row = (size_t)n_head_kv * D;  // elements between consecutive positions
+    const kv_t* kg = k_cache + (size_t)g * D;
+    const int rl = lane / LPR, dl = (lane % LPR) * EPL;  // this lane's V row (of RPW) and first dim
+    float* pw = p_s + w * G * 32;
+
+    for (int kb = c0 + w * 32; kb < c1; kb += DEC_WARPS * 32) {
+        const int nv = min(32, c1 - kb);  // >= 1: lane 0 always has a key
+        float sc[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h) sc[h] = 0.0f;
+        if (lane < nv) {
+            const kv_t* kr = kg + (size_t)(kb + lane) * row;
+#pragma unroll
+            for (int c = 0; c < D; c += KCH) {
+                float kf[KCH];
+                load_kv<KCH>(kr + c, kf);
+#pragma unroll
+                for (int h = 0; h < G; ++h) {
+                    const float4* q4 = reinterpret_cast<const float4*>(q_s + h * D + c);
+#pragma unroll
+                    for (int e = 0; e < KCH / 4; ++e) {
+                        const float4 qq = q4[e];
+                        sc[h] += qq.x * kf[4 * e] + qq.y * kf[4 * e + 1] + qq.z * kf[4 * e + 2] + qq.w * kf[4 * e + 3];
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            const float sv = lane < nv ? sc[h] * scale : -INFINITY;
+            const float m_new = fmaxf(m[h], warp_max(sv));  // finite: lane 0 is valid
+            const float corr = __expf(m[h] - m_new);        // first tile: exp(-inf) = 0
+            const float p = __expf(sv - m_new);             // invalid lanes: 0
+            l[h] = l[h] * corr + p;
+#pragma unroll
+            for (int c = 0; c < EPL; ++c) o[h][c] *= corr;
+            m[h] = m_new;
+            pw[h * 32 + lane] = p;
+        }
+        __syncwarp();
+        const kv_t* vr = v_cache + (size_t)kb * row + (size_t)g * D + dl;  // + j*row: V row kb+j, this lane's dims
+        // Predicated loads, unconditional FMAs (rows past nv: p = 0, v = 0),
+        // so every V load of the tile can be in flight at once: at ~1k cached
+        // keys each warp sees a single tile, and memory round trips are most
+        // of the kernel's time.
+#pragma unroll
+        for (int k = 0; k < 32 / RPW; ++k) {
+            const int j = rl + RPW * k;
+            float vf[EPL];
+            if (j < nv) {
+                load_kv<EPL>(vr + (size_t)j * row, vf);
+            } else {
+#pragma unroll
+                for (int c = 0; c < EPL; ++c) vf[c] = 0.0f;
+            }
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                const float pj = pw[h * 32 + j];
+#pragma unroll
+                for (int c = 0; c < EPL; ++c) o[h][c] += pj * vf[c];
+            }
+        }
+        __syncwarp();  // p_s is rewritten by the next tile
+    }
+
+    // Merge the warps. o_s overwrites q_s: wait until every warp is done with q.
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        const float lw = warp_sum(l[h]);
+        if (lane == 0) {
+            ml_s[(w * G + h) * 2] = m[h];  // -inf for a warp that got no tile
+            ml_s[(w * G + h) * 2 + 1] = lw;
+        }
+#pragma unroll
+        for (int c = 0; c < EPL; ++c) {
+            float v = o[h][c];
+#pragma unroll
+            for (int off = LPR; off < 32; off <<= 1) v += __shfl_xor_sync(0xffffffff, v, off);  // sum the row groups
+            if (lane < LPR) o_s[(w * G + h) * D + dl + c] = v;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+        const int h = i / D, d = i % D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int ww = 0; ww < DEC_WARPS; ++ww) M = fmaxf(M, ml_s[(ww * G + h) * 2]);
+        float L = 0.0f, O = 0.0f;
+#pragma unroll
+        for (int ww = 0; ww < DEC_WARPS; ++ww) {
+            const float mw = ml_s[(ww * G + h) * 2];
+            if (mw == -INFINITY) continue;
+            const float e = __expf(mw - M);
+            L += ml_s[(ww * G + h) * 2 + 1] * e;
+            O += o_s[(ww * G + h) * D + d] * e;
+        }
+        const size_t hq = (size_t)t * n_head + (size_t)g * G + h;  // (token, query head)
+        if (n_splits == 1) {
+            out[hq * D + d] = O / L;
+        } else {
+            const size_t ps = hq * n_splits + s;
+            part_o[ps * D + d] = O;
+            if (d == 0) {
+                part_ml[ps * 2] = M;
+                part_ml[ps * 2 + 1] = L;
+            }
+        }
+    }
+}
+
+// grid (n_head, T), block D: out = sum_s O_s e^(M_s-M) / sum_s L_s e^(M_s-M)
+// over the splits that had keys (the same split_range as the decode blocks).
+extern "C" __global__ void attention_combine(const float* part_o, const float* part_ml, float* out,
+                                             const int* pos, int n_head, int n_splits, int window) {
+    const int hq = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
+    int c0, c1, n_active;
+    split_range(pos[t], window, n_splits, 0, c0, c1, n_active);
+    const size_t base = ((size_t)t * n_head + hq) * n_splits;
+    float M = -INFINITY;
+    for (int s = 0; s < n_active; ++s) M = fmaxf(M, part_ml[(base + s) * 2]);
+    float L = 0.0f, O = 0.0f;
+    for (int s = 0; s < n_active; ++s) {
+        const float e = __expf(part_ml[(base + s) * 2] - M);
+        L += part_ml[(base + s) * 2 + 1] * e;
+        O += part_o[(base + s) * D + d] * e;
+    }
+    out[((size_t)t * n_head + hq) * D + d] = O / L;
+}
+
+// ---------------------------------------------------------------------------
+// Prefill: flash-attention-style tiles in fp32 on CUDA cores.
+//
+// grid (ceil(T/PF_BQ), n_head), block 128 threads. A block holds 32 queries
+// of one head in shared memory and walks the key tiles [klo, khi] its rows
+// can see (klo from the smallest position and the window, khi the largest
+// position), 32 keys at a time:
+//   S  = Q K^T: thread (rg = tid/16, kg = tid%16) computes rows 4rg..4rg+3
+//        x keys kg, kg+16 from float4 shared-memory reads;
+//   online softmax per row (the 16 threads of a row group are one half-warp:
+//        xor-shuffle reductions), P stored transposed so 4 rows are 1 float4;
+//   O += P V: the same thread owns rows 4rg..4rg+3 x dims kg*4 + 64c (float4s).
+// Shared memory rows are padded to D+4 floats so the 8 threads of a
+// 128-bit access phase hit distinct bank groups. D=128: 54 KB (4 blocks/SM),
+// D=256: 102 KB (2 blocks/SM); core_ops raises the dynamic smem limit.
+// Napkin math, per 32-key tile and thread: S is 8*D FMAs from D/4*6 float4
+// shared loads, PV is 8*D FMAs from 32*(1+D/64) float4 loads. D=128: 2048
+// FMAs vs 288 LDS.128 (4 smem cycles each per warp): with 4 warps per SM
+// partition, shared-memory bandwidth (not FMA) bounds it at roughly 40% of
+// fp32 peak. Tensor cores (f16/tf32 MMA) would be the next step.
+constexpr int PF_BQ = 32, PF_BK = 32, PF_THREADS = 128;
+constexpr int LDS = D + 4;      // padded row of Q/K/V tiles (floats)
+constexpr int LDP = PF_BQ + 4;  // padded row of the transposed P tile
+constexpr int DC = D / 64;      // float4 output chunks per thread
+
+extern "C" __global__ void __launch_bounds__(PF_THREADS)
+attention_prefill(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, const int* pos,
+                  int T, int n_head, int n_head_kv, float scale, int window) {
+    extern __shared__ __align__(16) float smem[];
+    float* Qs = smem;                   // [PF_BQ][LDS]
+    float* Ks = Qs + PF_BQ * LDS;       // [PF_BK][LDS]
+    float* Vs = Ks + PF_BK * LDS;       // [PF_BK][LDS]
+    float* Pt = Vs + PF_BK * LDS;       // [PF_BK][LDP], P transposed: Pt[key][row]
+    __shared__ int qpos_s[PF_BQ];
+    __shared__ int range_s[2];
+
+    const int h = blockIdx.y, g = h / G, t0 = blockIdx.x * PF_BQ;
+    const int tid = threadIdx.x, rg = tid / 16, kg = tid % 16;
+
+    // Positions of this tile's queries (-1 marks padding rows past T) and the
+    // key range they need.
+    if (tid < 32) {
+        const bool valid = t0 + tid < T;
+        const int qp = valid ? pos[t0 + tid] : -1;
+        qpos_s[tid] = qp;
+        const int hi = __reduce_max_sync(0xffffffff, qp);
+        const int lo = __reduce_min_sync(0xffffffff, valid ? qp : 0x7fffffff);
+        if (tid == 0) {
+            range_s[0] = window > 0 ? max(0, lo - window + 1) : 0;
+            range_s[1] = hi;
+        }
+    }
+    // Q tile (zeros for padding rows).
+    for (int i = tid; i < PF_BQ * D / 4; i += PF_THREADS) {
+        const int r = i / (D / 4), c = i % (D / 4);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t0 + r < T) v = reinterpret_cast<const float4*>(q + ((size_t)(t0 + r) * n_head + h) * D)[c];
+        *reinterpret_cast<float4*>(Qs + r * LDS + 4 * c) = v;
+    }
+    __syncthreads();
+    const int klo = range_s[0], khi = range_s[1];
+    int qp[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) qp[r] = qpos_s[4 * rg + r];
+
+    float m[4], l[4], o[4][4 * DC];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;  // partial over this thread's keys; summed over the half-warp at the end
+#pragma unroll
+        for (int c = 0; c < 4 * DC; ++c) o[r][c] = 0.0f;
+    }
+    const size_t row = (size_t)n_head_kv * D;
+
+    for (int kb = klo; kb <= khi; kb += PF_BK) {
+        __syncthreads();  // the previous tile's K, V, P are no longer read
+        // K and V rows kb..kb+31 (rows past khi: zeros, and masked below).
+        for (int i = tid; i < PF_BK * (D / KCH); i += PF_THREADS) {
+            const int j = i / (D / KCH), c = (i % (D / KCH)) * KCH;
+            float kf[KCH], vf[KCH];
+            if (kb + j <= khi) {
+                const size_t off = (size_t)(kb + j) * row + (size_t)g * D + c;
+                load_kv<KCH>(k_cache + off, kf);
+                load_kv<KCH>(v_cache + off, vf);
+            } else {
+#pragma unroll
+                for (int e = 0; e < KCH; ++e) kf[e] = vf[e] = 0.0f;
+            }
+#pragma unroll
+            for (int e = 0; e < KCH; e += 4) {
+                *reinterpret_cast<float4*>(Ks + j * LDS + c + e) = make_float4(kf[e], kf[e + 1], kf[e + 2], kf[e + 3]);
+                *reinterpret_cast<float4*>(Vs + j * LDS + c + e) = make_float4(vf[e], vf[e + 1], vf[e + 2], vf[e + 3]);
+            }
+        }
+        __syncthreads();
+
+        // S for rows 4rg+r, keys kg and kg+16.
+        float sc[4][2];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) sc[r][0] = sc[r][1] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < D; d += 4) {
+            float4 qv[4], kv[2];
+#pragma unroll
+            for (int r = 0; r < 4; ++r) qv[r] = *reinterpret_cast<const float4*>(Qs + (4 * rg + r) * LDS + d);
+#pragma unroll
+            for (int c = 0; c < 2; ++c) kv[c] = *reinterpret_cast<const float4*>(Ks + (kg + 16 * c) * LDS + d);
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int c = 0; c < 2; ++c)
+                    sc[r][c] += qv[r].x * kv[c].x + qv[r].y * kv[c].y + qv[r].z * kv[c].z + qv[r].w * kv[c].w;
+        }
+
+        // Mask, online softmax, P -> shared memory.
+        float p[4][2];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int kp = kb + kg + 16 * c;
+                const bool vis = kp <= qp[r] && (window == 0 || qp[r] - kp < window);  // padding rows: qp = -1
+                sc[r][c] = vis ? sc[r][c] * scale : -INFINITY;
+            }
+            float tmax = fmaxf(sc[r][0], sc[r][1]);
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffff, tmax, off));
+            const float m_new = fmaxf(m[r], tmax);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // row sees nothing yet: keep exps at 0, not NaN
+            const float corr = __expf(m[r] - m_use);
+            p[r][0] = __expf(sc[r][0] - m_use);
+            p[r][1] = __expf(sc[r][1] - m_use);
+            l[r] = l[r] * corr + p[r][0] + p[r][1];
+#pragma unroll
+            for (int c = 0; c < 4 * DC; ++c) o[r][c] *= corr;
+            m[r] = m_new;
+        }
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+            *reinterpret_cast<float4*>(Pt + (kg + 16 * c) * LDP + 4 * rg) = make_float4(p[0][c], p[1][c], p[2][c], p[3][c]);
+        __syncthreads();
+
+        // O += P V over the keys of this tile that exist.
+        const int nk = min(PF_BK, khi - kb + 1);
+#pragma unroll 2
+        for (int j = 0; j < nk; ++j) {
+            const float4 pj = *reinterpret_cast<const float4*>(Pt + j * LDP + 4 * rg);
+#pragma unroll
+            for (int cc = 0; cc < DC; ++cc) {
+                const float4 v = *reinterpret_cast<const float4*>(Vs + j * LDS + 4 * kg + 64 * cc);
+                const float pr[4] = {pj.x, pj.y, pj.z, pj.w};
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    o[r][4 * cc + 0] += pr[r] * v.x;
+                    o[r][4 * cc + 1] += pr[r] * v.y;
+                    o[r][4 * cc + 2] += pr[r] * v.z;
+                    o[r][4 * cc + 3] += pr[r] * v.w;
+                }
+            }
+        }
+    }
+
+    // Normalise and write the rows that exist (every real row sees at least
+    // its own position, so its sum is > 0).
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        float lt = l[r];
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1) lt += __shfl_xor_sync(0xffffffff, lt, off);
+        const int t = t0 + 4 * rg + r;
+        if (t >= T) continue;
+        const float inv = 1.0f / lt;
+        float* orow = out + ((size_t)t * n_head + h) * D;
+#pragma unroll
+        for (int cc = 0; cc < DC; ++cc)
+            *reinterpret_cast<float4*>(orow + 4 * kg + 64 * cc) =
+                make_float4(o[r][4 * cc] * inv, o[r][4 * cc + 1] * inv, o[r][4 * cc + 2] * inv, o[r][4 * cc + 3] * inv);
+    }
+}

@@ -1,0 +1,129 @@
+// Elementwise ops on fp32 activations: gated activations, residual add,
+// scaling, soft-capping, bf16 conversion, bias rows.
+//
+// All memory bound: grid-stride loops, float4 when every pointer is 16-byte
+// aligned (device allocations are; row views of n%4==0 rows stay so), with a
+// scalar tail. core_ops launches ~n/1024 blocks of 256 threads (each thread
+// one float4 per pass), capped at a few waves.
+//
+// Expression shapes follow llama.cpp's unary.cu (architectures.md §0.5, §8):
+// --use_fast_math turns expf into __expf, tanhf into the fast tanh, and '/'
+// into an approximate division, as in llama.cpp's build.
+#include "common.cuh"
+
+__device__ __forceinline__ bool aligned16(const void* a, const void* b, const void* c) {
+    return ((reinterpret_cast<size_t>(a) | reinterpret_cast<size_t>(b) | reinterpret_cast<size_t>(c)) & 15) == 0;
+}
+
+// y[i] = f(a[i], b[i]) over n elements (a, b, y may alias each other).
+template <typename F>
+__device__ __forceinline__ void map2(const float* a, const float* b, float* y, int n, F f) {
+    const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    const int stride = gridDim.x * blockDim.x;
+    int done = 0;
+    if (aligned16(a, b, y)) {
+        const float4* a4 = reinterpret_cast<const float4*>(a);
+        const float4* b4 = reinterpret_cast<const float4*>(b);
+        float4* y4 = reinterpret_cast<float4*>(y);
+        for (int i = tid; i < n / 4; i += stride) {
+            const float4 u = a4[i], v = b4[i];
+            y4[i] = make_float4(f(u.x, v.x), f(u.y, v.y), f(u.z, v.z), f(u.w, v.w));
+        }
+        done = n / 4 * 4;
+    }
+    for (int i = done + tid; i < n; i += stride) y[i] = f(a[i], b[i]);
+}
+
+// x[i] = f(x[i]) in place.
+template <typename F>
+__device__ __forceinline__ void map1_inplace(float* x, int n, F f) {
+    const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    const int stride = gridDim.x * blockDim.x;
+    int done = 0;
+    if ((reinterpret_cast<size_t>(x) & 15) == 0) {
+        float4* x4 = reinterpret_cast<float4*>(x);
+        for (int i = tid; i < n / 4; i += stride) {
+            const float4 u = x4[i];
+            x4[i] = make_float4(f(u.x), f(u.y), f(u.z), f(u.w));
+        }
+        done = n / 4 * 4;
+    }
+    for (int i = done + tid; i < n; i += stride) x[i] = f(x[i]);
+}
+
+struct SiluMul {  // llama.cpp: silu(g) = g/(1+expf(-g)), then * u
+    __device__ float operator()(float g, float u) const { return g / (1.0f + __expf(-g)) * u; }
+};
+
+struct GeluTanhMul {  // llama.cpp op_gelu (tanh approximation, not erf), then * u
+    __device__ float operator()(float g, float u) const {
+        const float GELU_COEF_A = 0.044715f;
+        const float SQRT_2_OVER_PI = 0.79788456080286535587989211986876f;
+        return 0.5f * g * (1.0f + tanhf(SQRT_2_OVER_PI * g * (1.0f + GELU_COEF_A * g * g))) * u;
+    }
+};
+
+struct Add {
+    __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+extern "C" __global__ void silu_mul(const float* g, const float* u, float* y, int n) {
+    map2(g, u, y, n, SiluMul());
+}
+
+extern "C" __global__ void gelu_tanh_mul(const float* g, const float* u, float* y, int n) {
+    map2(g, u, y, n, GeluTanhMul());
+}
+
+extern "C" __global__ void add(const float* a, const float* b, float* y, int n) {
+    map2(a, b, y, n, Add());
+}
+
+// x *= s, in place.
+struct Scale {
+    float s;
+    __device__ float operator()(float x) const { return x * s; }
+};
+
+extern "C" __global__ void scale(float* x, float s, int n) {
+    map1_inplace(x, n, Scale{s});
+}
+
+// x = cap * tanh(x / cap), in place (gemma-style logit soft-capping). llama.cpp
+// builds it as scale(1/cap) -> tanh -> scale(cap); same shape here.
+struct Softcap {
+    float cap, inv_cap;
+    __device__ float operator()(float x) const { return tanhf(x * inv_cap) * cap; }
+};
+
+extern "C" __global__ void softcap(float* x, float cap, int n) {
+    map1_inplace(x, n, Softcap{cap, 1.0f / cap});
+}
+
+// Round-to-nearest-even fp32 -> bf16 (input of bf16 tensor-core GEMMs).
+extern "C" __global__ void f32_to_bf16(const float* x, __nv_bfloat16* y, int n) {
+    const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    const int stride = gridDim.x * blockDim.x;
+    int done = 0;
+    // float4 in, 4 bf16 (8 bytes) out: needs x 16-byte and y 8-byte aligned.
+    if (((reinterpret_cast<size_t>(x) & 15) | (reinterpret_cast<size_t>(y) & 7)) == 0) {
+        const float4* x4 = reinterpret_cast<const float4*>(x);
+        __nv_bfloat162* y2 = reinterpret_cast<__nv_bfloat162*>(y);
+        for (int i = tid; i < n / 4; i += stride) {
+            const float4 v = x4[i];
+            y2[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+            y2[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+        }
+        done = n / 4 * 4;
+    }
+    for (int i = done + tid; i < n; i += stride) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+// y[r, :] += b for each of `rows` rows of length n. grid (ceil(n/1024), rows)
+// is what core_ops uses; any grid works (the loops stride by it).
+extern "C" __global__ void bias_add_rows(float* y, const float* b, int rows, int n) {
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        float* yr = y + (size_t)r * n;
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) yr[i] += b[i];
+    }
+}

@@ -1,0 +1,51 @@
+// Rotary position embedding, in place on x [T, n_heads, head_dim].
+//
+// Same arithmetic as llama.cpp's rope_norm / rope_neox (architectures.md
+// §0.3, ext_factor 0, attn_factor 1):
+//   theta_base = pos * theta_scale^i            (theta_scale = base^(-2/n_rot), from the host)
+//   theta      = freq_scale * (theta_base / freq_div[i])
+//   x0' = x0*cos(theta) - x1*sin(theta),  x1' = x0*sin(theta) + x1*cos(theta)
+// NORM pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2); dims >= n_rot untouched.
+// llama.cpp writes powf/sinf/cosf and builds with --use_fast_math, which turns
+// them into __powf/__sinf/__cosf; we call those intrinsics explicitly so the
+// reader sees what runs. __sinf/__cosf lose absolute accuracy as |theta| grows
+// (≈|theta|·2^-22: ~1e-3 at position 4000), exactly as llama.cpp does.
+//
+// The host passes theta_scale = powf(freq_base, -2.0f/n_rot) computed in
+// float, as llama.cpp's ggml_cuda_op_rope_impl does, rather than freq_base.
+// Positions come from device memory (pos[t]): a replayed decode graph must
+// see the current position, not the one at capture time.
+//
+// Launch: grid (T, n_heads), block = n_rot/2 threads rounded up to 32 (one
+// thread per rotated pair; <= 128 pairs for head_dim 256).
+#include "common.cuh"
+
+template <bool NEOX>
+__device__ __forceinline__ void rope_pair(float* x, const int* pos, int n_heads, int head_dim, int n_rot,
+                                          float theta_scale, float freq_scale, const float* freq_div) {
+    const int i = threadIdx.x;
+    const int half = n_rot / 2;
+    if (i >= half) return;
+    float* xh = x + ((size_t)blockIdx.x * n_heads + blockIdx.y) * head_dim;
+
+    const float theta_base = (float)pos[blockIdx.x] * __powf(theta_scale, (float)i);
+    const float theta_extrap = freq_div ? theta_base / freq_div[i] : theta_base;
+    const float theta = freq_scale * theta_extrap;
+    const float c = __cosf(theta), s = __sinf(theta);
+
+    const int i0 = NEOX ? i : 2 * i;
+    const int i1 = NEOX ? i + half : 2 * i + 1;
+    const float x0 = xh[i0], x1 = xh[i1];
+    xh[i0] = x0 * c - x1 * s;
+    xh[i1] = x0 * s + x1 * c;
+}
+
+extern "C" __global__ void rope_norm(float* x, const int* pos, int n_heads, int head_dim, int n_rot,
+                                     float theta_scale, float freq_scale, const float* freq_div) {
+    rope_pair<false>(x, pos, n_heads, head_dim, n_rot, theta_scale, freq_scale, freq_div);
+}
+
+extern "C" __global__ void rope_neox(float* x, const int* pos, int n_heads, int head_dim, int n_rot,
+                                     float theta_scale, float freq_scale, const float* freq_div) {
+    rope_pair<true>(x, pos, n_heads, head_dim, n_rot, theta_scale, freq_scale, freq_div);
+}

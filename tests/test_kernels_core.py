@@ -1,0 +1,593 @@
+"""Core CUDA kernels (norm, rope, attention, elementwise, argmax) against the
+NumPy reference ops.
+
+CPU part: every kernel file compiles with NVRTC for sm_90 (attention for
+f16 and f32 caches at the head dims / GQA ratios the GPU tests use) and
+exports the kernels core_ops launches, so a syntax error fails without a GPU;
+and every core_ops launcher, run against a fake device through the real
+argument packing, passes each kernel the parameter kinds it declares.
+
+GPU part (@pytest.mark.gpu): fresh random inputs (never zeros), outputs
+poisoned with 0xFF bytes (NaN) first, and a stated tolerance
+``|gpu - ref| <= atol + rtol*|ref|`` with the reason next to it. Every
+failure message states the seed; ANVIL_KERNELS_SEED=<int> replays it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import re
+import secrets
+import types
+import zlib
+
+import numpy as np
+import pytest
+
+from engine.backends.cuda import compile as nvrtc
+from engine.backends.cuda import core_ops
+from engine.backends.numpy import ops
+from engine.config import ROPE_NEOX, ROPE_NORM
+
+SEED = int(os.environ.get("ANVIL_KERNELS_SEED", secrets.randbelow(2**32)))
+
+KERNELS = {
+    "norm.cu": ["rms_norm", "add_rms_norm"],
+    "rope.cu": ["rope_norm", "rope_neox"],
+    "elementwise.cu": ["silu_mul", "gelu_tanh_mul", "add", "scale", "softcap", "f32_to_bf16", "bias_add_rows"],
+    "argmax.cu": ["argmax", "argmax_partial", "argmax_final"],
+}
+ATTN_KERNELS = ["kv_store", "attention_decode", "attention_combine", "attention_prefill"]
+ATTN_SHAPES = list(itertools.product([0, 1], [64, 128, 256], [1, 4, 8]))  # KV_F16, HEAD_DIM, GQA
+
+
+def rng(*salt) -> np.random.Generator:
+    # crc32, not hash(): str hashes are salted per process, which would defeat the replay
+    return np.random.default_rng([SEED, *(zlib.crc32(repr(s).encode()) for s in salt)])
+
+
+# ---- CPU: compile ------------------------------------------------------------------
+
+
+def exports(cubin: bytes, name: str) -> bool:
+    """The ELF string table holds the (extern "C", unmangled) kernel name, NUL-delimited."""
+    return b"\0" + name.encode() + b"\0" in cubin
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_compiles(name):
+    cubin = nvrtc.compile_cubin(name, "sm_90")
+    for fn in KERNELS[name]:
+        assert exports(cubin, fn), f"{name} does not export {fn}"
+
+
+@pytest.mark.parametrize("kv_f16,head_dim,gqa", ATTN_SHAPES)
+def test_attention_compiles(kv_f16, head_dim, gqa):
+    cubin = nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": kv_f16, "HEAD_DIM": head_dim, "GQA": gqa})
+    for fn in ATTN_KERNELS:
+        assert exports(cubin, fn), f"attention.cu does not export {fn}"
+    # kv_store is launched from the module built with KV_F16 alone (defaults for the rest)
+    assert exports(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": kv_f16}), "kv_store")
+
+
+def test_launch_shapes():
+    """Shape-only launch decisions (no GPU): split counts and shared memory."""
+    # 8B-like decode (132 SMs, 8 KV heads): ~4 blocks per SM, no chunk under 128 keys
+    assert core_ops.decode_splits(132, 1, 8, 4096) == 32
+    assert core_ops.decode_splits(132, 1, 8, 131072) == 66
+    assert core_ops.decode_splits(132, 1, 1, 100) == 1
+    for _, d, g in ATTN_SHAPES:
+        assert 4 * core_ops.DEC_WARPS * g * (d + 34) <= 227 * 1024
+        assert 4 * (3 * 32 * (d + 4) + 32 * 36) <= 227 * 1024
+    # llama.cpp's host-side powf(base, -2/n_dims) in float32
+    assert core_ops.rope_theta_scale(10000.0, 128) == float(np.float32(10000.0) ** np.float32(-2 / 128))
+
+
+def kernel_signatures() -> dict[tuple[str, str], list[str]]:
+    """(file, kernel) -> parameter kinds ('ptr', 'int', 'float') parsed from the .cu sources."""
+    sig = re.compile(r'extern "C" __global__ void\s*(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)')
+    out = {}
+    for name in list(KERNELS) + ["attention.cu"]:
+        for fn, params in sig.findall((nvrtc.KERNELS_DIR / name).read_text()):
+            kinds = []
+            for p in params.split(","):
+                p = p.strip()
+                kinds.append("ptr" if "*" in p else "int" if p.startswith("int") else "float")
+            out[(name, fn)] = kinds
+    return out
+
+
+class FakeDevice:
+    """Enough of Device for core_ops to launch into: launches go through the
+    real Device.launch argument conversion and cuda-python's kernel-parameter
+    packer, then are recorded instead of run."""
+
+    sm_count = 132
+
+    def __init__(self):
+        from cuda.bindings import driver
+        from engine.backends.cuda.device import Device
+
+        self.launches, self._allocs, self._next = [], [], 1 << 32
+        self.stream = None
+        ok = (driver.CUresult.CUDA_SUCCESS,)
+        dev = self
+
+        class FakeDriver:
+            CUfunction_attribute = driver.CUfunction_attribute
+
+            @staticmethod
+            def cuFuncSetAttribute(fn, attr, value):
+                dev.smem_raised = (fn, value)
+                return ok
+
+            @staticmethod
+            def cuMemAlloc(nbytes):
+                return ok + (dev.empty((nbytes,), np.uint8).ptr,)
+
+            @staticmethod
+            def cuMemFree(ptr):
+                return ok
+
+            @staticmethod
+            def cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+                driver._HelperKernelParams(params)  # raises on arguments cuda-python cannot pack
+                kinds = ["ptr" if t in (ctypes.c_void_p, ctypes.c_uint64) else "int" if t is ctypes.c_int else
+                         "float" if t is ctypes.c_float else repr(t) for t in params[1]]
+                dev.launches.append((fn, (gx, gy, gz), (bx, by, bz), shared, kinds))
+                return ok
+
+        self.driver = FakeDriver
+        self.launch = types.MethodType(Device.launch, self)
+
+    def function(self, file, name, defines=None):
+        return (file, name)
+
+    def synchronize(self):
+        pass
+
+    def empty(self, shape, dtype=np.float32):
+        from engine.backends.cuda.device import DArray
+
+        shape = tuple(int(s) for s in shape)
+        a = DArray(self._next, shape, np.dtype(dtype), self)
+        self._allocs.append(a.ptr)
+        self._next += (max(1, int(np.prod(shape))) * np.dtype(dtype).itemsize + 255) // 256 * 256
+        return a
+
+
+def test_launchers_match_kernels():
+    """Every launcher passes each kernel the parameters it declares (count and
+    kind), within launch limits, through the real argument packing."""
+    sigs = kernel_signatures()
+    fd = FakeDevice()
+    f32, i32, f16 = np.float32, np.int32, np.float16
+    T, H, Hkv, D, n = 5, 32, 8, 128, 4096
+    x, w, y = fd.empty((T, n)), fd.empty((n,)), fd.empty((T, n))
+    pos = fd.empty((T,), i32)
+    core_ops.rms_norm(fd, x, w, y, 1e-5)
+    core_ops.rms_norm(fd, fd.empty((T, H, D)), None, fd.empty((T, H, D)), 1e-5)
+    core_ops.add_rms_norm(fd, x, fd.empty((T, n)), w, y, 1e-5)
+    core_ops.rope(fd, fd.empty((T, H, D)), pos, ROPE_NEOX, D, 1e6)
+    core_ops.rope(fd, fd.empty((T, H, D)), pos, ROPE_NORM, D, 5e5, 1.0, fd.empty((D // 2,)))
+    for dt, hd in ((f16, 128), (f32, 256), (f16, 64)):
+        kc, vc = fd.empty((4096, Hkv, hd), dt), fd.empty((4096, Hkv, hd), dt)
+        core_ops.kv_store(fd, fd.empty((T, Hkv * hd)), fd.empty((T, Hkv * hd)), kc, vc, pos)
+        for t, path in ((1, None), (T, "decode"), (T, "prefill"), (600, None)):
+            core_ops.attention(fd, fd.empty((t, H, hd)), kc, vc, fd.empty((t, H * hd)), fd.empty((t,), i32),
+                               0.1, 0, path=path)
+    core_ops.attention(fd, fd.empty((1, 4, 256)), fd.empty((64, 1, 256), f16), fd.empty((64, 1, 256), f16),
+                       fd.empty((1, 1024)), pos, 1.0, 512)  # one split: no combine, NULL partials
+    for op in (core_ops.silu_mul, core_ops.gelu_tanh_mul, core_ops.add):
+        op(fd, x, y, fd.empty((T, n)))
+    core_ops.scale(fd, x, 0.5)
+    core_ops.softcap(fd, x, 30.0)
+    core_ops.f32_to_bf16(fd, x, fd.empty((T, n), np.uint16))
+    core_ops.bias_add_rows(fd, x, w)
+    core_ops.argmax(fd, fd.empty((1000,)), fd.empty((1,), i32))
+    core_ops.argmax(fd, fd.empty((151936,)), fd.empty((1,), i32))
+
+    launched = {fn for fn, *_ in fd.launches}
+    assert launched == set(sigs), f"not launched: {set(sigs) - launched}"
+    for fn, grid, block, shared, kinds in fd.launches:
+        assert kinds == sigs[fn], f"{fn}: launcher passes {kinds}, kernel takes {sigs[fn]}"
+        assert all(g >= 1 for g in grid) and grid[1] <= 65535 and grid[2] <= 65535, (fn, grid)
+        assert block[0] % 32 == 0 and block[0] * block[1] * block[2] <= 1024, (fn, block)
+        assert shared <= 227 * 1024, (fn, shared)
+
+
+# ---- GPU helpers ---------------------------------------------------------------------
+
+gpu = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def device():
+    from engine.backends.cuda.device import Device
+
+    return Device()
+
+
+@pytest.fixture
+def dev(device):
+    yield device
+    device.synchronize()
+    device.free_all()
+
+
+def poisoned(dev, shape, dtype=np.float32):
+    a = dev.empty(shape, dtype)
+    dev.fill(a, 0xFF)  # NaN for f32/f16: an unwritten element fails any comparison
+    return a
+
+
+def assert_close(got, ref, atol, rtol, what):
+    got = np.asarray(got, np.float64)
+    ref = np.asarray(ref, np.float64)
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    err = np.abs(got - ref)
+    bad = ~(err <= atol + rtol * np.abs(ref))  # NaN counts as bad
+    if bad.any():
+        i = np.unravel_index(np.argmax(np.where(bad, np.nan_to_num(err, nan=np.inf), -1)), bad.shape)
+        raise AssertionError(
+            f"{what}: {int(bad.sum())}/{bad.size} outside {atol:g} + {rtol:g}*|ref|; worst at {i}: "
+            f"gpu {got[i]!r} ref {ref[i]!r} (seed {SEED}, replay with ANVIL_KERNELS_SEED={SEED})")
+
+
+# ---- norms ---------------------------------------------------------------------------
+
+# fp32 sum of squares in a different order than the float64 reference (rel.
+# error ~log2(n)·2^-24), rsqrt.approx (~2 ulp), approximate division by n,
+# then two float32 multiplies: a few 1e-7 relative; 1e-5 leaves margin.
+NORM_ATOL, NORM_RTOL = 1e-6, 1e-5
+
+
+@gpu
+@pytest.mark.parametrize("rows,n", [(1, 4096), (7, 8192), (3, 576), (5, 1001), (160, 128), (12, 256)])
+@pytest.mark.parametrize("weight", [True, False])
+def test_rms_norm(dev, rows, n, weight):
+    r = rng("rms", rows, n, weight)
+    x = (r.standard_normal((rows, n)) * 2 + 0.5).astype(np.float32)
+    w = (r.standard_normal(n) * 0.5 + 1).astype(np.float32) if weight else None
+    eps = 1e-6
+    dx = dev.upload(x)
+    dw = dev.upload(w) if weight else None
+    dy = poisoned(dev, (rows, n))
+    core_ops.rms_norm(dev, dx, dw, dy, eps)
+    assert_close(dy.numpy(), ops.rms_norm(x, w, eps), NORM_ATOL, NORM_RTOL, f"rms_norm {rows}x{n}")
+    core_ops.rms_norm(dev, dx, dw, dx, eps)  # in place (y aliases x)
+    assert_close(dx.numpy(), ops.rms_norm(x, w, eps), NORM_ATOL, NORM_RTOL, "rms_norm in place")
+
+
+@gpu
+def test_rms_norm_per_head(dev):
+    """Q/K norm: every (token, head) row of [T, H, D] normalised on its own."""
+    r = rng("rms_head")
+    T, H, D = 9, 32, 128
+    x = r.standard_normal((T, H, D)).astype(np.float32) * 3
+    w = (r.standard_normal(D) * 0.3 + 1).astype(np.float32)
+    dx = dev.upload(x)
+    core_ops.rms_norm(dev, dx, dev.upload(w), dx, 1e-6)
+    assert_close(dx.numpy(), ops.rms_norm(x, w, 1e-6), NORM_ATOL, NORM_RTOL, "per-head rms_norm")
+
+
+@gpu
+@pytest.mark.parametrize("rows,n", [(1, 4096), (6, 2048), (4, 1001)])
+def test_add_rms_norm(dev, rows, n):
+    r = rng("add_rms", rows, n)
+    x = r.standard_normal((rows, n)).astype(np.float32)
+    a = r.standard_normal((rows, n)).astype(np.float32)
+    w = (r.standard_normal(n) * 0.5 + 1).astype(np.float32)
+    dx, dy = dev.upload(x), poisoned(dev, (rows, n))
+    core_ops.add_rms_norm(dev, dx, dev.upload(a), dev.upload(w), dy, 1e-5)
+    s = x + a  # one float32 rounding, same as the kernel's: exact
+    np.testing.assert_array_equal(dx.numpy(), s, err_msg=f"residual x += a (seed {SEED})")
+    assert_close(dy.numpy(), ops.rms_norm(s, w, 1e-5), NORM_ATOL, NORM_RTOL, "add_rms_norm")
+
+
+# ---- RoPE ----------------------------------------------------------------------------
+
+def rope_tolerance(x, pos, rope_type, n_rot):
+    """Per-element bound. The kernel (as llama.cpp) builds θ in float32 from
+    __powf(theta_scale, i): ~(2..8)e-7·pos rad of error at high positions
+    (float32 rounding of pos·θ_i and lg2/ex2.approx inside __powf; a float32
+    emulation measured ≤ 8.3e-7·pos for head dims 64..256), plus
+    __sinf/__cosf (sin/cos.approx: ~2^-21 near 0, growing ~|θ|·2^-24 with
+    range reduction) and the approximate division by freq_div. An angle
+    error δ moves x0', x1' by ≤ δ(|x0|+|x1|). Bound: δ ≤ 2e-6 + 1.5e-6·pos
+    (~2x margin). A wrong pairing or frequency gives O(1) errors instead."""
+    half = n_rot // 2
+    if rope_type == ROPE_NORM:
+        i0, i1 = np.arange(0, n_rot, 2), np.arange(1, n_rot, 2)
+    else:
+        i0, i1 = np.arange(half), np.arange(half, n_rot)
+    mag = np.abs(x[..., i0]) + np.abs(x[..., i1])
+    delta = (2e-6 + 1.5e-6 * pos.astype(np.float64))[:, None, None]
+    tol = np.zeros(x.shape)
+    tol[..., i0] = tol[..., i1] = mag * delta
+    return tol + 1e-6
+
+
+@gpu
+@pytest.mark.parametrize("rope_type", [ROPE_NORM, ROPE_NEOX])
+@pytest.mark.parametrize("T,p0,H,D,n_rot,base,scale,ff", [
+    (1, 0, 32, 128, 128, 10000.0, 1.0, False),
+    (7, 0, 8, 64, 64, 10000.0, 1.0, False),
+    (5, 3000, 32, 128, 128, 500000.0, 1.0, True),   # llama3: rope_freqs divisors
+    (3, 7000, 4, 256, 256, 1e6, 1.0, False),        # gemma3-like head dim
+    (33, 100, 8, 128, 64, 10000.0, 0.25, False),    # partial rotation, linear scaling
+    (600, 0, 2, 128, 128, 1e6, 1.0, False),         # prefill length
+])
+def test_rope(dev, rope_type, T, p0, H, D, n_rot, base, scale, ff):
+    r = rng("rope", rope_type, T, p0, H, D, n_rot)
+    x = r.standard_normal((T, H, D)).astype(np.float32)
+    pos = (p0 + np.arange(T)).astype(np.int32)
+    if T > 1:
+        pos[-1] = p0 + 4 * T + 17  # positions need not be consecutive: each token reads its own
+    fdiv = r.uniform(1.0, 8.0, n_rot // 2).astype(np.float32) if ff else None
+    dx = dev.upload(x)
+    core_ops.rope(dev, dx, dev.upload(pos), rope_type, n_rot, base, scale, dev.upload(fdiv) if ff else None)
+    got = dx.numpy()
+    cos, sin = ops.rope_angles(pos, n_rot, base, scale, fdiv)
+    ref = ops.rope(x, cos, sin, rope_type)
+    if n_rot < D:
+        np.testing.assert_array_equal(got[..., n_rot:], x[..., n_rot:], err_msg="dims >= n_rot must be untouched")
+    err = np.abs(got.astype(np.float64) - ref)
+    tol = rope_tolerance(x, pos, rope_type, n_rot)
+    bad = ~(err <= tol)
+    assert not bad.any(), (f"rope {rope_type}: {int(bad.sum())} outside tolerance, worst err/tol "
+                           f"{np.nanmax(err / tol):.3g} at {np.unravel_index(np.argmax(err / tol), err.shape)} (seed {SEED})")
+
+
+# ---- KV cache and attention ------------------------------------------------------------
+
+def f16_round(a):
+    return a.astype(np.float16).astype(np.float32)
+
+
+@gpu
+@pytest.mark.parametrize("kv_f16", [1, 0])
+def test_kv_store(dev, kv_f16):
+    r = rng("kv_store", kv_f16)
+    n_ctx, Hkv, D, T = 64, 4, 128, 9
+    dt = np.float16 if kv_f16 else np.float32
+    k = r.standard_normal((T, Hkv * D)).astype(np.float32)
+    v = r.standard_normal((T, Hkv * D)).astype(np.float32)
+    pos = r.permutation(n_ctx)[:T].astype(np.int32)  # scattered rows: row t goes to pos[t]
+    kc, vc = poisoned(dev, (n_ctx, Hkv, D), dt), poisoned(dev, (n_ctx, Hkv, D), dt)
+    core_ops.kv_store(dev, dev.upload(k), dev.upload(v), kc, vc, dev.upload(pos))
+    for got, src in ((kc.numpy(), k), (vc.numpy(), v)):
+        # f16: __float2half_rn and NumPy's astype both round to nearest even: exact
+        np.testing.assert_array_equal(got[pos].reshape(T, -1), src.astype(dt), err_msg=f"seed {SEED}")
+        rest = np.setdiff1d(np.arange(n_ctx), pos)
+        assert np.isnan(got[rest]).all(), "kv_store wrote rows it was not given"
+
+
+def make_cache(dev, r, n_ctx, n_valid, Hkv, D, kv_f16):
+    """Random K/V in rows [0, n_valid); rows past it are NaN (never to be read).
+    Returns device caches and the float32 values the kernel sees."""
+    dt = np.float16 if kv_f16 else np.float32
+    k = r.standard_normal((n_ctx, Hkv, D)).astype(dt)
+    v = r.standard_normal((n_ctx, Hkv, D)).astype(dt)
+    k[n_valid:] = np.nan
+    v[n_valid:] = np.nan
+    return dev.upload(k), dev.upload(v), k[:n_valid].astype(np.float32), v[:n_valid].astype(np.float32)
+
+
+# Both paths: fp32 dot products in another order than the float64 reference
+# (~1e-6 relative on scores of magnitude ≲10), __expf (ex2.approx: ≲ 2+1.2|x|
+# ulp, x down to about -30 here: ~3e-6 relative on each weight) and fp32
+# accumulation of up to ~4000 weighted V rows. Outputs are weighted means of
+# |v| ≲ 5: expected errors ~1e-5. The reference sees the same f16-rounded
+# K/V, so the f16 cache itself costs nothing here. A key wrongly in or out
+# of the mask shifts outputs by ~p_key·|v| (checked exactly in
+# test_attention_mask_exact).
+ATTN_ATOL, ATTN_RTOL = 1e-4, 1e-4
+
+
+def run_attention(dev, r, T, p0, n_ctx, Hkv, G, D, kv_f16, window, path, q_gain=2.0):
+    H = Hkv * G
+    n_valid = p0 + T
+    kc, vc, k, v = make_cache(dev, r, n_ctx, n_valid, Hkv, D, kv_f16)
+    q = (r.standard_normal((T, H, D)) * q_gain).astype(np.float32)  # gain: peakier softmax than N(0,1) scores
+    pos = (p0 + np.arange(T)).astype(np.int32)
+    scale = 1.0 / np.sqrt(D)
+    out = poisoned(dev, (T, H * D))
+    core_ops.attention(dev, dev.upload(q), kc, vc, out, dev.upload(pos), scale, window, path=path)
+    ref = ops.attention(q, k, v, pos, scale, window)
+    assert_close(out.numpy(), ref, ATTN_ATOL, ATTN_RTOL,
+                 f"attention {path} T={T} p0={p0} Hkv={Hkv} G={G} D={D} f16={kv_f16} window={window}")
+
+
+@gpu
+@pytest.mark.parametrize("kv_f16", [1, 0])
+@pytest.mark.parametrize("D,G", [(64, 1), (128, 4), (128, 8), (256, 4)])
+@pytest.mark.parametrize("L", [1, 37, 1000, 2049])
+@pytest.mark.parametrize("window", [0, 8])
+def test_attention_decode(dev, kv_f16, D, G, L, window):
+    """T=1 at L cached positions (the query's own K/V included); n_ctx 4096,
+    so the split count is that of a real 4k-context decode graph."""
+    run_attention(dev, rng("dec", kv_f16, D, G, L, window), 1, L - 1, 4096, 2, G, D, kv_f16, window, "decode")
+
+
+@gpu
+def test_attention_decode_8b_shape(dev):
+    """Llama/Qwen-8B layer: 32 heads, 8 KV heads, D 128, f16, 1500 cached."""
+    run_attention(dev, rng("dec8b"), 1, 1499, 8192, 8, 4, 128, 1, 0, "decode")
+
+
+@gpu
+@pytest.mark.parametrize("kv_f16", [1, 0])
+@pytest.mark.parametrize("T,p0,D,G,window", [
+    (1, 0, 128, 4, 0),
+    (5, 0, 64, 1, 0),
+    (33, 0, 128, 4, 0),
+    (129, 7, 256, 4, 0),
+    (200, 300, 128, 8, 0),   # chunked prefill: earlier positions already cached
+    (64, 0, 128, 1, 8),
+    (300, 50, 256, 4, 100),  # gemma3-style sliding window
+    (600, 0, 128, 4, 0),
+    (600, 0, 64, 8, 64),
+])
+@pytest.mark.parametrize("path", ["prefill", "decode"])
+def test_attention_prefill(dev, kv_f16, T, p0, D, G, window, path):
+    """T queries with the causal mask (and window); the decode kernel is
+    checked on the same cases since attention() may route small T to it."""
+    if path == "decode" and T > 64:
+        pytest.skip("decode kernel on long prompts: covered by the short cases")
+    run_attention(dev, rng("pf", kv_f16, T, p0, D, G, window, path), T, p0, p0 + T + 40, 2, G, D, kv_f16, window, path)
+
+
+@gpu
+@pytest.mark.parametrize("path", ["decode", "prefill"])
+@pytest.mark.parametrize("window", [0, 1, 8, 1000])
+def test_attention_mask_exact(dev, path, window):
+    """Every key identical -> every visible key gets exactly the same weight;
+    V[p] = p/1024 (exact in f16 below 2048) -> the output is the mean
+    visible position / 1024 = (lo + pos)/2/1024. A key too many or too few at
+    either end of the range moves it by 0.5/1024 = 4.9e-4; fp32 summation of
+    <= 1600 equal-weight terms errs by ~1e-6, so 1e-4 separates the two.
+    Positions are scattered (not consecutive), queries in one prefill tile
+    see different ranges, and the rows past the last position are NaN."""
+    r = rng("mask", path, window)
+    Hkv, G, D, n_ctx = 2, 4, 128, 2048
+    T = 3 if path == "decode" else 70
+    pos = np.sort(r.choice(np.arange(1, 1600), T, replace=False)).astype(np.int32)
+    pos[0] = 0
+    kvec = r.standard_normal(D).astype(np.float16)
+    k = np.broadcast_to(kvec, (n_ctx, Hkv, D)).copy()
+    v = np.broadcast_to((np.arange(n_ctx) / 1024.0)[:, None, None], (n_ctx, Hkv, D)).astype(np.float16)
+    k[pos[-1] + 1:] = np.nan
+    v[pos[-1] + 1:] = np.nan
+    q = r.standard_normal((T, Hkv * G, D)).astype(np.float32)
+    out = poisoned(dev, (T, Hkv * G * D))
+    core_ops.attention(dev, dev.upload(q), dev.upload(k), dev.upload(v), out, dev.upload(pos), 0.125, window,
+                       path=path)
+    lo = np.maximum(0, pos - window + 1) if window else np.zeros_like(pos)
+    want = np.broadcast_to(((lo + pos) / 2.0 / 1024.0)[:, None], (T, Hkv * G * D))
+    assert_close(out.numpy(), want, 1e-4, 0, f"mask {path} window={window} pos={pos.tolist()}")
+
+
+# ---- elementwise ---------------------------------------------------------------------
+
+EW_SIZES = [1, 7, 4096, 14336 * 3 + 1]  # odd sizes exercise the scalar tail
+
+
+def ew_inputs(dev, r, n, misaligned):
+    """Two random fp32 vectors on the device; misaligned=True offsets them by
+    one float so the kernels take their scalar (non-float4) path."""
+    a = (r.standard_normal(n) * 3).astype(np.float32)
+    b = (r.standard_normal(n) * 2).astype(np.float32)
+    off = 1 if misaligned else 0
+    da, db = dev.empty((n + off,)), dev.empty((n + off,))
+    dev.upload(np.concatenate([np.float32([1.5] * off), a]), da)
+    dev.upload(np.concatenate([np.float32([1.5] * off), b]), db)
+    dy = poisoned(dev, (n + off,))
+    view = lambda d: d.rows(off, n + off)
+    return a, b, view(da), view(db), view(dy)
+
+
+@gpu
+@pytest.mark.parametrize("n", EW_SIZES)
+@pytest.mark.parametrize("misaligned", [False, True])
+def test_gated_activations(dev, n, misaligned):
+    r = rng("act", n, misaligned)
+    g, u, dg, du, dy = ew_inputs(dev, r, n, misaligned)
+    g64, u64 = g.astype(np.float64), u.astype(np.float64)
+    # silu: __expf (≲ 2+1.2|x| ulp, |x| ≲ 15 here) and an approximate divide: ~2e-6 relative
+    core_ops.silu_mul(dev, dg, du, dy)
+    assert_close(dy.numpy(), g64 / (1 + np.exp(-g64)) * u64, 1e-7, 1e-5, "silu_mul")
+    # gelu: tanhf compiles to tanh.approx.f32 under fast math (max rel. error
+    # 2^-11 ≈ 4.9e-4, as in llama.cpp's build), which moves y by up to
+    # 0.5·|g·u|·|tanh|·4.9e-4: bound by |g·u| rather than |ref| (ref ≈ 0 when
+    # 1+tanh ≈ 0 but the absolute error need not be).
+    core_ops.gelu_tanh_mul(dev, dg, du, dy)
+    ref = 0.5 * g64 * (1 + np.tanh(0.7978845608 * g64 * (1 + 0.044715 * g64 * g64))) * u64
+    err = np.abs(dy.numpy() - ref)
+    bad = ~(err <= 1e-7 + 3e-4 * np.abs(g64 * u64) + 1e-5 * np.abs(ref))
+    assert not bad.any(), f"gelu_tanh_mul: {bad.sum()} bad, worst {err.max():.3g} (seed {SEED})"
+
+
+@gpu
+@pytest.mark.parametrize("n", EW_SIZES)
+@pytest.mark.parametrize("misaligned", [False, True])
+def test_add_scale_softcap(dev, n, misaligned):
+    r = rng("arith", n, misaligned)
+    a, b, da, db, dy = ew_inputs(dev, r, n, misaligned)
+    core_ops.add(dev, da, db, dy)  # one float32 rounding either way: exact
+    np.testing.assert_array_equal(dy.numpy(), a + b, err_msg=f"add (seed {SEED})")
+    core_ops.add(dev, da, db, da)  # in place
+    np.testing.assert_array_equal(da.numpy(), a + b, err_msg=f"add in place (seed {SEED})")
+    core_ops.scale(dev, db, 0.37)  # exact: one multiply
+    np.testing.assert_array_equal(db.numpy(), b * np.float32(0.37), err_msg=f"scale (seed {SEED})")
+    x = (b * np.float32(0.37)).astype(np.float64) * 20  # logits-like range
+    dev.upload(x.astype(np.float32), db)
+    core_ops.softcap(dev, db, 30.0)
+    # tanh.approx.f32 (rel. error ≤ 2^-11) dominates: 6e-4 relative
+    assert_close(db.numpy(), 30.0 * np.tanh(x.astype(np.float32).astype(np.float64) / 30.0), 1e-6, 6e-4,
+                 "softcap")
+    # the gemma reference op itself, for good measure
+    assert_close(db.numpy(), ops.softcap(x.astype(np.float32), 30.0), 1e-6, 6e-4, "softcap vs ops.softcap")
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even fp32 -> bf16 bits (finite and inf inputs)."""
+    b = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+@gpu
+@pytest.mark.parametrize("n", EW_SIZES)
+def test_f32_to_bf16(dev, n):
+    r = rng("bf16", n)
+    x = (r.standard_normal(n) * 10.0 ** r.integers(-5, 5, n)).astype(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 3.0e38, -3.4e38,
+                        np.uint32(0x3F808000).view(np.float32),   # tie, even mantissa: rounds down
+                        np.uint32(0x3F818000).view(np.float32)],  # tie, odd mantissa: rounds up
+                       np.float32)
+    x[: min(n, special.size)] = special[: min(n, special.size)]
+    dy = poisoned(dev, (n,), np.uint16)
+    core_ops.f32_to_bf16(dev, dev.upload(x), dy)
+    np.testing.assert_array_equal(dy.numpy(), bf16_bits(x), err_msg=f"f32_to_bf16 (seed {SEED})")
+
+
+@gpu
+@pytest.mark.parametrize("rows,n", [(1, 4096), (37, 1024), (5, 3)])
+def test_bias_add_rows(dev, rows, n):
+    r = rng("bias", rows, n)
+    y = r.standard_normal((rows, n)).astype(np.float32)
+    b = r.standard_normal(n).astype(np.float32)
+    dy = dev.upload(y)
+    core_ops.bias_add_rows(dev, dy, dev.upload(b))
+    np.testing.assert_array_equal(dy.numpy(), y + b, err_msg=f"bias_add_rows (seed {SEED})")  # one add: exact
+
+
+# ---- argmax --------------------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("n", [1, 1000, 32000, 32769, 151936, 262144])
+def test_argmax_ties(dev, n):
+    """Ties go to the lowest index, across threads and across the blocks of
+    the two-pass path (which splits at multiples of ~n/nb)."""
+    r = rng("argmax", n)
+    out = poisoned(dev, (1,), np.int32)
+    x = r.standard_normal(n).astype(np.float32)
+    cases = {"random": x.copy()}
+    tied = x.copy()
+    top = np.float32(x.max() + 1)
+    where = np.unique(np.concatenate([r.integers(0, n, 5), [n - 1], [n // 2, n // 2 - 1]]))
+    tied[where] = top
+    cases["ties"] = tied
+    cases["all equal"] = np.full(n, np.float32(-2.5))
+    last = x.copy()
+    last[-1] = top
+    cases["max last"] = last
+    ninf = np.full(n, -np.inf, np.float32)
+    ninf[n // 3] = np.float32(-1e38)
+    cases["-inf elsewhere"] = ninf
+    for name, v in cases.items():
+        dev.fill(out, 0xFF)
+        core_ops.argmax(dev, dev.upload(v), out)
+        assert int(out.numpy()[0]) == int(np.argmax(v)), f"argmax {name} n={n}: got {out.numpy()[0]}, want {np.argmax(v)} (seed {SEED})"
