@@ -14,12 +14,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit -
 tiny="tiny-llama tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-llama-f32 tiny-qwen2-f32 tiny-qwen3-f32 tiny-gemma3-f32"
 python3 -m harness.cli models -q $tiny > $OUT/models.txt 2>&1 || cat $OUT/models.txt
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  python3 -m pytest -q -m gpu -x tests/test_kernels_quant.py tests/test_kernels_core.py tests/test_cuda_engine.py \
-    -p no:cacheprovider 2>&1 | tee $OUT/pytest-gpu.txt | tail -25
+  timeout 300 python3 -m pytest -q -m gpu --maxfail=15 tests/test_kernels_quant.py tests/test_kernels_core.py \
+    tests/test_cuda_engine.py -p no:cacheprovider 2>&1 > $OUT/pytest-gpu.txt
+  grep -E "^(FAILED|ERROR)|passed|failed" $OUT/pytest-gpu.txt | tail -20
+  timeout 120 python3 -c "from engine.backends.cuda.device import Device; from engine.backends.cuda import qmatmul as q; q.bench_all(Device())" 2>&1 | tail -25
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   q8b=$(python3 -m harness.cli models -q qwen3-8b | awk '{print $4}')
-  python3 -m engine bench "$q8b" --backend cuda --json > $OUT/bench-qwen3-8b.json 2> $OUT/bench-qwen3-8b.err
+  timeout 240 python3 -m engine bench "$q8b" --backend cuda --json > $OUT/bench-qwen3-8b.json 2> $OUT/bench-qwen3-8b.err
   tail -3 $OUT/bench-qwen3-8b.err
   python3 -c "import json,sys; from engine.bench import format_table; print(format_table(json.load(open('$OUT/bench-qwen3-8b.json'))))"
 fi

@@ -1,0 +1,217 @@
+"""Weight kernels (gemv.cu, dequant.cu via engine/backends/cuda/qmatmul.py)
+against engine.quants, for every GGUF type the CUDA backend supports.
+
+CPU part: both files compile with NVRTC for sm_90 (gemv.cu for every
+GEMV_ROWS the launcher uses) and export every kernel; the launcher's mirror of
+the gemv work-unit layout matches gemv.cu; unsupported types are refused.
+
+GPU part (@pytest.mark.gpu): fresh random raw blocks (finite fp16 scales),
+outputs poisoned with 0xFF bytes (NaN) first, engine.quants.dequantize as the
+reference. get_rows and dequant_bf16 must be bit-exact; gemv has a stated
+tolerance. Every failure message states the seed; ANVIL_KERNELS_SEED=<int>
+replays it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import zlib
+
+import numpy as np
+import pytest
+
+from engine.backends.cuda import compile as nvrtc
+from engine.backends.cuda import qmatmul
+from engine.errors import AnvilError
+from engine.quants import BLOCK, QType, dequantize
+
+SEED = int(os.environ.get("ANVIL_KERNELS_SEED", secrets.randbelow(2**32)))
+TYPES = list(qmatmul.SUPPORTED)
+FLOATS = (QType.F32, QType.F16, QType.BF16)
+
+
+def rng(*salt) -> np.random.Generator:
+    # crc32, not hash(): str hashes are salted per process, which would defeat the replay
+    return np.random.default_rng([SEED, *(zlib.crc32(repr(s).encode()) for s in salt)])
+
+
+def qk(t: QType) -> int:
+    return BLOCK[t][0]
+
+
+def suffix(t: QType) -> str:
+    return t.name.lower()
+
+
+# ---- CPU ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows", qmatmul.ROW_CHOICES)
+def test_gemv_compiles(rows):
+    cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_ROWS": rows})
+    for t in TYPES:
+        assert f"gemv_{suffix(t)}\0".encode() in cubin, f"gemv.cu does not export gemv_{suffix(t)}"
+
+
+def test_dequant_compiles():
+    cubin = nvrtc.compile_cubin("dequant.cu", "sm_90")
+    for t in TYPES:
+        for fn in (f"dequant_{suffix(t)}_bf16", f"get_rows_{suffix(t)}"):
+            assert f"{fn}\0".encode() in cubin, f"dequant.cu does not export {fn}"
+
+
+def test_gemv_layout_mirror_matches_kernel():
+    # qmatmul sizes shared memory from its own copy of the unit layout: keep them equal
+    src = (nvrtc.KERNELS_DIR / "gemv.cu").read_text()
+    structs = {"Q4_0": QType.Q4_0, "Q4_1": QType.Q4_1, "Q5_0": QType.Q5_0, "Q5_1": QType.Q5_1,
+               "Q8_0": QType.Q8_0, "Q4K": QType.Q4_K, "Q5K": QType.Q5_K, "Q6K": QType.Q6_K}
+    found = {m[0]: tuple(int(v) for v in m[1:]) for m in re.findall(r"struct (\w+) : Layout<(\d+), (\d+), (\d+)>", src)}
+    for name, t in structs.items():
+        assert found[name] == qmatmul._GEMV_UNITS[t], name
+        upb, elems, nbytes = found[name]
+        assert (elems, nbytes) == BLOCK[t]
+        # the staging buffer holds the worst case: 15 bytes of misalignment before the span
+        assert qmatmul.gemv_span(upb, nbytes) >= -(-(15 + 32 // upb * nbytes) // 16) * 16
+
+
+@pytest.mark.parametrize("fn", ["gemv", "dequant_bf16", "get_rows"])
+def test_unsupported_type_is_refused(fn):
+    call = {"gemv": lambda: qmatmul.gemv(None, None, QType.Q2_K, None, None, 256, 8),
+            "dequant_bf16": lambda: qmatmul.dequant_bf16(None, None, QType.Q3_K, None, 8, 256),
+            "get_rows": lambda: qmatmul.get_rows(None, None, 99, None, None, 256)}[fn]
+    with pytest.raises(AnvilError, match=r"unsupported weight type .*supported: F32, F16, BF16"):
+        call()
+
+
+def test_gemv_plan_covers_rows_and_threads():
+    for t in TYPES:
+        for n_in, n_out in [(4096, 151936), (14336, 4096), (qk(t), 1), (4096, 1000)]:
+            p = qmatmul.gemv_plan(t, n_in, n_out)
+            assert p.blocks * p.rows >= n_out > (p.blocks - 1) * p.rows
+            assert 32 <= p.threads <= qmatmul.MAX_THREADS and p.threads % 32 == 0
+            assert p.shared <= 227 * 1024
+
+
+# ---- GPU ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dev():
+    from engine.backends.cuda.device import Device
+
+    d = Device()
+    yield d
+    d.synchronize()
+    d.free_all()
+
+
+def bf16_rne(a: np.ndarray) -> np.ndarray:
+    b = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    return ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+
+
+def assert_bits_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    bad = got != want
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        pytest.fail(f"{what} (seed {SEED}): {int(bad.sum())} of {bad.size} differ, first at {i}: "
+                    f"{got[i]!r} vs {want[i]!r}")
+
+
+def row_lengths(t: QType) -> list[int]:
+    # one block, a few blocks, a model width; float rows also of odd length (scalar path)
+    return [1, 100, 4096] if t in FLOATS else [qk(t), 3 * qk(t), 4096]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_get_rows_exact(dev, t):
+    for n_in in row_lengths(t):
+        for scale in (1.0, 45.254833995939045):  # sqrt(2048): gemma's embedding scale
+            g = rng("get_rows", t, n_in, scale)
+            n_rows = 64
+            raw = qmatmul.random_weights(g, t, n_rows, n_in, wide=t not in FLOATS)
+            ids = g.integers(0, n_rows, 37).astype(np.int32)
+            ids[:2] = [0, n_rows - 1]
+            W, d_ids = dev.upload(raw), dev.upload(ids)
+            out = dev.empty((ids.size, n_in), np.float32)
+            dev.fill(out, 0xFF)
+            qmatmul.get_rows(dev, W, t, d_ids, out, n_in, scale)
+            # one fp32 multiply, as the kernel (no value here is denormal, so flush-to-zero cannot differ)
+            want = dequantize(raw, t, (n_rows, n_in))[ids] * np.float32(scale)
+            assert_bits_equal(out.numpy().view(np.uint32), want.view(np.uint32),
+                              f"get_rows {t.name} n_in={n_in} scale={scale}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_dequant_bf16_exact(dev, t):
+    for n_in in row_lengths(t):
+        for n_rows in (3, 33):
+            g = rng("dequant", t, n_in, n_rows)
+            raw = qmatmul.random_weights(g, t, n_rows, n_in, wide=t not in FLOATS)
+            W = dev.upload(raw)
+            out = dev.empty((n_rows, n_in), np.uint16)
+            dev.fill(out, 0xFF)
+            qmatmul.dequant_bf16(dev, W, t, out, n_rows, n_in)
+            want = bf16_rne(dequantize(raw, t, (n_rows, n_in)))
+            assert_bits_equal(out.numpy(), want, f"dequant_bf16 {t.name} [{n_rows} x {n_in}]")
+
+
+def gemv_cases(t: QType) -> list[tuple[int, int, int | None, str]]:
+    """(n_in, n_out, rows per block or None = launcher's choice, add mode)."""
+    k = qk(t) if t not in FLOATS else 8
+    cases = [
+        (k, 37, None, "none"),             # n_in = one block
+        (3 * k, 515, None, "bias"),        # n_out not a multiple of any rows-per-block
+        (4096, 1000, 16, "none"),          # 16 rows per block, partial last block
+        (14336, 300, None, "residual"),    # large n_in, y aliasing add
+    ]
+    cases += [(2 * 256, 77, r, "bias") for r in qmatmul.ROW_CHOICES]
+    if t in FLOATS:
+        cases += [(1, 5, None, "none"), (100, 9, None, "bias")]  # odd lengths: one element per unit
+    return cases
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_gemv(dev, t):
+    for n_in, n_out, rows, mode in gemv_cases(t):
+        g = rng("gemv", t, n_in, n_out, rows, mode)
+        raw = qmatmul.random_weights(g, t, n_out, n_in)
+        x = g.standard_normal(n_in, dtype=np.float32)
+        add = g.standard_normal(n_out, dtype=np.float32)
+        W, dx = dev.upload(raw), dev.upload(x)
+        if mode == "residual":  # y holds add: the one output that cannot be poisoned
+            y = dev.upload(add)
+            qmatmul.gemv(dev, W, t, dx, y, n_in, n_out, add=y, rows=rows)
+        else:
+            y = dev.empty((n_out,), np.float32)
+            dev.fill(y, 0xFF)
+            d_add = dev.upload(add) if mode == "bias" else None
+            qmatmul.gemv(dev, W, t, dx, y, n_in, n_out, add=d_add, rows=rows)
+        got = y.numpy()
+
+        w = dequantize(raw, t, (n_out, n_in)).astype(np.float64)
+        prod = w * x.astype(np.float64)
+        ref = prod.sum(axis=1) + (add.astype(np.float64) if mode != "none" else 0.0)
+        # Tolerance: the GPU sums the n_in products in fp32, in another order
+        # (per-thread chains of 4-32 terms, then warp and block trees). Each
+        # rounding adds <= eps*|partial sum|; for 4-6-bit types the products come
+        # as 256*d*sc*(sum (0.5 + q/256) x - X/2), which gives up ~5 bits to
+        # that cancellation. Random-sign errors add like a random walk, so the
+        # total is ~ C * eps * ||w*x||_2 (eps = 2^-24), C a few hundred at most.
+        # atol = 2^-12 ||w*x||_2 (= 4096 eps) leaves room for that, yet is ~30x
+        # below one wrong product at n_in = 14336 (|w_j x_j| ~ ||w*x||_2/sqrt(n_in)).
+        # rtol covers the final fp32 rounding of y and of the add.
+        atol = 2.0**-12 * np.sqrt((prod**2).sum(axis=1))
+        rtol = 2.0**-20
+        err = np.abs(got.astype(np.float64) - ref)
+        bad = ~(err <= atol + rtol * np.abs(ref))  # NaN (poison left over) counts as bad
+        if bad.any():
+            i = int(np.argmax(bad))
+            pytest.fail(f"gemv {t.name} [{n_out} x {n_in}] rows={rows} add={mode} (seed {SEED}): "
+                        f"{int(bad.sum())} of {n_out} rows off, first row {i}: {got[i]!r} vs {ref[i]!r} "
+                        f"(atol {atol[i]:.3g})")
