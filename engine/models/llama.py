@@ -15,9 +15,10 @@ from __future__ import annotations
 def block(ops, cfg, w, il, x, positions, cache):
     T = x.shape[0]
     n = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
-    q = ops.matmul(n, w.wq, w.bq).reshape(T, cfg.n_head, cfg.head_dim)
-    k = ops.matmul(n, w.wk, w.bk).reshape(T, cfg.n_head_kv, cfg.head_dim)
-    v = ops.matmul(n, w.wv, w.bv).reshape(T, cfg.n_head_kv, cfg.head_dim)
+    q, k, v = ops.matmuls(n, (w.wq, w.wk, w.wv), (w.bq, w.bk, w.bv))
+    q = q.reshape(T, cfg.n_head, cfg.head_dim)
+    k = k.reshape(T, cfg.n_head_kv, cfg.head_dim)
+    v = v.reshape(T, cfg.n_head_kv, cfg.head_dim)
     if cfg.qk_norm:
         q = ops.rms_norm(q, w.q_norm, cfg.rms_eps)
         k = ops.rms_norm(k, w.k_norm, cfg.rms_eps)
@@ -26,8 +27,7 @@ def block(ops, cfg, w, il, x, positions, cache):
     k = ops.rope(k, rotation)
     keys, values = cache.store(il, positions, k, v)
     a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
-    x = ops.add(x, ops.matmul(a, w.wo))
+    x, m = ops.add_rms_norm(x, ops.matmul(a, w.wo), w.ffn_norm, cfg.rms_eps)  # x += attn; m = RMSNorm(x)
 
-    m = ops.rms_norm(x, w.ffn_norm, cfg.rms_eps)
-    h = ops.swiglu(ops.matmul(m, w.w_gate), ops.matmul(m, w.w_up))
+    h = ops.swiglu(*ops.matmuls(m, (w.w_gate, w.w_up)))
     return ops.add(x, ops.matmul(h, w.w_down))

@@ -95,6 +95,33 @@ class Ops:
         self.core.rms_norm(self.dev, x, w, y, eps)
         return y
 
+    def matmuls(self, x: DArray, weights, biases=None) -> list[DArray]:
+        """Several projections of one input. In decode, weights of one type
+        stored back to back (as loaded) run as a single matrix-vector launch
+        over their stacked rows, and the outputs are views of its result."""
+        biases = tuple(biases or (None,) * len(weights))
+        if x.shape[0] > GEMV_MAX_TOKENS or len(weights) == 1:
+            return [self.matmul(x, w, b) for w, b in zip(weights, biases)]
+        key = tuple(w.data.ptr for w in weights)
+        stacked = self.b.stacked.get(key)
+        if stacked is None:
+            stacked = self.b.stacked[key] = _stack(weights, biases)
+        if stacked is False:
+            return [self.matmul(x, w, b) for w, b in zip(weights, biases)]
+        w, bias = stacked
+        y = self.matmul(x, w, bias)
+        out, start = [], 0
+        for wi in weights:
+            out.append(DArray(y.ptr + 4 * start, (1, wi.n_out), y.dtype, y.device))
+            start += wi.n_out
+        return out
+
+    def add_rms_norm(self, x: DArray, a: DArray, w: DArray, eps: float):
+        """``x += a`` in place (x is this pass's residual stream), then the norm."""
+        y = self._empty(x.shape)
+        self.core.add_rms_norm(self.dev, x, a, w, y, eps)
+        return x, y
+
     def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None) -> DArray:
         T = x.shape[0]
         y = self._empty((T, w.n_out))
@@ -155,6 +182,27 @@ class Ops:
         return self.b.workspace.keep(x)
 
 
+def _stack(weights, biases):
+    """(weight, bias) covering consecutive matrices, or False if they are not
+    one type, not back to back, or only some have biases."""
+    w0 = weights[0]
+    for a, b in zip(weights, weights[1:]):
+        if b.qtype != w0.qtype or b.n_in != w0.n_in or a.data.ptr + a.data.nbytes != b.data.ptr:
+            return False
+    if any(b is None for b in biases):
+        if any(b is not None for b in biases):
+            return False
+        bias = None
+    else:
+        for a, b in zip(biases, biases[1:]):
+            if a.ptr + a.nbytes != b.ptr:
+                return False
+        bias = DArray(biases[0].ptr, (sum(b.size for b in biases),), biases[0].dtype, biases[0].device)
+    nbytes = sum(w.data.nbytes for w in weights)
+    data = DArray(w0.data.ptr, (nbytes,), w0.data.dtype, w0.data.device)
+    return QWeight(data, w0.qtype, sum(w.n_out for w in weights), w0.n_in), bias
+
+
 class Backend:
     name = "cuda"
 
@@ -166,6 +214,8 @@ class Backend:
         self.dev = Device()
         self.cublas = Cublas(self.dev.stream)
         self.workspace = Workspace(self.dev, (workspace_mb or 256) << 20)
+        self.weights: Workspace | None = None  # sized from the file on the first upload
+        self.stacked: dict = {}
         self.ops = Ops(self)
         # decode state: static device buffers the captured graph reads
         self.token = self.dev.empty((1,), np.int32)
@@ -175,12 +225,15 @@ class Backend:
         self._device_state = None  # (token, pos) the buffers hold for the next step
 
     def upload(self, gf: GGUFFile, name: str):
+        if self.weights is None:
+            # one allocation for all weights: the file size bounds them (the
+            # 1-D tensors, dequantised to f32, are a rounding error)
+            self.weights = Workspace(self.dev, gf.path.stat().st_size + (64 << 20), align=16)
         shape = gf.tensor_shape(name)
         qtype = gf.tensor_type(name)
-        if len(shape) == 1:
-            return self.dev.upload(gf.dequantize(name))
-        raw = np.ascontiguousarray(gf.raw(name)).view(np.uint8).reshape(-1)
-        return QWeight(self.dev.upload(raw), qtype, shape[0], shape[1])
+        host = gf.dequantize(name) if len(shape) == 1 else np.ascontiguousarray(gf.raw(name)).view(np.uint8)
+        data = self.dev.upload(host.reshape(-1), self.weights.empty((host.size,), host.dtype))
+        return data if len(shape) == 1 else QWeight(data, qtype, shape[0], shape[1])
 
     def make_cache(self, rope_freqs) -> KVCache:
         return KVCache(self, rope_freqs)

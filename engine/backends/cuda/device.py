@@ -86,12 +86,12 @@ class DArray:
 
 
 class Workspace:
-    """Bump allocator over one device allocation, reset per forward pass."""
+    """Bump allocator over one device allocation: per-pass temporaries (reset
+    each pass), or the weights (never reset; tensors loaded one after another
+    sit back to back, which lets Q/K/V or gate/up run as one kernel)."""
 
-    ALIGN = 256
-
-    def __init__(self, device: "Device", nbytes: int):
-        self.device, self.capacity = device, nbytes
+    def __init__(self, device: "Device", nbytes: int, align: int = 256):
+        self.device, self.capacity, self.ALIGN = device, nbytes, align
         self.base = device.alloc_raw(nbytes)
         self.offset = self.mark = 0
         self.high_water = 0

@@ -31,6 +31,18 @@ def matmul(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.n
     return y if bias is None else y + bias
 
 
+def matmuls(x: np.ndarray, weights, biases=None) -> list[np.ndarray]:
+    """Several projections of the same input (Q/K/V, gate/up)."""
+    biases = biases or (None,) * len(weights)
+    return [matmul(x, w, b) for w, b in zip(weights, biases)]
+
+
+def add_rms_norm(x: np.ndarray, a: np.ndarray, w: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """The residual add and the next norm: ``x + a`` and ``RMSNorm(x + a)·w``."""
+    x = x + a
+    return x, rms_norm(x, w, eps)
+
+
 def rope_angles(positions: np.ndarray, n_rot: int, base: float, scale: float,
                 freq_divisors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """cos/sin ``[T, n_rot/2]`` of ``θ = scale · pos · base^(-2i/n_rot) / divisor_i``."""
