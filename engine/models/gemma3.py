@@ -22,8 +22,7 @@ def block(ops, cfg, w, il, x, positions, cache):
     q = ops.rms_norm(q, w.q_norm, cfg.rms_eps)
     k = ops.rms_norm(k, w.k_norm, cfg.rms_eps)
     rotation = cache.rope(il, positions)  # SWA layers: their own base, no scaling
-    q = ops.rope(q, rotation)
-    k = ops.rope(k, rotation)
+    q, k = ops.rope(rotation, q, k)
     keys, values = cache.store(il, positions, k, v)
     a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
     a = ops.rms_norm(ops.matmul(a, w.wo), w.post_attn_norm, cfg.rms_eps)

@@ -23,11 +23,10 @@ def block(ops, cfg, w, il, x, positions, cache):
         q = ops.rms_norm(q, w.q_norm, cfg.rms_eps)
         k = ops.rms_norm(k, w.k_norm, cfg.rms_eps)
     rotation = cache.rope(il, positions)
-    q = ops.rope(q, rotation)
-    k = ops.rope(k, rotation)
+    q, k = ops.rope(rotation, q, k)
     keys, values = cache.store(il, positions, k, v)
     a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
     x, m = ops.add_rms_norm(x, ops.matmul(a, w.wo), w.ffn_norm, cfg.rms_eps)  # x += attn; m = RMSNorm(x)
 
     h = ops.swiglu(*ops.matmuls(m, (w.w_gate, w.w_up)))
-    return ops.add(x, ops.matmul(h, w.w_down))
+    return ops.matmul(h, w.w_down, add=x)  # x + W_down·h

@@ -5,6 +5,7 @@
 # Usage: bash scripts/gpu/check.sh [tests|bench|all]   (logs and JSON in $OUT)
 set -uo pipefail
 what=${1:-all}
+sel=${2:-}   # optional pytest -k expression
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl 2>&1 | tail -1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -15,9 +16,9 @@ tiny="tiny-llama tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-llama-f32 tiny-qwen2-f32
 python3 -m harness.cli models -q $tiny > $OUT/models.txt 2>&1 || cat $OUT/models.txt
 if [ "$what" = tests ] || [ "$what" = all ]; then
   timeout 300 python3 -m pytest -q -m gpu --maxfail=15 tests/test_kernels_quant.py tests/test_kernels_core.py \
-    tests/test_cuda_engine.py -p no:cacheprovider 2>&1 > $OUT/pytest-gpu.txt
+    tests/test_cuda_engine.py -p no:cacheprovider ${sel:+-k "$sel"} 2>&1 > $OUT/pytest-gpu.txt
   grep -E "^(FAILED|ERROR)|passed|failed" $OUT/pytest-gpu.txt | tail -20
-  timeout 120 python3 -c "from engine.backends.cuda.device import Device; from engine.backends.cuda import qmatmul as q; q.bench_all(Device())" 2>&1 | tail -25
+  [ -n "${GEMV_BENCH:-}" ] && timeout 150 python3 -c "$GEMV_BENCH" 2>&1 | tail -40
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   q8b=$(python3 -m harness.cli models -q qwen3-8b | awk '{print $4}')

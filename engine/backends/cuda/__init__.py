@@ -122,11 +122,12 @@ class Ops:
         self.core.add_rms_norm(self.dev, x, a, w, y, eps)
         return x, y
 
-    def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None) -> DArray:
+    def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None, add: DArray | None = None) -> DArray:
         T = x.shape[0]
         y = self._empty((T, w.n_out))
-        if T <= GEMV_MAX_TOKENS:
-            self.q.gemv(self.dev, w.data, w.qtype, x, y, w.n_in, w.n_out, add=bias)
+        if T <= GEMV_MAX_TOKENS and (bias is None or add is None):
+            # the kernel adds one vector to its output: a bias or the residual
+            self.q.gemv(self.dev, w.data, w.qtype, x, y, w.n_in, w.n_out, add=bias if add is None else add)
             return y
         wb = self._bf16_scratch(w.n_out * w.n_in).reshape(w.n_out, w.n_in)
         self.q.dequant_bf16(self.dev, w.data, w.qtype, wb, w.n_out, w.n_in)
@@ -135,6 +136,8 @@ class Ops:
         self.b.cublas.gemm_bf16(xb, wb, y, T, w.n_in, w.n_out)
         if bias is not None:
             self.core.bias_add_rows(self.dev, y, bias)
+        if add is not None:
+            self.core.add(self.dev, y, add, y)
         return y
 
     def _bf16_scratch(self, n: int) -> DArray:
@@ -142,9 +145,18 @@ class Ops:
             self._scratch = self.dev.empty((n,), np.uint16)
         return self._scratch.reshape(-1).rows(0, n)
 
-    def rope(self, x: DArray, r: Rotation) -> DArray:
-        self.core.rope(self.dev, x, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale, r.freq_div)
-        return x  # in place: x is this pass's own temporary
+    def rope(self, r: Rotation, *xs: DArray) -> list[DArray]:
+        """Rotate in place (each x is this pass's own temporary). Queries and
+        keys stored back to back (stacked decode projections) share a launch."""
+        T = xs[0].shape[0]
+        if len(xs) == 2 and T == 1 and xs[0].ptr + xs[0].nbytes == xs[1].ptr and xs[0].shape[2] == xs[1].shape[2]:
+            both = DArray(xs[0].ptr, (T, xs[0].shape[1] + xs[1].shape[1], xs[0].shape[2]), xs[0].dtype, self.dev)
+            groups = [both]
+        else:
+            groups = xs
+        for x in groups:
+            self.core.rope(self.dev, x, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale, r.freq_div)
+        return list(xs)
 
     def attention(self, q: DArray, keys: DArray, values: DArray, positions: Positions, scale: float,
                   window: int = 0) -> DArray:

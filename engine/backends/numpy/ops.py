@@ -25,10 +25,13 @@ def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
     return y if w is None else y * w
 
 
-def matmul(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """``y = x · Wᵀ`` for a weight stored as GGUF rows ``[n_out, n_in]``."""
+def matmul(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, add: np.ndarray | None = None) -> np.ndarray:
+    """``y = x · Wᵀ (+ bias) (+ add)`` for a weight stored as GGUF rows
+    ``[n_out, n_in]``; ``add`` is a residual stream to add the result to."""
     y = x @ w.T
-    return y if bias is None else y + bias
+    if bias is not None:
+        y = y + bias
+    return y if add is None else add + y
 
 
 def matmuls(x: np.ndarray, weights, biases=None) -> list[np.ndarray]:
@@ -54,7 +57,12 @@ def rope_angles(positions: np.ndarray, n_rot: int, base: float, scale: float,
     return np.cos(theta), np.sin(theta)
 
 
-def rope(x: np.ndarray, angles: tuple[np.ndarray, np.ndarray, str]) -> np.ndarray:
+def rope(angles: tuple[np.ndarray, np.ndarray, str], *xs: np.ndarray) -> list[np.ndarray]:
+    """Rotate each ``x [T, H, D]`` (queries, keys) by ``angles``."""
+    return [rope_one(x, angles) for x in xs]
+
+
+def rope_one(x: np.ndarray, angles: tuple[np.ndarray, np.ndarray, str]) -> np.ndarray:
     """Rotate ``x [T, H, D]`` pairwise by ``angles = (cos, sin, rope_type)``
     (from ``KVCache.rope``). NORM pairs (2i, 2i+1); NEOX pairs (i, i+D/2)."""
     cos, sin, rope_type = angles
