@@ -66,8 +66,9 @@ def _report_margin(path: Path) -> None:
 
 
 def cmd_reference(args) -> int:
+    from .reference import CPU_SETTINGS, GPU_SETTINGS, make_reference  # first: it loads llama.cpp before NumPy
+
     from . import catalog, refs
-    from .reference import CPU_SETTINGS, GPU_SETTINGS, make_reference
 
     cat = catalog.load()
     names = [args.model] if args.model else [n for n, e in cat.items() if e.tier == args.tier]

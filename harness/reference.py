@@ -14,6 +14,14 @@ import platform
 import time
 from pathlib import Path
 
+try:
+    # First, before NumPy: llama.cpp's CUDA build segfaults in Llama() when
+    # NumPy (and its OpenBLAS) was loaded earlier in the process (seen on the
+    # H200 host with llama-cpp-python 0.3.36; import order alone decides it).
+    import llama_cpp
+except ImportError:
+    llama_cpp = None
+
 import numpy as np
 
 from engine.errors import AnvilError
@@ -30,11 +38,9 @@ GPU_SETTINGS = {**CPU_SETTINGS, "n_gpu_layers": -1, "type_k": "f16", "type_v": "
 
 
 def _import_llama_cpp():
-    try:
-        import llama_cpp
-    except ImportError:
+    if llama_cpp is None:
         raise AnvilError("llama-cpp-python is not installed: pip install -e '.[reference]' "
-                         "(it builds llama.cpp from source; a few minutes)") from None
+                         "(it builds llama.cpp from source; a few minutes)")
     return llama_cpp
 
 
