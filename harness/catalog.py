@@ -35,6 +35,8 @@ class Entry:
     n_steps: int = 32
     # |engine - llama.cpp| bound on the stored top-k logits, with its reason
     logit_tol: float = 0.0
+    # llama.cpp top-2 margin below which a greedy flip is a near-tie (calibrated)
+    near_tie: float = 0.0
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -46,7 +48,8 @@ def load(path: Path | None = None) -> dict[str, Entry]:
             out[name] = Entry(name=name, source=e["source"], tier=e["tier"], sha256=e.get("sha256", ""),
                               arch=e["arch"], preset=e.get("preset"), seed=int(e.get("seed", 0)),
                               prompts=tuple(e.get("prompts", DEFAULT_PROMPTS)), n_steps=int(e.get("n_steps", 32)),
-                              logit_tol=float(e.get("logit_tol", 0.0)), raw=e)
+                              logit_tol=float(e.get("logit_tol", 0.0)), near_tie=float(e.get("near_tie", 0.0)),
+                              raw=e)
         except KeyError as k:
             raise AnvilError(f"{path or fetch.CATALOG}: model '{name}' lacks the key {k}") from None
     return out

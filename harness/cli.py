@@ -4,6 +4,8 @@
     harness synth --preset NAME OUT.gguf      write a random-weight GGUF at a real model shape
     harness reference [--model NAME] [--tier cpu|gpu] [--force]
                                               regenerate llama.cpp references (needs llama-cpp-python)
+    harness validate-catalog [--tier cpu|gpu] [--model NAME] [--backend cuda|numpy] [--json] [--calibrate]
+                                              greedy parity with llama.cpp; exit 0 only if every model passes
 """
 
 from __future__ import annotations
@@ -89,6 +91,65 @@ def cmd_reference(args) -> int:
     return 0
 
 
+def cmd_validate(args) -> int:
+    import json
+
+    from . import catalog, refs, validate
+
+    backend = args.backend
+    if backend == "auto":
+        from engine.backends.cuda.device import gpu_available
+
+        backend = "cuda" if gpu_available() else "numpy"
+    tiers = [args.tier] if args.tier else (["cpu", "gpu"] if backend == "cuda" else ["cpu"])
+    cat = catalog.load()
+    names = [args.model] if args.model else [n for n, e in cat.items() if e.tier in tiers]
+    plan = []
+    for name in names:  # check every reference exists before the long part
+        e = catalog.entry(name, cat)
+        path = refs.reference_path(name, e.tier)
+        if not path.exists():
+            raise AnvilError(f"{name}: no llama.cpp reference at {path}; make it with "
+                             f"`harness reference --tier {e.tier} --model {name}` (needs llama-cpp-python)")
+        ref = refs.load(path)
+        if ref.model_sha256 != e.sha256:
+            raise AnvilError(f"{path} was made from a different file than the catalog pins for {name}; "
+                             f"regenerate it with `harness reference --tier {e.tier} --model {name} --force`")
+        if e.near_tie <= 0:
+            raise AnvilError(f"catalog: {name} has no near_tie threshold; calibrate with "
+                             f"`harness validate-catalog --model {name} --calibrate`")
+        plan.append((e, ref))
+
+    import engine
+    from tqdm import tqdm
+
+    results = []
+    total = sum(len(ref.cases) for _, ref in plan)
+    with tqdm(total=total, desc="validate", unit="prompt", disable=args.json or not sys.stderr.isatty()) as bar:
+        for e, ref in plan:
+            bar.set_postfix_str(e.name)
+            path = catalog.model_path(e.name, catalog=cat, progress=not args.json)
+            model = engine.load(path, backend=backend)
+            results.append(validate.validate_model(model, e, ref, backend, progress=lambda: bar.update(1)))
+            del model
+            if not args.json and not sys.stderr.isatty():
+                r = results[-1]
+                print(f"{e.name}: {'pass' if r.passed else 'DRIFT'} ({r.matched}/{r.steps} matched, "
+                      f"{r.n_flips} flips, {r.seconds:.1f} s)", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps([r.to_json() for r in results], indent=1))
+    else:
+        print(validate.format_table(results))
+        flips = validate.format_flips(results)
+        if flips:
+            print("\n" + flips)
+    if args.calibrate:
+        print("\nnear_tie calibration (1.25 x max |margin shift|):", file=sys.stderr)
+        for name, (t, n) in validate.calibrate(results).items():
+            print(f"  {name}: near_tie = {t:.3g}   # over {n} steps", file=sys.stderr)
+    return 0 if all(r.passed for r in results) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Anvil workbench: correctness and speed against llama.cpp")
     sub = p.add_subparsers(dest="command", required=True)
@@ -112,6 +173,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--tier", choices=["cpu", "gpu"], default="cpu")
     r.add_argument("--force", action="store_true", help="replace a reference made from a different model file")
     r.set_defaults(func=cmd_reference)
+
+    v = sub.add_parser("validate-catalog", help="greedy parity of the engine with llama.cpp over the catalog")
+    v.add_argument("--tier", choices=["cpu", "gpu"], default=None,
+                   help="default: cpu with the NumPy backend, every tier with CUDA")
+    v.add_argument("--model", help="one catalog model")
+    v.add_argument("--backend", choices=["auto", "cuda", "numpy"], default="auto",
+                   help="auto (default): cuda when an NVIDIA GPU is usable, else numpy")
+    v.add_argument("--json", action="store_true", help="print the results as JSON")
+    v.add_argument("--calibrate", action="store_true", help="also print each model's measured near_tie")
+    v.set_defaults(func=cmd_validate)
     return p
 
 

@@ -37,10 +37,18 @@ class CaseResult:
     flips: list[Flip] = field(default_factory=list)
     max_logit_diff: float = 0.0  # over llama.cpp's stored top-k, every step
     logit_diffs: list[float] = field(default_factory=list)  # per step
+    # per step: the engine's margin between llama.cpp's top-1 and top-2 tokens
+    # minus llama.cpp's own margin; a flip happens where this is below -margin
+    margin_shifts: list[float] = field(default_factory=list)
 
 
 def _logit_diffs(logits: list[np.ndarray], case: Case) -> list[float]:
     return [float(np.max(np.abs(l[ids] - np.asarray(ref, np.float32))))
+            for l, ids, ref in zip(logits, case.top_ids, case.top_logits)]
+
+
+def _margin_shifts(logits: list[np.ndarray], case: Case) -> list[float]:
+    return [float(l[ids[0]] - l[ids[1]]) - (ref[0] - ref[1])
             for l, ids, ref in zip(logits, case.top_ids, case.top_logits)]
 
 
@@ -50,7 +58,7 @@ def compare_case(model, case: Case) -> CaseResult:
     matched = next((i for i, (a, b) in enumerate(zip(free.tokens, case.tokens)) if a != b), n)
     if matched == n:
         diffs = _logit_diffs(free.logits, case)
-        return CaseResult(case.prompt, n, matched, "exact", [], max(diffs), diffs)
+        return CaseResult(case.prompt, n, matched, "exact", [], max(diffs), diffs, _margin_shifts(free.logits, case))
 
     forced = greedy(model, case.prompt_ids, n, keep_logits=True, forced=case.tokens)
     flips = []
@@ -61,4 +69,5 @@ def compare_case(model, case: Case) -> CaseResult:
             flips.append(Flip(step, ref_tok, tok, case.margin(step), float(logits[tok] - logits[ref_tok]),
                               bool(ref_tok in top2)))
     diffs = _logit_diffs(forced.logits, case)
-    return CaseResult(case.prompt, n, matched, "teacher-forced", flips, max(diffs), diffs)
+    return CaseResult(case.prompt, n, matched, "teacher-forced", flips, max(diffs), diffs,
+                      _margin_shifts(forced.logits, case))

@@ -80,8 +80,8 @@ def _compact(case: dict) -> dict:
     return case
 
 
-def reference_path(model: str, tier: str, root: Path = REFERENCES_DIR) -> Path:
-    return root / tier / f"{model}.json"
+def reference_path(model: str, tier: str, root: Path | None = None) -> Path:
+    return (root or REFERENCES_DIR) / tier / f"{model}.json"
 
 
 def load(path: str | os.PathLike) -> Reference:

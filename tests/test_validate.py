@@ -1,0 +1,92 @@
+"""The gate bites: a perturbed engine fails validation; a flip is accepted
+only as a near-tie under the threshold."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from harness import catalog, refs, validate
+from harness.compare import Flip
+
+MODEL = "tiny-llama-f32"  # exact parity: any real perturbation shows
+
+
+@pytest.fixture
+def fresh_model(model_path):
+    import engine
+
+    return engine.load(model_path(MODEL))
+
+
+def _validate(model):
+    e = catalog.entry(MODEL)
+    return validate.validate_model(model, e, refs.load(refs.reference_path(MODEL, e.tier)), "numpy")
+
+
+def test_unperturbed_engine_passes(fresh_model):
+    r = _validate(fresh_model)
+    assert r.passed and r.mode == "exact"
+
+
+def test_wrong_rope_base_fails(fresh_model):
+    cfg = fresh_model.config
+    fresh_model.config = dataclasses.replace(cfg, rope_base=tuple(b * 1.5 for b in cfg.rope_base))
+    fresh_model.cache.cfg = fresh_model.config
+    r = _validate(fresh_model)
+    assert not r.passed and r.drift
+
+
+def test_skipped_norm_fails(fresh_model, monkeypatch):
+    for w in fresh_model.layers:  # an FFN norm that does nothing: RMSNorm skipped, weight 1
+        monkeypatch.setattr(w, "ffn_norm", None)
+    import engine.backends.numpy.ops as ops
+
+    real = ops.add_rms_norm
+    monkeypatch.setattr(ops, "add_rms_norm", lambda x, a, w, eps: (x + a, x + a) if w is None else real(x, a, w, eps))
+    r = _validate(fresh_model)
+    assert not r.passed
+
+
+def _flip(ref_margin, engine_gap, in_top2):
+    return Flip(step=3, ref_token=1, engine_token=2, ref_margin=ref_margin, engine_margin=engine_gap,
+                ref_in_engine_top2=in_top2)
+
+
+def test_near_tie_only_under_threshold():
+    assert validate.is_near_tie(_flip(0.05, 0.02, True), near_tie=0.1)
+    assert not validate.is_near_tie(_flip(0.15, 0.02, True), near_tie=0.1)  # llama.cpp was sure
+    # llama.cpp's token third in the engine, but within the threshold: a three-way tie
+    assert validate.is_near_tie(_flip(0.05, 0.08, False), near_tie=0.1)
+    assert not validate.is_near_tie(_flip(0.05, 0.5, False), near_tie=0.1)  # the engine was sure
+
+
+def test_cli_exit_code_and_table():
+    ok = subprocess.run([sys.executable, "-m", "harness.cli", "validate-catalog", "--model", MODEL, "--backend", "numpy"],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "| tiny-llama-f32 | cpu | numpy | exact | 96/96 | 0 |" in ok.stdout
+
+
+def test_missing_reference_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    from harness import cli
+
+    monkeypatch.setattr(refs, "REFERENCES_DIR", tmp_path)
+    assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy"]) == 1
+    err = capsys.readouterr().err
+    assert "no llama.cpp reference" in err and f"harness reference --tier cpu --model {MODEL}" in err
+
+
+def test_drift_exits_nonzero(monkeypatch, capsys):
+    """The CLI's exit code follows the verdict (a perturbed RoPE base)."""
+    from engine import config
+    from harness import cli
+
+    real = config.ModelConfig.from_gguf
+    monkeypatch.setattr(config.ModelConfig, "from_gguf", classmethod(
+        lambda cls, gf: dataclasses.replace(real(gf), rope_base=tuple(2 * b for b in real(gf).rope_base))))
+    assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy"]) == 1
+    assert "DRIFT" in capsys.readouterr().out
