@@ -72,23 +72,32 @@ def run_pp(model, n: int, rng) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def run_tg(model, n: int, rng) -> float:
+def run_tg(model, n: int, start_token: int, tokens_out: list | None = None) -> float:
+    """n greedy decode steps from ``start_token`` at position 0; the tokens
+    are kept so two builds can be checked to generate the same ones."""
     model.reset()
-    token = int(rng.integers(0, model.config.n_vocab))
+    token = start_token
+    tokens = []
     _sync(model)
     t0 = time.perf_counter()
     for _ in range(n):
         token = model.decode_next(token)  # reads the token back: synchronised
-    return n / (time.perf_counter() - t0)
+        tokens.append(token)
+    dt = time.perf_counter() - t0
+    if tokens_out is not None:
+        tokens_out[:] = tokens
+    return n / dt
 
 
 def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: int = 0, progress=None) -> dict:
     rng = np.random.default_rng(seed)
+    start_token = int(rng.integers(0, model.config.n_vocab))
+    tokens: list[int] = []
     tests = []
     if n_prompt:
         tests.append((f"pp{n_prompt}", lambda: run_pp(model, n_prompt, rng)))
     if n_gen:
-        tests.append((f"tg{n_gen}", lambda: run_tg(model, n_gen, rng)))
+        tests.append((f"tg{n_gen}", lambda: run_tg(model, n_gen, start_token, tokens)))
     bytes_tok = weight_bytes_per_token(model)
     results = []
     for name, fn in tests:
@@ -118,6 +127,9 @@ def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: 
         **gpu_info(),
         "peak_device_bytes": getattr(getattr(be, "dev", None), "allocated", None),
         "results": results,
+        # greedy tokens of the tg test (same start token every run): equal
+        # across builds unless the numerics changed
+        "tokens": tokens,
     }
 
 
