@@ -1,5 +1,6 @@
 """``python -m engine``: generate tokens from a GGUF model, or benchmark it.
 
+    python -m engine generate MODEL.gguf --prompt "The capital of France is" -n 32
     python -m engine generate MODEL.gguf --prompt-ids 1,504,3458 -n 32
     python -m engine bench MODEL.gguf [-p 512] [-n 128] [-r 5] [--json]
 """
@@ -38,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="greedy generation from prompt token ids")
     g.add_argument("model", help="path to a GGUF file")
-    g.add_argument("--prompt-ids", type=_token_ids, required=True, help="prompt token ids, e.g. 1,504,3458")
+    prompt = g.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", help="prompt text (tokenized with the model's own tokenizer)")
+    prompt.add_argument("--prompt-ids", type=_token_ids, help="prompt token ids, e.g. 1,504,3458")
     g.add_argument("-n", "--n-predict", type=_positive, default=32, help="tokens to generate (default 32)")
     g.add_argument("--ctx", type=_positive, default=None, help="context length (default: min(4096, trained))")
     _backend_args(g)
@@ -78,15 +81,27 @@ def _load(args):
 
 def cmd_generate(args) -> int:
     from .generate import greedy
+    from .tokenizer import Tokenizer
 
     model = _load(args)
-    out = greedy(model, args.prompt_ids, args.n_predict, stop_at_eos=args.stop_at_eos,
-                 on_token=None if args.json else (lambda t: print(t, end=" ", flush=True)))
+    tok = Tokenizer.from_gguf(model.gguf)
+    prompt_ids = args.prompt_ids if args.prompt is None else tok.encode(args.prompt)
+
+    def show(t: int) -> None:  # stream the text; raw bytes so a UTF-8 character split over tokens prints whole
+        sys.stdout.buffer.write(tok.piece(t, False))
+        sys.stdout.flush()
+
+    if not args.json and args.prompt is not None:
+        print(args.prompt, end="", flush=True)
+    out = greedy(model, prompt_ids, args.n_predict, stop_at_eos=args.stop_at_eos,
+                 on_token=None if args.json else show)
     if args.json:
         print(json.dumps({"model": str(args.model), "backend": args.backend, "prompt_ids": out.prompt_ids,
-                          "tokens": out.tokens, "prefill_tok_s": out.prefill_tok_s, "decode_tok_s": out.decode_tok_s}))
+                          "tokens": out.tokens, "text": tok.decode(out.tokens),
+                          "prefill_tok_s": out.prefill_tok_s, "decode_tok_s": out.decode_tok_s}))
     else:
         print()
+        print(f"tokens: {' '.join(map(str, out.tokens))}", file=sys.stderr)
         print(f"prefill: {len(out.prompt_ids)} tokens in {out.prefill_s * 1e3:.1f} ms ({out.prefill_tok_s:.1f} tok/s); "
               f"decode: {len(out.tokens)} tokens, {out.decode_tok_s:.1f} tok/s [{args.backend}]", file=sys.stderr)
     return 0
