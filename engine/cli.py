@@ -84,11 +84,14 @@ def cmd_generate(args) -> int:
     from .tokenizer import Tokenizer
 
     model = _load(args)
-    tok = Tokenizer.from_gguf(model.gguf)
+    # a file without tokenizer metadata still runs from token ids (printed as ids)
+    tok = Tokenizer.from_gguf(model.gguf) if model.gguf.has_key("tokenizer.ggml.model") else None
+    if args.prompt is not None and tok is None:
+        raise AnvilError(f"{model.path}: no tokenizer (missing key 'tokenizer.ggml.model'): use --prompt-ids")
     prompt_ids = args.prompt_ids if args.prompt is None else tok.encode(args.prompt)
 
     def show(t: int) -> None:  # stream the text; raw bytes so a UTF-8 character split over tokens prints whole
-        sys.stdout.buffer.write(tok.piece(t, False))
+        sys.stdout.buffer.write(tok.piece(t, False) if tok else f"{t} ".encode())
         sys.stdout.flush()
 
     if not args.json and args.prompt is not None:
@@ -97,7 +100,7 @@ def cmd_generate(args) -> int:
                  on_token=None if args.json else show)
     if args.json:
         print(json.dumps({"model": str(args.model), "backend": args.backend, "prompt_ids": out.prompt_ids,
-                          "tokens": out.tokens, "text": tok.decode(out.tokens),
+                          "tokens": out.tokens, "text": tok.decode(out.tokens) if tok else None,
                           "prefill_tok_s": out.prefill_tok_s, "decode_tok_s": out.decode_tok_s}))
     else:
         print()
