@@ -6,6 +6,11 @@
                                               regenerate llama.cpp references (needs llama-cpp-python)
     harness validate-catalog [--tier cpu|gpu] [--model NAME] [--backend cuda|numpy] [--json] [--calibrate]
                                               greedy parity with llama.cpp; exit 0 only if every model passes
+    harness ab --rounds 8 BASE CANDIDATE [--model NAME|FILE]
+                                              interleaved A/B of two engine wheels (or a llama.cpp arm)
+    harness bench [--engine installed|WHEEL] [--llamacpp SPEC] [--model NAME|FILE ...]
+                                              pp512/tg128 beside llama.cpp, appended to reports/results
+    harness doctor                            what this machine can do, and how to fix what is missing
 """
 
 from __future__ import annotations
@@ -150,6 +155,83 @@ def cmd_validate(args) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
+def _model_file(name_or_path: str) -> Path:
+    from . import catalog
+
+    p = Path(name_or_path)
+    if p.suffix == ".gguf":
+        if not p.is_file():
+            raise AnvilError(f"{p}: no such model file")
+        return p
+    return catalog.model_path(name_or_path)
+
+
+def _workdir() -> Path:
+    from . import fetch
+
+    d = fetch.models_dir().parent / "harness"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def cmd_ab(args) -> int:
+    from . import ab
+
+    cfg = ab.ABConfig(model=_model_file(args.model), n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
+                      rounds=args.rounds, factor=args.factor, allow_same=args.allow_same,
+                      allow_token_diff=args.allow_token_diff)
+    total = 2 * (cfg.rounds + 1)
+    done = [0]
+
+    def progress(r, arm, res):
+        done[0] += 1
+        tests = ", ".join(f"{t} {sum(v) / len(v):.1f}" for t, v in res.tests.items())
+        print(f"[{done[0]}/{total}] round {r}{' (cold, dropped)' if r == 0 else ''} {arm}: {tests} t/s",
+              file=sys.stderr, flush=True)
+
+    try:
+        record = ab.run_ab(args.base, args.candidate, cfg, _workdir(), progress=progress)
+    except KeyboardInterrupt:
+        print("interrupted: the completed rounds are saved in reports/results/", file=sys.stderr)
+        return 130
+    print(ab.format_report(record))
+    print(f"saved {record['path']}", file=sys.stderr)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from . import ab, results
+    from .runners import make_runner
+
+    arms = [make_runner(args.engine, _workdir())]
+    if args.llamacpp:
+        arms.append(make_runner(args.llamacpp, _workdir()))
+    rows = []
+    for name in args.model:
+        path = _model_file(name)
+        recs = []
+        for runner in arms:
+            runner.prepare()
+            from . import nvml
+
+            with nvml.Sampler() as sampler:
+                res = runner.run(path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions)
+            rec = dict(res.raw)
+            rec.update(model=str(path), model_name=name, runner=runner.describe(),
+                       nvml=sampler.summary() if sampler.available else {"available": False, "reason": sampler.reason})
+            rec["path"] = str(results.save(rec, "bench"))
+            recs.append(rec)
+        rows.append((name, recs))
+    print(ab.format_bench(rows))
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import main_doctor
+
+    return main_doctor(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Anvil workbench: correctness and speed against llama.cpp")
     sub = p.add_subparsers(dest="command", required=True)
@@ -183,6 +265,32 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="print the results as JSON")
     v.add_argument("--calibrate", action="store_true", help="also print each model's measured near_tie")
     v.set_defaults(func=cmd_validate)
+
+    a = sub.add_parser("ab", help="interleaved A/B benchmark of two builds")
+    a.add_argument("base", help="base arm: an engine wheel, 'installed', llama-bench:PATH or llama-cpp-python[:SITE]")
+    a.add_argument("candidate", help="candidate arm (same forms)")
+    a.add_argument("--model", default="qwen3-8b", help="catalog model name or a .gguf path (default qwen3-8b)")
+    a.add_argument("--rounds", type=int, default=8, help="measured rounds (one more cold round is run and dropped)")
+    a.add_argument("-p", "--n-prompt", type=int, default=512)
+    a.add_argument("-n", "--n-gen", type=int, default=128)
+    a.add_argument("-r", "--repetitions", type=int, default=3, help="repetitions inside each run")
+    a.add_argument("--factor", type=float, default=1.05, help="smallest ratio that counts as a change (asv)")
+    a.add_argument("--allow-same", action="store_true", help="allow two identical builds")
+    a.add_argument("--allow-token-diff", action="store_true", help="do not fail when greedy tokens differ")
+    a.set_defaults(func=cmd_ab)
+
+    b = sub.add_parser("bench", help="benchmark the engine (and llama.cpp) on catalog models or files")
+    b.add_argument("--engine", default="installed", help="'installed' (default) or an engine wheel")
+    b.add_argument("--llamacpp", help="llama-bench:PATH or llama-cpp-python[:SITE] for a llama.cpp arm")
+    b.add_argument("--model", nargs="+", default=["qwen3-8b"], help="catalog model names or .gguf paths")
+    b.add_argument("-p", "--n-prompt", type=int, default=512)
+    b.add_argument("-n", "--n-gen", type=int, default=128)
+    b.add_argument("-r", "--repetitions", type=int, default=5)
+    b.set_defaults(func=cmd_bench)
+
+    d = sub.add_parser("doctor", help="what this machine can do, with fixes")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_doctor)
     return p
 
 

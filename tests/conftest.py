@@ -4,6 +4,10 @@ loaded models (loaded once per session; loading gemma3 takes seconds)."""
 from __future__ import annotations
 
 import functools
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +65,39 @@ def loaded_model(model_path):
     import engine
 
     return functools.cache(lambda name: engine.load(model_path(name)))
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _copy_ignore(top: Path):
+    def ignore(d, names):
+        skip = {n for n in names if n in ("__pycache__", "build", "dist") or n.endswith((".egg-info", ".pyc",
+                                                                                          ".gguf", ".whl"))}
+        if Path(d) == top:
+            skip |= {n for n in names if n.startswith(".")}
+        return skip
+    return ignore
+
+
+@pytest.fixture(scope="session")
+def build_engine_wheel(tmp_path_factory):
+    """``build_engine_wheel(tag, edit=None)``: a wheel of this checkout (built
+    from a copy, so nothing lands in the repository), after ``edit(src_dir)``
+    changes the copy; built once per tag per session."""
+    built = {}
+
+    def build(tag: str, edit=None) -> Path:
+        if tag not in built:
+            tmp = tmp_path_factory.mktemp(f"wheel-{tag}")
+            src = tmp / "src"
+            shutil.copytree(REPO, src, ignore=_copy_ignore(REPO))
+            if edit is not None:
+                edit(src)
+            p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
+                                "-q", "-w", str(tmp / "dist"), str(src)], capture_output=True, text=True, timeout=600)
+            assert p.returncode == 0, p.stderr[-3000:]
+            (built[tag],) = (tmp / "dist").glob("anvil-*.whl")
+        return built[tag]
+
+    return build

@@ -1,0 +1,193 @@
+"""``harness ab`` and ``harness bench``: interleaved, honest benchmarking.
+
+A boosting GPU lies, so an A/B comparison here:
+- runs each arm in a fresh process per run (a warm-up inside each process),
+- interleaves the arms ABBA across rounds (A B | B A | A B ...), so drift in
+  clocks or temperature hits both arms alike,
+- runs one extra cold round first and drops it,
+- skips (and reports) a round when another process is using the GPU,
+- samples NVML (SM clock, power, utilisation, throttle reasons) during every
+  run and keeps each run's summary,
+- checks that the engine arms generated the same greedy tokens,
+- reports per test the median and p90 of each arm, the per-round win count,
+  the ratio of medians with a bootstrap CI, a Mann-Whitney U p-value and an
+  asv-style verdict (harness.stats), and saves the record at the end, or
+  when interrupted (Ctrl-C keeps the rounds already measured).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import AnvilError
+
+from . import nvml, results, stats
+from .runners import RunResult, make_runner
+
+
+def abba_order(n_rounds: int) -> list[tuple[str, str]]:
+    """Arm order per round: AB, BA, AB, BA, ... (pairs of rounds form ABBA)."""
+    return [("A", "B") if r % 2 == 0 else ("B", "A") for r in range(n_rounds)]
+
+
+@dataclass
+class ArmRuns:
+    label: str
+    describe: dict
+    values: dict[str, list[float]] = field(default_factory=dict)  # test -> one value per kept round
+    nvml: list[dict] = field(default_factory=list)  # per run summary
+    tokens: list[int] | None = None
+
+
+@dataclass
+class ABConfig:
+    model: Path
+    n_prompt: int = 512
+    n_gen: int = 128
+    reps: int = 3
+    rounds: int = 8
+    factor: float = 1.05
+    allow_same: bool = False
+    allow_token_diff: bool = False
+    timeout_s: int = 1200
+    max_skips: int = 8
+
+
+TRACE_POINTS = 400  # per run in the record: enough to plot, small enough to commit
+
+
+def _thin(trace: dict) -> dict:
+    n = len(trace.get("t", []))
+    step = max(1, -(-n // TRACE_POINTS))
+    return {k: v[::step] for k, v in trace.items()}
+
+
+def _run_value(result: RunResult, test: str) -> float:
+    """One number per run and test: the median of its repetitions."""
+    return stats.median(result.tests[test])
+
+
+def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, progress=None,
+           results_dir: Path | None = None) -> dict:
+    runners = {"A": make_runner(base_spec, workdir), "B": make_runner(cand_spec, workdir)}  # checks the wheels
+    for r in runners.values():
+        r.prepare()
+    desc = {k: r.describe() for k, r in runners.items()}
+    ida, idb = desc["A"].get("sha256"), desc["B"].get("sha256")
+    if ida is not None and ida == idb and not cfg.allow_same:
+        raise AnvilError(f"both arms are the same build (sha256 {ida[:16]}...); pass --allow-same to measure "
+                         f"a build against itself")
+    arms = {k: ArmRuns(k, desc[k]) for k in runners}
+    record = {"kind": "ab", "model": str(cfg.model), "config": {k: str(v) if isinstance(v, Path) else v
+                                                                 for k, v in cfg.__dict__.items()},
+              "arms": desc, "rounds": [], "skipped_rounds": [], "complete": False}
+    order = abba_order(cfg.rounds + 1)  # round 0 is the cold round, dropped
+    try:
+        r_i, skips = 0, 0
+        while r_i < len(order):
+            busy = nvml.gpu_busy_by_other_processes()
+            if busy:
+                record["skipped_rounds"].append({"round": r_i, "reason": f"GPU in use by pids {busy}",
+                                                 "time": time.time()})
+                skips += 1
+                if skips > cfg.max_skips:
+                    raise AnvilError(f"GPU busy with other processes for {skips} rounds ({busy}); giving up")
+                time.sleep(5)
+                continue
+            round_rec = {"round": r_i, "order": "".join(order[r_i]), "cold": r_i == 0, "runs": {}}
+            for arm in order[r_i]:
+                with nvml.Sampler() as sampler:
+                    res = runners[arm].run(cfg.model, n_prompt=cfg.n_prompt, n_gen=cfg.n_gen, reps=cfg.reps,
+                                           timeout_s=cfg.timeout_s)
+                summary = nvml.summarize(sampler.trace, sampler.static) if sampler.available else \
+                    {"available": False, "reason": sampler.reason}
+                round_rec["runs"][arm] = {"tests": res.tests, "wall_s": res.wall_s, "nvml": summary,
+                                          "nvml_trace": _thin(sampler.trace) if sampler.available else None}
+                if arms[arm].tokens is None:
+                    arms[arm].tokens = res.tokens
+                if r_i > 0:
+                    for test in res.tests:
+                        arms[arm].values.setdefault(test, []).append(_run_value(res, test))
+                    arms[arm].nvml.append(summary)
+                if progress:
+                    progress(r_i, arm, res)
+            record["rounds"].append(round_rec)
+            r_i += 1
+        record["complete"] = True
+    except BaseException as e:  # Ctrl-C or a failed run: keep the rounds already measured
+        record["interrupted"] = f"{type(e).__name__}: {e}"
+        if len(record["rounds"]) > 1:
+            record["path"] = str(_save(record, arms, cfg, results_dir))
+        raise
+    try:
+        _check_tokens(record, arms, cfg)
+    finally:
+        record["path"] = str(_save(record, arms, cfg, results_dir))
+    return record
+
+
+def _check_tokens(record: dict, arms: dict, cfg: ABConfig) -> None:
+    ta, tb = arms["A"].tokens, arms["B"].tokens
+    record["tokens_identical"] = None if ta is None or tb is None else ta == tb
+    if record["tokens_identical"] is False:
+        first = next(i for i, (a, b) in enumerate(zip(ta, tb)) if a != b) if len(ta) == len(tb) else min(len(ta), len(tb))
+        record["token_diff"] = {"first_step": first, "A": ta[first:first + 8], "B": tb[first:first + 8]}
+        if not cfg.allow_token_diff:
+            raise AnvilError(f"the arms generated different greedy tokens from step {first} "
+                             f"(A {ta[first:first + 8]} vs B {tb[first:first + 8]}): the candidate changed the "
+                             f"numerics; pass --allow-token-diff to compare speed anyway")
+
+
+def _analyse(arms: dict, cfg: ABConfig) -> dict:
+    out = {}
+    for test in sorted(set(arms["A"].values) & set(arms["B"].values)):
+        a, b = arms["A"].values[test], arms["B"].values[test]
+        if len(a) < 2 or len(b) < 2:
+            continue
+        c = stats.compare(a, b, factor=cfg.factor)
+        wins = stats.round_wins(list(zip(a, b)))
+        out[test] = {"A": {"median": stats.median(a), "p90": stats.p90(a), "n": len(a)},
+                     "B": {"median": stats.median(b), "p90": stats.p90(b), "n": len(b)},
+                     "wins": wins, **c.to_dict()}
+    return out
+
+
+def _save(record: dict, arms: dict, cfg: ABConfig, results_dir) -> Path:
+    """One record per A/B run, written once (append-only store)."""
+    record["analysis"] = _analyse(arms, cfg)
+    record["nvml_summary"] = {k: v.nvml for k, v in arms.items()}
+    return results.save({k: v for k, v in record.items() if k != "path"}, "ab", results_dir)
+
+
+def format_report(record: dict) -> str:
+    lines = [f"model: {record['model']}",
+             f"A: {record['arms']['A'].get('label')}  B: {record['arms']['B'].get('label')}",
+             "| test | A median | A p90 | B median | B p90 | B/A [95% CI] | wins B:A | p | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for test, t in record.get("analysis", {}).items():
+        wins = t["wins"]
+        lines.append(f"| {test} | {t['A']['median']:.2f} | {t['A']['p90']:.2f} | {t['B']['median']:.2f} | "
+                     f"{t['B']['p90']:.2f} | {t['ratio']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}] | "
+                     f"{wins['B']}:{wins['A']} | {t['p_value']:.3g} | {t['verdict']} |")
+    if record.get("skipped_rounds"):
+        lines.append(f"skipped rounds: {len(record['skipped_rounds'])} (GPU busy)")
+    if record.get("tokens_identical") is not None:
+        lines.append(f"greedy tokens identical: {record['tokens_identical']}")
+    return "\n".join(lines)
+
+
+def format_bench(rows) -> str:
+    """llama-bench style: test, t/s mean ± sd, GB/s, and the ratio to the
+    llama.cpp arm when there is one (rows: [(model, [engine rec, llama.cpp rec?])])."""
+    lines = ["| model | engine | test | t/s | GB/s | vs llama.cpp |", "|---|---|---|---|---|---|"]
+    for model, recs in rows:
+        base = {r["test"]: r["tok_s_mean"] for r in recs[1]["results"]} if len(recs) > 1 else {}
+        for rec in recs:
+            for r in rec["results"]:
+                gbs = f"{r['gb_s']:.0f}" if r.get("gb_s") else ""
+                ratio = f"{r['tok_s_mean'] / base[r['test']]:.2f}x" if rec is recs[0] and r["test"] in base else ""
+                lines.append(f"| {model} | {rec.get('engine', '?')} | {r['test']} | "
+                             f"{r['tok_s_mean']:.2f} ± {r['tok_s_sd']:.2f} | {gbs} | {ratio} |")
+    return "\n".join(lines)

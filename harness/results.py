@@ -1,0 +1,218 @@
+"""The results store: append-only, schema-versioned JSON records.
+
+One file per record, ``<kind>-<UTC YYYYmmddTHHMMSSZ>-<8 hex of sha256>.json``
+in ``reports/results/`` (the repository's, unless a directory is given).
+Files are written atomically (temp file in the same directory, fsync, then a
+hard link / os.replace onto the final name) and an existing file is never
+replaced: results are evidence, and the HTML report is a pure function of
+them. Only the top level of the directory is read; subdirectories (records
+committed by hand before this store existed) are left alone.
+
+A bench record is what ``engine.bench.bench`` returns (plus, optionally,
+``model_sha256`` and per-test ``nvml`` summaries):
+
+    {"engine", "build", "model" (path or name), "model_sha256"?, "backend",
+     "settings": {"n_prompt", "n_gen", "kv", "n_depth"?, ...}, "gpu", "driver",
+     "date", "results": [{"test": "pp512", "samples_tok_s": [...],
+     "tok_s_mean", "tok_s_sd", "gb_s"?, "nvml"?: {...}}, ...]}
+
+The store adds ``schema_version``, ``kind`` and ``saved_at``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from engine.errors import AnvilError
+
+SCHEMA_VERSION = 1
+KINDS = ("bench", "ab", "validate")
+DEFAULT_DIR = Path(__file__).resolve().parent.parent / "reports" / "results"
+
+# What makes two measurements the same benchmark: the WORK done, not how an
+# engine does it. Included: the test (and the prompt/generated/depth token
+# counts it implies), the model file (sha256, else its file name), the
+# backend (cuda vs numpy/cpu) and the KV-cache type (f16 vs f32 changes the
+# bytes attention reads). Excluded on purpose: flash attention, CUDA graphs,
+# batch sizes, n_ctx (capacity, not work), reps/warm-up/seed (how often and
+# which random tokens, not what) - A/B-ing those is the point of the harness.
+SPEC_FIELDS = ("test", "n_prompt", "n_gen", "n_depth", "model", "backend", "kv")
+
+FRAME_COLUMNS = ["file", "date", "engine", "build", "model", "model_sha256", "backend", "gpu",
+                 "driver", "test", "n", "tok_s_mean", "tok_s_sd", "tok_s_median", "gb_s", "spec"]
+
+
+class ResultsWarning(UserWarning):
+    """A results file that was skipped (unreadable or of another schema)."""
+
+
+def _now() -> time.struct_time:  # one place, so tests can pin the clock
+    return time.gmtime()
+
+
+def _jsonable(o):
+    # numpy scalars/arrays, Paths and dataclasses turn up in records built by hand
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return dataclasses.asdict(o)
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def save(record: dict, kind: str, dir: str | Path | None = None) -> Path:
+    """Write ``record`` as a new file and return its path. Never overwrites."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown result kind {kind!r}; one of {KINDS}")
+    rec = {k: v for k, v in record.items() if k != "_path"}  # _path: added by load_all
+    for key, want in (("schema_version", SCHEMA_VERSION), ("kind", kind)):
+        if rec.get(key, want) != want:
+            raise ValueError(f"record has {key}={rec[key]!r}, saving as {want!r}")
+    now = _now()
+    rec = {"schema_version": SCHEMA_VERSION, "kind": kind,
+           "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", now), **rec}
+    body = (json.dumps(rec, indent=1, default=_jsonable) + "\n").encode()
+    d = Path(dir) if dir is not None else DEFAULT_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", now)
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{kind}-", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())  # the data is on disk before the name appears
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are shared/committed
+        for n in range(1000):
+            # same record saved twice in one second: salt the hash, keep both
+            salt = b"" if n == 0 else f"#{n}".encode()
+            dst = d / f"{kind}-{stamp}-{hashlib.sha256(body + salt).hexdigest()[:8]}.json"
+            try:
+                os.link(tmp, dst)  # atomic and fails if dst exists: never overwrites
+                return dst
+            except FileExistsError:
+                continue
+            except OSError:  # a filesystem without hard links
+                if dst.exists():
+                    continue
+                os.replace(tmp, dst)
+                return dst
+        raise AnvilError(f"{d}: no free result file name for {kind}-{stamp}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _sort_key(p: Path):
+    parts = p.stem.split("-")
+    return (parts[1] if len(parts) > 2 else "", p.name)
+
+
+def load_all(dir: str | Path | None = None, kind: str | None = None, *,
+             strict: bool = False) -> list[dict]:
+    """Every readable record of this schema (of ``kind``, if given), oldest
+    first, each with ``_path``. A bad or foreign file is skipped with a
+    ResultsWarning, or raises AnvilError naming it when ``strict``."""
+    d = Path(dir) if dir is not None else DEFAULT_DIR
+    if not d.is_dir():
+        return []
+    out = []
+    for p in sorted(d.glob("*.json"), key=_sort_key):
+        try:
+            rec = json.loads(p.read_text())
+            why = None if isinstance(rec, dict) else "not a JSON object"
+        except (OSError, ValueError) as e:
+            rec, why = None, f"unreadable ({type(e).__name__}: {e})"
+        if why is None and rec.get("schema_version") != SCHEMA_VERSION:
+            why = f"schema_version {rec.get('schema_version')!r}, this Anvil reads {SCHEMA_VERSION}"
+        if why is None and rec.get("kind") not in KINDS:
+            why = f"unknown kind {rec.get('kind')!r}"
+        if why is not None:
+            if strict:
+                raise AnvilError(f"{p}: {why}")
+            warnings.warn(f"skipping {p}: {why}", ResultsWarning, stacklevel=2)
+            continue
+        if kind is None or rec["kind"] == kind:
+            rec["_path"] = str(p)
+            out.append(rec)
+    return out
+
+
+def _token_counts(test: str) -> tuple[int | None, int | None]:
+    """llama-bench names: pp512 -> (512, 0), tg128 -> (0, 128), pp512+tg128 -> (512, 128)."""
+    m = re.fullmatch(r"(?:pp(\d+))?\+?(?:tg(\d+))?", test)
+    if not m or not any(m.groups()):
+        return None, None
+    return int(m[1] or 0), int(m[2] or 0)
+
+
+def _result(record: dict, test: str) -> dict | None:
+    return next((r for r in record.get("results", []) if r.get("test") == test), None)
+
+
+def spec(record: dict, test: str) -> dict:
+    """The benchmark spec of one test of a bench record (fields: SPEC_FIELDS)."""
+    s, r = record.get("settings", {}), _result(record, test) or {}
+    n_prompt, n_gen = _token_counts(test)
+    model = record.get("model_sha256") or (Path(str(record["model"])).name if record.get("model") else None)
+    backend = record.get("backend")
+    return {"test": test,
+            "n_prompt": r.get("n_prompt", n_prompt), "n_gen": r.get("n_gen", n_gen),
+            "n_depth": int(r.get("n_depth", s.get("n_depth", 0))),
+            "model": model,
+            "backend": backend.lower() if isinstance(backend, str) else backend,
+            "kv": s.get("kv", record.get("kv"))}
+
+
+def spec_hash(record: dict, test: str) -> str:
+    """16 hex of sha256 over the canonical JSON of ``spec``: stable across runs and machines."""
+    blob = json.dumps(spec(record, test), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def comparable(rec_a: dict, rec_b: dict, test: str | None = None) -> bool:
+    """Same GPU (name) and same spec for ``test``, or, without one, for every
+    test both records ran (at least one). Numbers from different GPUs are
+    never an A/B even when the work is identical."""
+    if rec_a.get("gpu") != rec_b.get("gpu"):
+        return False
+    tests_a = {r.get("test") for r in rec_a.get("results", [])}
+    tests_b = {r.get("test") for r in rec_b.get("results", [])}
+    shared = tests_a & tests_b if test is None else {test} & tests_a & tests_b
+    return bool(shared) and all(spec_hash(rec_a, t) == spec_hash(rec_b, t) for t in shared)
+
+
+def to_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per (bench record, test); other kinds are ignored. Columns:
+    FRAME_COLUMNS, then ``nvml_<key>`` for each scalar of a test's ``nvml`` summary."""
+    rows = []
+    for rec in records:
+        if rec.get("kind", "bench") != "bench":
+            continue
+        for r in rec.get("results", []):
+            samples = r.get("samples_tok_s") or []
+            row = {"file": Path(rec["_path"]).name if rec.get("_path") else None,
+                   "date": pd.to_datetime(rec.get("date") or rec.get("saved_at"), utc=True),
+                   **{k: rec.get(k) for k in ("engine", "build", "model", "model_sha256",
+                                               "backend", "gpu", "driver")},
+                   "test": r.get("test"), "n": len(samples),
+                   "tok_s_mean": r.get("tok_s_mean"), "tok_s_sd": r.get("tok_s_sd"),
+                   "tok_s_median": float(pd.Series(samples).median()) if samples else None,
+                   "gb_s": r.get("gb_s"), "spec": spec_hash(rec, r.get("test"))}
+            for k, v in (r.get("nvml") or {}).items():
+                if v is None or isinstance(v, (int, float, str, bool)):
+                    row[f"nvml_{k}"] = v
+            rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame.reindex(columns=FRAME_COLUMNS + [c for c in frame.columns if c not in FRAME_COLUMNS])

@@ -1,0 +1,114 @@
+"""harness ab: ABBA order, cold round dropped, identical builds refused,
+token identity enforced, Ctrl-C keeps completed rounds, and an end-to-end
+A/B of two real engine wheels (NumPy backend) on a tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.errors import AnvilError
+from harness import ab, results
+from harness.runners import RunResult
+
+
+def test_abba_order():
+    assert ab.abba_order(4) == [("A", "B"), ("B", "A"), ("A", "B"), ("B", "A")]
+
+
+class FakeRunner:
+    """Scripted runs: tok/s per call, fixed tokens; optional Ctrl-C at call n."""
+
+    def __init__(self, label, speed, tokens=(1, 2, 3), interrupt_at=None, sha="0" * 64):
+        self.label, self.speed, self.tokens, self.interrupt_at, self.sha = label, speed, list(tokens), interrupt_at, sha
+        self.calls = 0
+
+    def prepare(self):
+        pass
+
+    def describe(self):
+        return {"kind": "fake", "label": self.label, "sha256": self.sha}
+
+    def run(self, model, **kw):
+        self.calls += 1
+        if self.interrupt_at == self.calls:
+            raise KeyboardInterrupt
+        v = self.speed(self.calls)
+        return RunResult(tests={"pp8": [v, v], "tg4": [v / 10, v / 10]}, tokens=self.tokens, raw={}, wall_s=0.1,
+                         cmd=["fake"], returncode=0)
+
+
+def _fake(monkeypatch, a, b):
+    runners = iter([a, b])
+    monkeypatch.setattr(ab, "make_runner", lambda spec, workdir: next(runners))
+
+
+def _cfg(tmp_path, **kw):
+    return ab.ABConfig(model=tmp_path / "m.gguf", rounds=6, **kw)
+
+
+def test_cold_round_dropped_and_verdict(monkeypatch, tmp_path):
+    # A's first (cold) run is absurdly slow: it must not count
+    a = FakeRunner("A", lambda n: 10.0 if n == 1 else 100.0 + n % 2, sha="a" * 64)
+    b = FakeRunner("B", lambda n: 120.0 + n % 3, sha="b" * 64)
+    _fake(monkeypatch, a, b)
+    rec = ab.run_ab("a.whl", "b.whl", _cfg(tmp_path), tmp_path, results_dir=tmp_path / "res")
+    assert a.calls == b.calls == 7  # 6 rounds + the cold one
+    assert [r["order"] for r in rec["rounds"][:4]] == ["AB", "BA", "AB", "BA"]
+    t = rec["analysis"]["pp8"]
+    assert t["A"]["n"] == 6 and min(t["A"]["median"], t["A"]["p90"]) > 99  # the 10 t/s cold run is gone
+    assert t["verdict"] == "faster" and t["wins"]["B"] == 6
+    saved = json.loads((tmp_path / "res").glob("ab-*.json").__next__().read_text())
+    assert saved["kind"] == "ab" and saved["complete"] and saved["tokens_identical"]
+
+
+def test_identical_builds_refused(monkeypatch, tmp_path):
+    _fake(monkeypatch, FakeRunner("A", lambda n: 1.0), FakeRunner("B", lambda n: 1.0))
+    with pytest.raises(AnvilError, match="same build"):
+        ab.run_ab("a.whl", "a.whl", _cfg(tmp_path), tmp_path, results_dir=tmp_path)
+
+
+def test_token_difference_fails_loudly(monkeypatch, tmp_path):
+    _fake(monkeypatch, FakeRunner("A", lambda n: 1.0, tokens=[5, 6, 7], sha="a" * 64),
+          FakeRunner("B", lambda n: 1.0, tokens=[5, 9, 7], sha="b" * 64))
+    with pytest.raises(AnvilError, match="different greedy tokens from step 1"):
+        ab.run_ab("a.whl", "b.whl", _cfg(tmp_path), tmp_path, results_dir=tmp_path / "res")
+    rec = results.load_all(tmp_path / "res", kind="ab")[0]
+    assert rec["tokens_identical"] is False and rec["token_diff"]["first_step"] == 1
+
+
+def test_ctrl_c_keeps_completed_rounds(monkeypatch, tmp_path):
+    _fake(monkeypatch, FakeRunner("A", lambda n: 1.0, sha="a" * 64, interrupt_at=4),
+          FakeRunner("B", lambda n: 1.0, sha="b" * 64))
+    with pytest.raises(KeyboardInterrupt):
+        ab.run_ab("a.whl", "b.whl", _cfg(tmp_path), tmp_path, results_dir=tmp_path / "res")
+    rec = results.load_all(tmp_path / "res", kind="ab")[0]
+    assert len(rec["rounds"]) == 3 and not rec["complete"] and "KeyboardInterrupt" in rec["interrupted"]
+
+
+def _numerics_change(src):
+    """A candidate whose numerics differ: RMSNorm epsilon x1e6."""
+    p = src / "engine" / "backends" / "numpy" / "ops.py"
+    p.write_text(p.read_text().replace("1.0 / np.sqrt(ms + eps)", "1.0 / np.sqrt(ms + eps * 1e6)"))
+
+
+def _comment_change(src):
+    p = src / "engine" / "generate.py"
+    p.write_text(p.read_text() + "\n# candidate build\n")
+
+
+def test_end_to_end_two_real_wheels(build_engine_wheel, model_path, tmp_path):
+    base = build_engine_wheel("plain")
+    cand = build_engine_wheel("comment", _comment_change)
+    cfg = ab.ABConfig(model=model_path("tiny-qwen3"), n_prompt=8, n_gen=4, reps=2, rounds=2)
+    rec = ab.run_ab(str(base), str(cand), cfg, tmp_path / "work", results_dir=tmp_path / "res")
+    assert rec["complete"] and rec["tokens_identical"] is True
+    assert rec["arms"]["A"]["sha256"] != rec["arms"]["B"]["sha256"]
+    assert set(rec["analysis"]) == {"pp8", "tg4"}
+    assert "| pp8 |" in ab.format_report(rec)
+
+    bad = build_engine_wheel("numerics", _numerics_change)
+    with pytest.raises(AnvilError, match="different greedy tokens"):
+        ab.run_ab(str(base), str(bad), ab.ABConfig(model=cfg.model, n_prompt=8, n_gen=4, reps=1, rounds=1),
+                  tmp_path / "work", results_dir=tmp_path / "res")

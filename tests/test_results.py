@@ -1,0 +1,194 @@
+"""harness.results: atomic append-only store, schema checks, spec hashes, the frame."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import stat
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from engine.errors import AnvilError
+from harness import results, stats
+
+
+def bench_record(**over):
+    rec = {
+        "engine": "anvil", "build": "d4df51d7f8fbf091",
+        "model": "/tmp/models/synth/qwen3-8b.gguf", "backend": "cuda",
+        "settings": {"n_prompt": 512, "n_gen": 128, "reps": 5, "warmup": 1, "seed": 0,
+                     "n_ctx": 4096, "kv": "f16", "graphs": True},
+        "date": "2026-11-29T15:41:33Z", "gpu": "NVIDIA H200", "driver": "580.159.04",
+        "results": [
+            {"test": "pp512", "samples_tok_s": [17827.9, 17902.3, 17839.7, 16620.0, 17897.3],
+             "tok_s_mean": 17617.4, "tok_s_sd": 558.6},
+            {"test": "tg128", "samples_tok_s": [237.3, 237.4, 236.5, 237.3, 236.4],
+             "tok_s_mean": 237.0, "tok_s_sd": 0.49, "gb_s": 1106.9,
+             "nvml": {"sm_mhz_median": 1980.0, "sm_bimodal": False, "throttle_reasons": []}},
+        ],
+    }
+    rec.update(over)
+    return rec
+
+
+@pytest.fixture
+def pinned_clock(monkeypatch):
+    monkeypatch.setattr(results, "_now", lambda: time.gmtime(1_800_000_000))
+
+
+def files(d):
+    return sorted(p.name for p in d.iterdir())
+
+
+def test_default_dir_is_the_repos():
+    assert results.DEFAULT_DIR.parts[-2:] == ("reports", "results")
+    assert (results.DEFAULT_DIR.parent.parent / "harness" / "results.py").is_file()
+
+
+def test_round_trip(tmp_path, pinned_clock):
+    rec = bench_record(peak=np.int64(6101521356), samples=np.array([1.5, 2.5]),
+                       cmp=stats.compare([1.0, 1.1], [1.2, 1.3]))
+    original = copy.deepcopy(rec)
+    p = results.save(rec, "bench", tmp_path)
+    assert rec.keys() == original.keys()  # the caller's dict is not modified
+    assert p.parent == tmp_path and p.name.startswith("bench-20270115T080000Z-")
+    assert stat.S_IMODE(p.stat().st_mode) == 0o644
+    [back] = results.load_all(tmp_path)
+    assert back["schema_version"] == results.SCHEMA_VERSION and back["kind"] == "bench"
+    assert back["saved_at"] == "2027-01-15T08:00:00Z" and back["_path"] == str(p)
+    assert back["results"] == rec["results"] and back["peak"] == 6101521356
+    assert back["samples"] == [1.5, 2.5] and back["cmp"]["verdict"] == stats.SAME
+    # a loaded record saves again without dragging its _path along
+    p2 = results.save(back, "bench", tmp_path)
+    assert "_path" not in json.loads(p2.read_text())
+
+
+def test_kind_filter_and_order(tmp_path, monkeypatch):
+    for i, kind in enumerate(["validate", "bench", "ab", "bench"]):
+        monkeypatch.setattr(results, "_now", lambda i=i: time.gmtime(1_800_000_000 + i))
+        results.save({"i": i}, kind, tmp_path)
+    assert [r["i"] for r in results.load_all(tmp_path)] == [0, 1, 2, 3]  # oldest first
+    assert [r["i"] for r in results.load_all(tmp_path, kind="bench")] == [1, 3]
+    assert results.load_all(tmp_path / "missing") == []
+
+
+def test_bad_kind_and_conflicting_version(tmp_path):
+    with pytest.raises(ValueError):
+        results.save({}, "benchmark", tmp_path)
+    with pytest.raises(ValueError):
+        results.save({"schema_version": 99}, "bench", tmp_path)
+    with pytest.raises(ValueError):
+        results.save({"kind": "ab"}, "bench", tmp_path)
+    assert files(tmp_path) == []
+
+
+def test_never_overwrites(tmp_path, pinned_clock):
+    rec = bench_record()
+    p1 = results.save(rec, "bench", tmp_path)
+    before = p1.read_bytes()
+    p2 = results.save(rec, "bench", tmp_path)  # same content, same second: same name wanted
+    p3 = results.save(rec, "bench", tmp_path)
+    assert len({p1, p2, p3}) == 3 and p1.read_bytes() == before
+    assert len(results.load_all(tmp_path)) == 3
+
+
+def test_never_overwrites_without_hard_links(tmp_path, pinned_clock, monkeypatch):
+    def no_link(src, dst):
+        raise PermissionError("no hard links here")
+
+    monkeypatch.setattr(os, "link", no_link)
+    p1 = results.save({"x": 1}, "bench", tmp_path)
+    p2 = results.save({"x": 1}, "bench", tmp_path)
+    assert p1 != p2 and files(tmp_path) == sorted([p1.name, p2.name])
+
+
+@pytest.mark.parametrize("where", [("fsync",), ("chmod",), ("link", "replace")])
+def test_failure_mid_write_leaves_nothing(tmp_path, monkeypatch, where):
+    # fsync fails after the bytes were written to the temp file: a real mid-write failure
+    def boom(*a):
+        raise OSError("disk full")
+
+    for name in where:
+        monkeypatch.setattr(os, name, boom)
+    with pytest.raises(OSError, match="disk full"):
+        results.save(bench_record(), "bench", tmp_path)
+    assert files(tmp_path) == []  # no temp file, no partial record
+
+
+def test_unserialisable_leaves_nothing(tmp_path):
+    with pytest.raises(TypeError):
+        results.save({"x": object()}, "bench", tmp_path)
+    assert files(tmp_path) == []
+
+
+def test_bad_files_skipped_or_strict(tmp_path):
+    good = results.save(bench_record(), "bench", tmp_path)
+    (tmp_path / "bench-20270101T000000Z-aaaaaaaa.json").write_text(
+        json.dumps({"schema_version": 2, "kind": "bench"}))
+    (tmp_path / "bench-20270101T000001Z-bbbbbbbb.json").write_text("{truncated")
+    (tmp_path / "notes.txt").write_text("ignored: not .json")
+    with pytest.warns(results.ResultsWarning) as caught:
+        recs = results.load_all(tmp_path)
+    assert [r["_path"] for r in recs] == [str(good)]
+    msgs = " ".join(str(w.message) for w in caught)
+    assert "schema_version 2" in msgs and "unreadable" in msgs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(AnvilError, match="aaaaaaaa.json: schema_version 2"):
+            results.load_all(tmp_path, strict=True)
+
+
+def test_spec_hash():
+    a = bench_record()
+    h = results.spec_hash(a, "tg128")
+    assert h == results.spec_hash(copy.deepcopy(a), "tg128") and len(h) == 16
+    assert results.spec(a, "pp512") == {"test": "pp512", "n_prompt": 512, "n_gen": 0, "n_depth": 0,
+                                        "model": "qwen3-8b.gguf", "backend": "cuda", "kv": "f16"}
+    assert results.spec(a, "pp512+tg128")["n_gen"] == 128
+    # how the engine works, run length and where the file sits do not change the spec
+    b = bench_record(build="other", model="/elsewhere/qwen3-8b.gguf", date="2027-01-01T00:00:00Z")
+    b["settings"].update(graphs=False, reps=10, seed=3, n_ctx=8192, flash_attn=1)
+    assert results.spec_hash(b, "tg128") == h and results.comparable(a, b)
+    # the work does
+    for change in ({"model": "/tmp/llama3-8b.gguf"}, {"backend": "numpy"},
+                   {"model_sha256": "ab" * 32}):
+        assert results.spec_hash(bench_record(**change), "tg128") != h
+    kv32 = bench_record()
+    kv32["settings"]["kv"] = "f32"
+    deep = bench_record()
+    deep["settings"]["n_depth"] = 4096
+    for other in (kv32, deep):
+        assert results.spec_hash(other, "tg128") != h and not results.comparable(a, other)
+    assert results.spec_hash(a, "pp512") != results.spec_hash(a, "pp1024")
+
+
+def test_comparable():
+    a = bench_record()
+    assert results.comparable(a, bench_record(backend="CUDA"))  # llama.cpp spells it so
+    assert not results.comparable(a, bench_record(gpu="NVIDIA A100-SXM4-80GB"))
+    tg_only = bench_record(results=[a["results"][1]])
+    assert results.comparable(a, tg_only) and results.comparable(a, tg_only, "tg128")
+    assert not results.comparable(a, tg_only, "pp512")
+    assert not results.comparable(a, bench_record(results=[{"test": "tg256"}]))
+
+
+def test_to_frame(tmp_path):
+    results.save(bench_record(), "bench", tmp_path)
+    results.save(bench_record(engine="llama.cpp", build="b1", model_sha256="cd" * 32), "bench", tmp_path)
+    results.save({"verdict": "faster"}, "ab", tmp_path)
+    df = results.to_frame(results.load_all(tmp_path))
+    assert df.shape[0] == 4  # 2 bench records x 2 tests; the ab record adds none
+    assert list(df.columns[:len(results.FRAME_COLUMNS)]) == results.FRAME_COLUMNS
+    assert {"nvml_sm_mhz_median", "nvml_sm_bimodal"} <= set(df.columns)
+    assert "nvml_throttle_reasons" not in df.columns  # lists are not flattened
+    tg = df[df.test == "tg128"].set_index("engine")
+    assert tg.loc["anvil", "gb_s"] == 1106.9 and tg.loc["anvil", "tok_s_median"] == 237.3
+    assert tg.loc["anvil", "n"] == 5 and tg.loc["llama.cpp", "model_sha256"] == "cd" * 32
+    assert tg.loc["anvil", "spec"] != tg.loc["llama.cpp", "spec"]  # sha256 vs file name
+    assert str(df.date.dtype).startswith("datetime64") and df.file.str.startswith("bench-").all()
+    empty = results.to_frame([])
+    assert empty.shape == (0, len(results.FRAME_COLUMNS))
