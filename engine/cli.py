@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from .errors import AnvilError
+from .errors import AnvilError, run_command
 
 
 def _token_ids(text: str) -> list[int]:
@@ -122,14 +122,7 @@ def cmd_bench(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return {"generate": cmd_generate, "bench": cmd_bench}[args.command](args)
-    except AnvilError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return run_command({"generate": cmd_generate, "bench": cmd_bench}[args.command], args)
 
 
 if __name__ == "__main__":

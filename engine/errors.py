@@ -19,3 +19,18 @@ class GGUFError(AnvilError):
         super().__init__(f"{path}: {what}")
         self.path = path
         self.what = what
+
+
+def run_command(command, args) -> int:
+    """Run one CLI command: a user error becomes one line on stderr and exit
+    status 1, Ctrl-C exit status 130, never a traceback."""
+    import sys
+
+    try:
+        return command(args)
+    except AnvilError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.errors import AnvilError
+from engine.errors import AnvilError, run_command
 
 
 def cmd_models(args) -> int:
@@ -296,14 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except AnvilError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

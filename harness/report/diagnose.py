@@ -1,0 +1,256 @@
+"""Why a run is as fast as it is, from its NVML summary and its achieved rate.
+
+``diagnose(test, summary, gb_s=..., tflop_s=...)`` returns a ``Diagnosis``:
+a label and one sentence carrying the numbers that led to it, e.g.
+
+    decode reads 1121 GB/s = 26% of the 4300 GB/s roofline with the SM clock
+    at 1980 MHz (pinned) and 48% power: launch-latency bound
+
+The rules, first match wins (thresholds are the named constants below):
+
+1. no NVML summary (or one with no samples) -> "unknown (no NVML trace)";
+   fewer than MIN_SAMPLES samples -> "unknown (too few NVML samples)".
+2. decode at >= MEMORY_BOUND_FRAC of the measured HBM roofline
+   -> "memory-bandwidth bound" (nothing else can make it faster).
+3. SM clock bimodal, or its median below CLOCK_LOW_FRAC of the maximum,
+   with mean power below LOW_POWER_FRAC of the limit -> "host-sync starved":
+   the GPU idles between host round-trips, the boost governor drops the
+   clock, and every kernel then runs slower too.
+4. prefill with utilisation >= HIGH_UTIL_PCT and power >= HIGH_POWER_FRAC
+   -> "compute bound".
+5. SM clock median >= CLOCK_PINNED_FRAC of the maximum, not bimodal, power
+   below LOW_POWER_FRAC -> "launch-latency bound": the GPU never idles long
+   enough to drop its clock, yet draws little power: many small kernels
+   with gaps and tails rather than saturated SMs or HBM.
+6. anything else -> "unclassified", with the same numbers.
+
+NVML's utilisation is the fraction of time *any* kernel was resident, so a
+stream of tiny latency-bound kernels reads ~100% as well as a saturating
+GEMM does; it therefore only confirms compute-bound prefill (rule 4) and is
+reported, not required, for launch-latency bound runs (rule 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Measured on the reference H200: ~4.3 TB/s device-to-device copy and
+# ~790 TFLOP/s dense bf16 (design notes, "The GPU host"). The rooflines are
+# what was measured there, not the datasheet's 4.8 TB/s / 989 TFLOP/s.
+MEASURED_HBM_GBS = 4300.0
+MEASURED_BF16_TFLOPS = 790.0
+
+# Decode at 70% of copy bandwidth: the best GEMV kernels reach 80-90% of a
+# plain copy; the weight-bytes estimate ignores KV-cache and activation
+# reads, so 70% already leaves the HBM little to give.
+MEMORY_BOUND_FRAC = 0.70
+# Clock "pinned at boost": median within 5% of the maximum SM clock
+# (1881 of 1980 MHz on the H200) - boost jitter is a bin or two of 15 MHz.
+CLOCK_PINNED_FRAC = 0.95
+# Clock "low": median below 85% of the maximum. Between 85% and 95% the
+# clock is neither pinned nor clearly dropping; no clock rule fires there.
+CLOCK_LOW_FRAC = 0.85
+# Mean power below 55% of the limit (385 of 700 W): SMs and HBM are mostly
+# waiting. A saturated HBM stream or a tensor-core GEMM draws far more.
+LOW_POWER_FRAC = 0.55
+# Prefill drawing >= 70% of the limit (490 W) with a kernel resident >= 90%
+# of the time: tensor cores busy. A power-capped GEMM sits at ~100%.
+HIGH_POWER_FRAC = 0.70
+HIGH_UTIL_PCT = 90.0
+# A summary of fewer samples says too little (the sampler takes one at
+# entry, one at exit, and one per 25 ms between).
+MIN_SAMPLES = 3
+# Q4_K_M mixes Q4_K with Q6_K: ~4.9 bits per weight over the matrices an 8B
+# model reads per token (qwen3-8b: 4.67 GB for 7.57 G matrix parameters).
+# Used only to estimate parameters when no record of the model file has them.
+Q4_K_M_BITS_PER_WEIGHT = 4.9
+
+UNKNOWN = "unknown (no NVML trace)"
+TOO_SHORT = "unknown (too few NVML samples)"
+MEMORY = "memory-bandwidth bound"
+HOST_SYNC = "host-sync starved"
+COMPUTE = "compute bound"
+LAUNCH = "launch-latency bound"
+UNCLASSIFIED = "unclassified"
+LABELS = (MEMORY, HOST_SYNC, COMPUTE, LAUNCH, UNCLASSIFIED, UNKNOWN, TOO_SHORT)
+
+# the rules as the report prints them (the scoreboard's "How runs are diagnosed")
+RULES = (
+    (MEMORY, f"decode reads >= {MEMORY_BOUND_FRAC:.0%} of the {MEASURED_HBM_GBS:.0f} GB/s measured HBM roofline"),
+    (HOST_SYNC, f"SM clock bimodal or its median < {CLOCK_LOW_FRAC:.0%} of the maximum, "
+                f"with mean power < {LOW_POWER_FRAC:.0%} of the limit"),
+    (COMPUTE, f"prefill with GPU utilisation >= {HIGH_UTIL_PCT:.0f}% and power >= {HIGH_POWER_FRAC:.0%} of the limit"),
+    (LAUNCH, f"SM clock median >= {CLOCK_PINNED_FRAC:.0%} of the maximum (pinned at boost) and "
+             f"power < {LOW_POWER_FRAC:.0%} of the limit (utilisation is reported, not required: "
+             f"NVML counts any resident kernel as busy)"),
+    (UNCLASSIFIED, "none of the above"),
+    (UNKNOWN, f"no NVML summary for the run, or fewer than {MIN_SAMPLES} samples"),
+)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    label: str
+    sentence: str
+
+    @property
+    def css(self) -> str:
+        """A class name for the label's badge."""
+        return {MEMORY: "memory", HOST_SYNC: "hostsync", COMPUTE: "compute", LAUNCH: "launch"}.get(
+            self.label, "unknown")
+
+
+@dataclass(frozen=True)
+class Rate:
+    """What a measured tok/s means in hardware terms."""
+    gb_s: float | None = None      # decode: bytes read from HBM per second / 1e9
+    tflop_s: float | None = None   # prefill: estimated FLOP/s / 1e12
+    text: str = ""                 # "1121 GB/s", "~292 TFLOP/s" ("~": estimated)
+    note: str = ""                 # how it was obtained
+
+    @property
+    def roofline(self) -> float | None:
+        """Fraction of the measured HBM bandwidth (decode) or bf16 peak (prefill)."""
+        if self.gb_s is not None:
+            return self.gb_s / MEASURED_HBM_GBS
+        if self.tflop_s is not None:
+            return self.tflop_s / MEASURED_BF16_TFLOPS
+        return None
+
+
+def rate(test: str, tok_s: float, *, gb_s: float | None = None, weight_bytes: float | None = None,
+         file_bytes: float | None = None, n_params: float | None = None) -> Rate:
+    """Decode: the recorded GB/s, else weight bytes per token x tok/s, else
+    the file size x tok/s (an over-estimate: the file holds the embedding
+    table, of which a token reads one row). Prefill: 2 x n_params FLOPs per
+    token (a multiply-add per weight; attention's FLOPs, ~2% at 512 tokens
+    of an 8B model, are not counted), n_params estimated from the weight
+    bytes at Q4_K_M_BITS_PER_WEIGHT when no record states it."""
+    if test.startswith("tg"):
+        if gb_s is not None:
+            return Rate(gb_s=gb_s, text=f"{gb_s:.0f} GB/s", note="recorded")
+        if weight_bytes:
+            g = weight_bytes * tok_s / 1e9
+            return Rate(gb_s=g, text=f"{g:.0f} GB/s", note="weight bytes per token x tok/s")
+        if file_bytes:
+            g = file_bytes * tok_s / 1e9
+            return Rate(gb_s=g, text=f"~{g:.0f} GB/s",
+                        note="model file size x tok/s (over-estimate: counts the whole embedding table)")
+    if test.startswith("pp"):
+        note = "2 x n_params FLOPs per token"
+        if not n_params and weight_bytes:
+            n_params = weight_bytes * 8 / Q4_K_M_BITS_PER_WEIGHT
+            note += f", n_params estimated from the weight bytes at {Q4_K_M_BITS_PER_WEIGHT} bits/weight"
+        if n_params:
+            tf = 2 * n_params * tok_s / 1e12
+            return Rate(tflop_s=tf, text=f"~{tf:.0f} TFLOP/s", note=note)
+    return Rate()
+
+
+def _num(summary: dict, key: str) -> float | None:
+    v = summary.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _rate_phrase(test: str, gb_s: float | None, tflop_s: float | None) -> str:
+    if test.startswith("tg") and gb_s is not None:
+        return (f"decode reads {gb_s:.0f} GB/s = {gb_s / MEASURED_HBM_GBS:.0%} of the "
+                f"{MEASURED_HBM_GBS:.0f} GB/s roofline")
+    if test.startswith("pp") and tflop_s is not None:
+        return (f"prefill computes ~{tflop_s:.0f} TFLOP/s = {tflop_s / MEASURED_BF16_TFLOPS:.0%} of the "
+                f"{MEASURED_BF16_TFLOPS:.0f} TFLOP/s bf16 peak")
+    return f"{'decode' if test.startswith('tg') else 'prefill' if test.startswith('pp') else test} " \
+           f"(no achieved-rate estimate)"
+
+
+def clock_fraction(summary: dict, sm_clock_max_mhz: float | None = None) -> tuple[float | None, str]:
+    """Median SM clock over the board's maximum; without the maximum, over the
+    trace's own highest sample (then a never-boosting run cannot look low)."""
+    frac = _num(summary, "sm_frac_of_max")
+    med = _num(summary, "sm_mhz_median")
+    if frac is not None:
+        return frac, "of max"
+    if med is not None and sm_clock_max_mhz:
+        return med / float(sm_clock_max_mhz), "of max"
+    top = _num(summary, "sm_mhz_max")
+    if med is not None and top:
+        return med / top, "of the trace's max"
+    return None, ""
+
+
+def power_fraction(summary: dict, power_limit_w: float | None = None) -> float | None:
+    frac = _num(summary, "power_frac_of_limit")
+    mean = _num(summary, "power_w_mean")
+    if frac is None and mean is not None and power_limit_w:
+        frac = mean / float(power_limit_w)
+    return frac
+
+
+def diagnose(test: str, summary: dict | None, *, gb_s: float | None = None, tflop_s: float | None = None,
+             power_limit_w: float | None = None, sm_clock_max_mhz: float | None = None,
+             scope: str = "") -> Diagnosis:
+    """Classify one run of ``test`` (``pp512``, ``tg128``, ...). ``summary`` is
+    harness.nvml.summarize()'s dict (or None); ``gb_s`` the achieved decode
+    bandwidth, ``tflop_s`` the estimated prefill throughput; the limits fill
+    in fractions a summary lacks. ``scope`` is appended to the sentence
+    (e.g. "(trace covers the whole run)")."""
+    rate = _rate_phrase(test, gb_s, tflop_s)
+    tail = f" {scope}" if scope else ""
+    decode = test.startswith("tg")
+    if not summary or summary.get("available") is False or not summary.get("n_samples"):
+        why = summary.get("reason") if summary else None
+        return Diagnosis(UNKNOWN, f"{rate}; no NVML trace{f' ({why})' if why else ''}{tail}")
+    n = int(summary["n_samples"])
+    if n < MIN_SAMPLES:
+        return Diagnosis(TOO_SHORT, f"{rate}; only {n} NVML sample{'s' if n != 1 else ''}{tail}")
+
+    clk, clk_ref = clock_fraction(summary, sm_clock_max_mhz)
+    pwr = power_fraction(summary, power_limit_w)
+    util = _num(summary, "gpu_util_mean")
+    med = _num(summary, "sm_mhz_median")
+    bimodal = bool(summary.get("sm_bimodal"))
+    low_frac = _num(summary, "sm_low_fraction")
+
+    # the evidence, in words, in a fixed order
+    if med is None:
+        clock = "no SM clock samples"
+    elif bimodal:
+        clock = (f"the SM clock bimodal (median {med:.0f} MHz, "
+                 f"{low_frac:.0%} of samples low)" if low_frac is not None else f"the SM clock bimodal (median {med:.0f} MHz)")
+    elif clk is not None and clk >= CLOCK_PINNED_FRAC:
+        clock = f"the SM clock at {med:.0f} MHz (pinned)"
+    elif clk is not None and clk < CLOCK_LOW_FRAC:
+        clock = f"the SM clock low at {med:.0f} MHz ({clk:.0%} {clk_ref})"
+    else:
+        clock = f"the SM clock at {med:.0f} MHz" + (f" ({clk:.0%} {clk_ref})" if clk is not None else "")
+    power = f"{pwr:.0%} power" if pwr is not None else "power not recorded"
+    evidence = f"{clock} and {power}" + (f", {util:.0f}% utilisation" if util is not None else "")
+    reasons = [r for r in summary.get("throttle_reasons") or [] if r != "gpu_idle"]
+    if reasons:
+        evidence += f" (clock events: {', '.join(sorted(reasons))})"
+
+    def verdict(label: str) -> Diagnosis:
+        return Diagnosis(label, f"{rate} with {evidence}: {label}{tail}")
+
+    if decode and gb_s is not None and gb_s / MEASURED_HBM_GBS >= MEMORY_BOUND_FRAC:
+        return verdict(MEMORY)
+    low_power = pwr is not None and pwr < LOW_POWER_FRAC
+    if low_power and (bimodal or (clk is not None and clk < CLOCK_LOW_FRAC)):
+        return verdict(HOST_SYNC)
+    if (test.startswith("pp") and util is not None and util >= HIGH_UTIL_PCT
+            and pwr is not None and pwr >= HIGH_POWER_FRAC):
+        return verdict(COMPUTE)
+    if low_power and not bimodal and clk is not None and clk >= CLOCK_PINNED_FRAC:
+        return verdict(LAUNCH)
+    return verdict(UNCLASSIFIED)
+
+
+def majority(diagnoses: list[Diagnosis]) -> tuple[str, int, int]:
+    """(most common label, its count, total); ties go to the label sorting first."""
+    if not diagnoses:
+        return UNKNOWN, 0, 0
+    counts: dict[str, int] = {}
+    for d in diagnoses:
+        counts[d.label] = counts.get(d.label, 0) + 1
+    label = min(counts, key=lambda k: (-counts[k], k))
+    return label, counts[label], len(diagnoses)
