@@ -11,6 +11,7 @@
     harness bench [--engine installed|WHEEL] [--llamacpp SPEC] [--model NAME|FILE ...]
                                               pp512/tg128 beside llama.cpp, appended to reports/results
     harness doctor                            what this machine can do, and how to fix what is missing
+    harness report [--format html|md]         the scoreboard (reports/index.html) from the results store
 """
 
 from __future__ import annotations
@@ -226,6 +227,12 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .report import main_report
+
+    return main_report(args)
+
+
 def cmd_doctor(args) -> int:
     from .doctor import main_doctor
 
@@ -291,6 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="what this machine can do, with fixes")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_doctor)
+
+    rp = sub.add_parser("report", help="render the scoreboard from the results store")
+    rp.add_argument("--format", choices=["html", "md"], default="html")
+    rp.add_argument("--out", default=None, help="output file (default reports/index.html; md prints to stdout)")
+    rp.add_argument("--results-dir", default=None, help="results store (default reports/results)")
+    rp.set_defaults(func=cmd_report)
     return p
 
 

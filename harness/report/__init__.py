@@ -6,9 +6,9 @@
     print(render_md(rep))
 
 ``build_report`` reads no clock and no environment: every list is sorted and
-every "latest" is the latest *record* (by its own date), so the same records
-render to byte-identical HTML and PNGs. Numbers are only ever compared
-within one benchmark spec (``results.spec_hash``) on one GPU.
+"latest" means the latest *record* (by its own date), so the same records
+render to byte-identical HTML and PNGs. Numbers are compared only within one
+benchmark spec (``results.spec_hash``) on one GPU (``results.comparable``).
 """
 
 from __future__ import annotations
@@ -16,26 +16,27 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from engine.errors import AnvilError
+
 from .. import nvml, results
-from .diagnose import MEASURED_BF16_TFLOPS, MEASURED_HBM_GBS, Diagnosis, diagnose, majority
+from . import diagnose as dx  # not `from .diagnose import diagnose`: that would hide the submodule
+from .diagnose import MEASURED_BF16_TFLOPS, MEASURED_HBM_GBS, Diagnosis, Rate
+from .html import atomic_write, render_md, write_html
 
 ANVIL, LLAMACPP = "anvil", "llama.cpp"
 _LLAMACPP_NAMES = {"llama.cpp", "llamacpp", "llama-cpp-python", "llama-bench"}
-AB_SHOWN = 10  # most recent A/B records on the page (each with one trace figure per run)
-# Q4_K_M mixes Q4_K with Q6_K: ~4.9 bits per weight over the matrices an 8B
-# model reads per token (qwen3-8b: 4.67 GB for 7.57 G matrix params). Used only
-# to estimate parameters when no record of the model file states them.
-Q4_K_M_BITS_PER_WEIGHT = 4.9
+AB_SHOWN = 10  # most recent A/B records on the page (each brings one trace figure per run)
 DEFAULT_OUT = results.DEFAULT_DIR.parent / "index.html"
 
 
 @dataclass(frozen=True)
 class Measure:
-    """One test of one bench record, with what the page says about it."""
+    """One test of one record (a bench record, or one arm's run of an A/B)."""
     engine: str
     test: str
     tok_s: float
@@ -48,16 +49,14 @@ class Measure:
     settings: str
     file: str
     note: str
-    rate: str             # "1121 GB/s" or "~292 TFLOP/s", "" when unknown
-    rate_note: str        # where the rate came from
-    roofline: float | None  # fraction of MEASURED_HBM_GBS (decode) / MEASURED_BF16_TFLOPS (prefill)
+    rate: Rate
     diagnosis: Diagnosis
-    figure: str | None    # trace figure file name
+    figure: str | None  # its NVML trace figure (file name under figures/)
 
     @property
     def provenance(self) -> str:
-        return (f"{self.engine} on {self.gpu or 'unknown GPU'}, driver {self.driver or '?'}, {self.date}, "
-                f"build {self.build}, {self.settings}; {self.n} samples; {self.file}")
+        return (f"{self.engine} on {self.gpu or 'unknown GPU'}, driver {self.driver or '?'}, {self.date or '?'}, "
+                f"build {self.build}; {self.settings}; {self.n} samples; {self.file}")
 
 
 @dataclass(frozen=True)
@@ -66,15 +65,16 @@ class Row:
     model: str
     test: str
     gpu: str | None
-    spec: str
-    spec_text: str
+    spec: str       # results.spec_hash
+    spec_text: str  # its fields, for a tooltip
     anvil: Measure | None
     llamacpp: Measure | None
-    ratio: float | None   # anvil / llama.cpp, only for comparable records
+    ratio: float | None  # anvil / llama.cpp; None unless both exist and are comparable
 
 
 @dataclass(frozen=True)
 class History:
+    """First recorded ("published") vs latest ("today") of one engine on one spec."""
     model: str
     test: str
     engine: str
@@ -85,8 +85,8 @@ class History:
     n_records: int
 
     @property
-    def gain(self) -> float:
-        return self.latest.tok_s / self.first.tok_s
+    def gain(self) -> float | None:
+        return self.latest.tok_s / self.first.tok_s if self.first.tok_s > 0 else None
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class Parity:
     model: str
     tier: str
     backend: str
-    status: str
+    status: str  # "exact", "teacher-forced: N near-tie flips", "DRIFT: ..."
     ok: bool
     matched: str
     max_logit_diff: float | None
@@ -104,6 +104,7 @@ class Parity:
 
 @dataclass(frozen=True)
 class ABTest:
+    """One test of one A/B record: harness.ab's analysis, as recorded."""
     file: str
     date: str
     model: str
@@ -125,10 +126,11 @@ class ABTest:
 
 @dataclass(frozen=True)
 class Run:
-    """A diagnosed run, listed in the page's diagnosis section."""
-    source: str           # "bench" or "ab"
+    """A diagnosed run (the page's diagnosis section)."""
+    source: str  # "bench" or "ab"
+    group: str   # the A/B record's file ("" for bench runs)
     model: str
-    who: str              # engine, or "A: label"
+    who: str
     test: str
     diagnosis: Diagnosis
     figure: str | None
@@ -137,10 +139,10 @@ class Run:
 
 @dataclass(frozen=True)
 class Figure:
-    name: str             # file name under figures/
-    kind: str             # "bars" or "trace"
+    name: str   # file name under figures/
+    kind: str   # "bars" or "trace"
     title: str
-    data: tuple           # bars: ((label, ((series, value, sd), ...)), ...); trace: ((key, values), ...)
+    data: tuple  # bars: ((label, ((series, tok_s, sd), ...)), ...); trace: ((key, values), ...)
 
 
 @dataclass(frozen=True)
@@ -159,8 +161,8 @@ class Report:
     runs: tuple[Run, ...]
     figures: tuple[Figure, ...]
     sources: tuple[tuple[str, str, str, str, str], ...]  # (file, kind, model, engine, date)
-    digest: str           # sha256 of the records' content: which evidence this page shows
-    notes: tuple[str, ...] = field(default=())
+    digest: str  # sha256 over the records' content: which evidence the page shows
+    latest_date: str
 
     @property
     def rows(self) -> tuple[Row, ...]:
@@ -171,23 +173,30 @@ class Report:
         return tuple(h for m in self.models for h in m.history)
 
 
-# ---- record helpers ----------------------------------------------------------
+# ---- record helpers ---------------------------------------------------------
 
 def _file(rec: dict) -> str:
     return Path(rec["_path"]).name if rec.get("_path") else "(unsaved record)"
 
 
+def _date(rec: dict) -> str:
+    return str(rec.get("date") or rec.get("saved_at") or "")
+
+
 def _order(rec: dict) -> tuple:
-    return (str(rec.get("date") or rec.get("saved_at") or ""), str(rec.get("saved_at") or ""), _file(rec))
-
-
-def _stem(rec: dict) -> str:
-    name = Path(rec["_path"]).stem if rec.get("_path") else hashlib.sha256(_canon(rec).encode()).hexdigest()[:12]
-    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
+    return (_date(rec), str(rec.get("saved_at") or ""), _file(rec), _canon(rec))
 
 
 def _canon(rec: dict) -> str:
     return json.dumps({k: v for k, v in rec.items() if k != "_path"}, sort_keys=True, default=str)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)  # a figure file name, and html.py's stale-figure pattern
+
+
+def _stem(rec: dict) -> str:
+    return _safe(Path(rec["_path"]).stem if rec.get("_path") else hashlib.sha256(_canon(rec).encode()).hexdigest()[:12])
 
 
 def model_name(rec: dict) -> str:
@@ -201,86 +210,54 @@ def engine_name(rec: dict) -> str:
 
 
 def _build(rec: dict) -> str:
-    b, v = rec.get("build"), rec.get("version")
-    return " / ".join(str(x) for x in (b, v) if x not in (None, "")) or "unknown"
+    parts = [str(rec[k]) for k in ("build", "version") if rec.get(k) not in (None, "")]
+    return " / ".join(dict.fromkeys(parts)) or "unknown"
 
 
 def _settings(rec: dict) -> str:
     s = rec.get("settings") or {}
-    items = [f"{k}={v}" for k, v in sorted(s.items())
-             if k not in ("n_prompt", "n_gen") and v not in (None, "", [], {})]
-    return ", ".join(items) or "no settings recorded"
+    return ", ".join(f"{k}={v}" for k, v in sorted(s.items())
+                     if k not in ("n_prompt", "n_gen") and v not in (None, "", [], {})) or "no settings recorded"
 
 
-def _short_date(d: str) -> str:
-    return d[:16].replace("T", " ") if d else "?"
+def _test_key(test: str) -> tuple:
+    return ({"pp": 0, "tg": 1}.get(test[:2], 2), test)
 
 
 def _facts(records: list[dict]) -> dict:
-    """Per model file (sha256 and file name): parameters, weight bytes a decode
-    token reads, file size - from whichever record states them (same file,
-    same facts, whichever engine measured it)."""
+    """Per model file (by sha256 and by file name): parameters, weight bytes a
+    decode token reads, file size - from whichever record states them (same
+    file, same facts, whichever engine measured it)."""
     facts: dict = {}
     for rec in sorted(records, key=_order):
-        lb = (rec.get("llama_bench") or [{}])[0] if isinstance(rec.get("llama_bench"), list) else {}
+        lb = rec.get("llama_bench")
+        lb = lb[0] if isinstance(lb, list) and lb and isinstance(lb[0], dict) else {}
         found = {"n_params": rec.get("n_params") or lb.get("model_n_params"),
                  "weight_bytes": rec.get("weight_bytes_per_token"),
                  "file_bytes": rec.get("model_bytes") or lb.get("model_size")}
-        for key in (rec.get("model_sha256"), Path(str(rec.get("model") or "")).name or None):
-            if key:
-                f = facts.setdefault(key, {})
-                for k, v in found.items():
-                    if v and k not in f:
-                        f[k] = v
+        for key in (rec.get("model_sha256"), Path(str(rec.get("model") or "")).name):
+            for k, v in found.items():
+                if key and v:
+                    facts.setdefault(key, {}).setdefault(k, v)
     return facts
 
 
-def _fact(rec: dict, facts: dict, key: str):
-    for k in (rec.get("model_sha256"), Path(str(rec.get("model") or "")).name):
-        if k and facts.get(k, {}).get(key):
-            return facts[k][key]
-    return None
-
-
-def achieved(rec: dict, test: str, tok_s: float, facts: dict, gb_s=None):
-    """(gb_s, tflop_s, text, note) for one measured rate."""
-    if test.startswith("tg"):
-        if gb_s is not None:
-            return gb_s, None, f"{gb_s:.0f} GB/s", "recorded"
-        wb = _fact(rec, facts, "weight_bytes")
-        if wb:
-            g = wb * tok_s / 1e9
-            return g, None, f"{g:.0f} GB/s", "weight bytes per token x tok/s"
-        fb = _fact(rec, facts, "file_bytes")
-        if fb:
-            g = fb * tok_s / 1e9
-            return g, None, f"~{g:.0f} GB/s", "file size x tok/s (over-estimate: counts the embedding table)"
-    if test.startswith("pp"):
-        n = _fact(rec, facts, "n_params")
-        note = "2 x n_params FLOPs per token (attention not counted)"
-        if not n and _fact(rec, facts, "weight_bytes"):
-            n = _fact(rec, facts, "weight_bytes") * 8 / Q4_K_M_BITS_PER_WEIGHT
-            note = f"2 x n_params FLOPs per token, n_params estimated from weight bytes at " \
-                   f"{Q4_K_M_BITS_PER_WEIGHT} bits/weight"
-        if n:
-            tf = 2 * n * tok_s / 1e12
-            return None, tf, f"~{tf:.0f} TFLOP/s", note
-    return None, None, "", ""
-
-
-def _trace_figure(name: str, title: str, trace: dict, limit) -> Figure:
-    keys = ("t", "sm_mhz", "power_w", "gpu_util")
-    data = tuple((k, tuple(trace.get(k) or ())) for k in keys) + (("power_limit_w", limit),)
-    return Figure(name, "trace", title, data)
+def _rate(rec: dict, test: str, tok_s: float, facts: dict, gb_s=None) -> Rate:
+    keys = [k for k in (rec.get("model_sha256"), Path(str(rec.get("model") or "")).name) if k]
+    get = lambda what: next((facts[k][what] for k in keys if facts.get(k, {}).get(what)), None)  # noqa: E731
+    return dx.rate(test, tok_s, gb_s=gb_s, weight_bytes=get("weight_bytes"), file_bytes=get("file_bytes"),
+                   n_params=get("n_params"))
 
 
 def _nvml_for(rec: dict, r: dict) -> tuple[dict | None, dict | None, str]:
-    """(summary, trace, scope) of one test: its own, else the record's (which
-    covers the whole run: model load and every test)."""
-    for src, scope in ((r, ""), (rec, "(the NVML trace covers the whole run, load included)")):
+    """(summary, trace, scope) for one test: its own, else the record's, which
+    covers the whole run (model load and every test)."""
+    for src, scope in ((r, ""), (rec, "(the NVML trace covers the whole run, model load included)")):
         summary, trace = src.get("nvml"), src.get("nvml_trace")
         if isinstance(summary, dict) and isinstance(summary.get("t"), list):
             summary, trace = None, summary  # a raw trace stored under "nvml"
+        if isinstance(summary, dict) and summary.get("available") is False:
+            scope = ""  # nothing was sampled: there is no trace to scope
         if trace and not summary:
             summary = nvml.summarize(trace, {"power_limit_w": rec.get("power_limit_w"),
                                              "sm_clock_max_mhz": rec.get("sm_clock_max_mhz")})
@@ -289,30 +266,222 @@ def _nvml_for(rec: dict, r: dict) -> tuple[dict | None, dict | None, str]:
     return None, None, ""
 
 
-from .build import build_report  # noqa: E402  (the builder uses the types above)
-from .html import render_md, write_html  # noqa: E402
+def _trace_figure(name: str, title: str, trace: dict, power_limit) -> Figure:
+    data = tuple((k, tuple(trace.get(k) or ())) for k in ("t", "sm_mhz", "power_w", "gpu_util"))
+    return Figure(name, "trace", title, data + (("power_limit_w", power_limit),))
+
+
+# ---- the builder -------------------------------------------------------------
+
+def _bench_measures(rec: dict, facts: dict, figures: dict) -> list[tuple[dict, Measure]]:
+    out = []
+    for r in rec.get("results") or []:
+        test, tok = r.get("test"), r.get("tok_s_mean")
+        if not test or not isinstance(tok, (int, float)):
+            continue
+        rt = _rate(rec, test, float(tok), facts, r.get("gb_s"))
+        summary, trace, scope = _nvml_for(rec, r)
+        fig = None
+        if trace:
+            own = r.get("nvml_trace") is trace or r.get("nvml") is trace
+            fig = f"trace-{_stem(rec)}{'-' + _safe(test) if own else ''}.png"
+            figures.setdefault(fig, _trace_figure(fig, f"{model_name(rec)} {engine_name(rec)} "
+                                                  f"{test if own else 'run'} ({_date(rec)[:10]})",
+                                                  trace, rec.get("power_limit_w")))
+        diag = dx.diagnose(test, summary, gb_s=rt.gb_s, tflop_s=rt.tflop_s, power_limit_w=rec.get("power_limit_w"),
+                           sm_clock_max_mhz=rec.get("sm_clock_max_mhz"), scope=scope)
+        samples = r.get("samples_tok_s") or []
+        out.append((rec, Measure(engine_name(rec), test, float(tok), r.get("tok_s_sd"), len(samples), _date(rec),
+                                 rec.get("gpu"), rec.get("driver"), _build(rec), _settings(rec), _file(rec),
+                                 str(rec.get("note") or ""), rt, diag, fig)))
+    return out
+
+
+def _rows_and_history(measures: list[tuple[dict, Measure]]):
+    """Group by (model, test, GPU, spec); the latest of each engine is the
+    scoreboard row, first -> latest of each engine the history."""
+    groups: dict[tuple, dict[str, list]] = {}
+    for rec, m in measures:
+        key = (model_name(rec), m.test, m.gpu or "", results.spec_hash(rec, m.test))
+        groups.setdefault(key, {}).setdefault(m.engine, []).append((rec, m))
+    rows, hist = [], []
+    for (model, test, gpu, spec), by_engine in sorted(groups.items(), key=lambda kv: (kv[0][0], _test_key(kv[0][1]),
+                                                                                       kv[0][2], kv[0][3])):
+        for eng in by_engine:
+            by_engine[eng].sort(key=lambda rm: _order(rm[0]))
+        latest = {eng: v[-1] for eng, v in by_engine.items()}
+        a, l = latest.get(ANVIL), latest.get(LLAMACPP)
+        ratio = None
+        if a and l and l[1].tok_s > 0 and results.comparable(a[0], l[0], test):  # the key says so; double-check
+            ratio = a[1].tok_s / l[1].tok_s
+        any_rec = next(iter(latest.values()))[0]
+        spec_text = ", ".join(f"{k}={v}" for k, v in results.spec(any_rec, test).items())
+        rows.append(Row(model, test, gpu or None, spec, spec_text, a[1] if a else None, l[1] if l else None, ratio))
+        for eng in sorted(by_engine, key=lambda e: (e != ANVIL, e != LLAMACPP, e)):
+            v = by_engine[eng]
+            hist.append(History(model, test, eng, gpu or None, spec, v[0][1], v[-1][1], len(v)))
+    return rows, hist
+
+
+def _validate_entries(rec: dict) -> list[dict]:
+    """A validate record holds one ModelResult.to_json() (plus provenance) or a
+    list of them under "models" or "results"."""
+    for key in ("models", "results"):
+        if isinstance(rec.get(key), list):
+            return [e for e in rec[key] if isinstance(e, dict) and e.get("model")]
+    return [rec] if rec.get("model") and ("passed" in rec or "mode" in rec) else []
+
+
+def _parity(records: list[dict]) -> list[Parity]:
+    latest: dict[tuple, Parity] = {}
+    for rec in sorted(records, key=_order):
+        for e in _validate_entries(rec):
+            drift = e.get("drift") or []
+            passed = e.get("passed", not drift)
+            near = max(0, int(e.get("flips") or 0) - len(drift))
+            if not passed:
+                status = f"DRIFT: {len(drift)} flip(s) beyond the near-tie threshold"
+            elif e.get("mode") == "exact":
+                status = "exact"
+            else:
+                status = f"teacher-forced: {near} near-tie flip{'s' if near != 1 else ''}"
+            g = lambda k: e.get(k, rec.get(k))  # noqa: E731  (entry first, then its record)
+            model = model_name({"model_name": e["model"]})
+            prov = (f"{g('gpu') or 'no GPU recorded'}, driver {g('driver') or '?'}, {_date(rec) or '?'}, "
+                    f"build {_build(rec)}; {_file(rec)}")
+            latest[(model, str(g("backend")))] = Parity(
+                model, str(g("tier") or "?"), str(g("backend") or "?"), status, bool(passed),
+                f"{e.get('matched', '?')}/{e.get('steps', '?')}", e.get("max_logit_diff"), e.get("near_tie"), prov)
+    return [latest[k] for k in sorted(latest)]
+
+
+def _arm_label(desc: dict) -> str:
+    ident = desc.get("sha256") or desc.get("build") or desc.get("version") or ""
+    return f"{desc.get('label') or desc.get('kind') or '?'}" + (f" ({str(ident)[:12]})" if ident else "")
+
+
+def _ab(records: list[dict], facts: dict, figures: dict) -> tuple[list[ABTest], list[Run]]:
+    tests, runs = [], []
+    for rec in sorted(records, key=_order, reverse=True)[:AB_SHOWN]:
+        arms = rec.get("arms") or {}
+        model = model_name(rec)
+        prov = (f"{rec.get('gpu') or 'GPU not recorded'}, driver {rec.get('driver') or '?'}, {_date(rec) or '?'}; "
+                f"{_file(rec)}")
+        diags: dict[str, list[Diagnosis]] = {"A": [], "B": []}
+        for rnd in rec.get("rounds") or []:
+            for arm, run in sorted((rnd.get("runs") or {}).items()):
+                ts = {t: v for t, v in (run.get("tests") or {}).items() if v}
+                test = min(ts, key=lambda t: (not t.startswith("tg"), t)) if ts else None  # decode dominates a run
+                if test is None:
+                    continue
+                rt = _rate(rec, test, statistics.median(ts[test]), facts)
+                trace, fig = run.get("nvml_trace"), None
+                cold = " (cold, dropped)" if rnd.get("cold") else ""
+                if trace:
+                    fig = f"trace-{_stem(rec)}-r{_safe(str(rnd.get('round')))}-{_safe(arm)}.png"
+                    figures.setdefault(fig, _trace_figure(fig, f"{model} A/B round {rnd.get('round')} arm {arm}{cold}",
+                                                          trace, rec.get("power_limit_w")))
+                d = dx.diagnose(test, run.get("nvml"), gb_s=rt.gb_s, tflop_s=rt.tflop_s,
+                                scope="(trace covers the whole run)")
+                if not rnd.get("cold"):
+                    diags.setdefault(arm, []).append(d)
+                who = f"{arm}: {_arm_label(arms.get(arm, {}))}, round {rnd.get('round')}{cold}"
+                runs.append(Run("ab", _file(rec), model, who, test, d, fig, prov))
+        maj = {k: "{} ({}/{} runs)".format(*dx.majority(v)) if v else "no runs" for k, v in diags.items()}
+        notes = []
+        if not rec.get("complete", True):
+            notes.append(f"incomplete ({rec.get('interrupted') or 'interrupted'})")
+        if rec.get("skipped_rounds"):
+            notes.append(f"{len(rec['skipped_rounds'])} round(s) skipped: GPU busy")
+        if rec.get("tokens_identical") is False:
+            notes.append("greedy tokens DIFFER")
+        elif rec.get("tokens_identical"):
+            notes.append("greedy tokens identical")
+        for test, t in sorted((rec.get("analysis") or {}).items(), key=lambda kv: _test_key(kv[0])):
+            w = t.get("wins") or {}
+            try:
+                stats = (float(t["A"]["median"]), float(t["B"]["median"]), float(t["ratio"]),
+                         (float(t["ci_low"]), float(t["ci_high"])), float(t["p_value"]))
+            except (KeyError, TypeError, ValueError):
+                continue  # an analysis of another shape: nothing trustworthy to show
+            tests.append(ABTest(
+                _file(rec), _date(rec), model, _arm_label(arms.get("A", {})), _arm_label(arms.get("B", {})), test,
+                *stats, f"{w.get('B', '?')}:{w.get('A', '?')}" + (f" ({w['ties']} ties)" if w.get("ties") else ""),
+                str(t.get("verdict", "?")), maj.get("A", "no runs"), maj.get("B", "no runs"), "; ".join(notes), prov))
+    return tests, runs
+
+
+def _bar_figures(rows: list[Row], hist: list[History]) -> list[Figure]:
+    """Prefill and decode bars: per row, each engine's first record (when it
+    has more than one) and its latest."""
+    out = []
+    for prefix, title, name in (("pp", "Prefill", "bars-prefill.png"), ("tg", "Decode", "bars-decode.png")):
+        groups = []
+        for row in (r for r in rows if r.test.startswith(prefix)):
+            series = []
+            for eng, label in ((LLAMACPP, "llama.cpp"), (ANVIL, "Anvil")):
+                h = next((h for h in hist if (h.model, h.test, h.gpu, h.spec, h.engine) ==
+                          (row.model, row.test, row.gpu, row.spec, eng)), None)
+                if h and h.n_records > 1:
+                    series.append((f"{label} first", h.first.tok_s, h.first.tok_s_sd))
+                if h:
+                    series.append((f"{label} latest", h.latest.tok_s, h.latest.tok_s_sd))
+            groups.append((f"{row.model} {row.test}" + (f" [{row.gpu}]" if row.gpu else ""), tuple(series)))
+        if groups:
+            out.append(Figure(name, "bars", f"{title} tokens/s (higher is better)", tuple(groups)))
+    return out
+
+
+def build_report(records: list[dict]) -> Report:
+    """The whole page's content from result records (as results.load_all returns)."""
+    records = sorted(records, key=_order)
+    kind = lambda r: r.get("kind", "bench")  # noqa: E731
+    bench = [r for r in records if kind(r) == "bench"]
+    facts = _facts(bench + [r for r in records if kind(r) == "ab"])
+    figures: dict[str, Figure] = {}
+    measures = [rm for rec in bench for rm in _bench_measures(rec, facts, figures)]
+    rows, hist = _rows_and_history(measures)
+    parity = _parity([r for r in records if kind(r) == "validate"])
+    ab_tests, ab_runs = _ab([r for r in records if kind(r) == "ab"], facts, figures)
+
+    runs = [Run("bench", "", row.model, m.engine, m.test, m.diagnosis, m.figure, m.provenance)
+            for row in rows for m in (row.anvil, row.llamacpp) if m is not None]
+    figures.update((f.name, f) for f in _bar_figures(rows, hist))
+
+    names = sorted({r.model for r in rows} | {p.model for p in parity})
+    models = tuple(ModelSection(n, tuple(r for r in rows if r.model == n), tuple(h for h in hist if h.model == n),
+                                tuple(p for p in parity if p.model == n)) for n in names)
+    sources = tuple(sorted((_file(r), kind(r), model_name(r) if r.get("model") else "",
+                            engine_name(r) if kind(r) == "bench" else "", _date(r)) for r in records))
+    digest = hashlib.sha256("\n".join(sorted(_canon(r) for r in records)).encode()).hexdigest()
+    return Report(models, tuple(parity), tuple(ab_tests), tuple(runs + ab_runs),  # both already in page order
+                  tuple(figures[k] for k in sorted(figures)), sources, digest,
+                  max((_date(r) for r in records), default=""))
 
 
 def main_report(args) -> int:
     """``harness report``: args.format ("html" | "md"), args.out (default
     reports/index.html; for md, stdout), args.results_dir (default the store's)."""
     fmt = getattr(args, "format", None) or "html"
-    records = results.load_all(getattr(args, "results_dir", None))
+    if fmt not in ("html", "md"):
+        raise AnvilError(f"unknown report format {fmt!r}; one of html, md")
+    rdir = getattr(args, "results_dir", None)
+    if rdir is not None and not Path(rdir).is_dir():
+        raise AnvilError(f"{rdir}: no such results directory")
+    records = results.load_all(rdir)
     rep = build_report(records)
     out = getattr(args, "out", None)
     if fmt == "md":
         text = render_md(rep)
-        if out is None or str(out) == str(DEFAULT_OUT):
-            sys.stdout.write(text)
+        if out is None or Path(out) == DEFAULT_OUT or str(out).endswith(".html"):
+            sys.stdout.write(text)  # the html default is no place for markdown
         else:
-            from .html import atomic_write
-
             atomic_write(Path(out), text.encode())
             print(f"wrote {out}", file=sys.stderr)
         return 0
     out = Path(out) if out is not None else DEFAULT_OUT
     written = write_html(rep, out.parent, name=out.name)
-    print(f"wrote {out} and {len(written) - 1} figures from {len(records)} records", file=sys.stderr)
+    print(f"wrote {out} with {len(written) - 1} figure(s) from {len(records)} record(s)", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,341 @@
+"""Render a Report: static HTML with PNG figures beside it, or GitHub markdown.
+
+The template is inline (not a package-data file) so the page renders from
+any install of the harness, wheel included. Every file is written atomically
+(temp file + os.replace) and the HTML last, so a reader never sees a page
+that points at figures not yet written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import jinja2
+
+from . import diagnose, figures
+
+FIGURES_DIR = "figures"
+_OURS = re.compile(r"^(bars|trace)-[A-Za-z0-9_-]+\.png$")  # what write_html may delete as stale
+
+
+def fmt_tok(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.0f}" if v >= 1000 else f"{v:.1f}" if v >= 100 else f"{v:.2f}"
+
+
+def fmt_measure(m) -> str:
+    """mean ± sd, the sd to the mean's decimals: "17804 ± 132", "240.0 ± 0.8"."""
+    if m is None:
+        return "—"
+    mean = fmt_tok(m.tok_s)
+    if m.tok_s_sd is None:
+        return mean
+    decimals = len(mean.split(".")[1]) if "." in mean else 0
+    return f"{mean} ± {m.tok_s_sd:.{decimals}f}"
+
+
+def fmt_build(b: str) -> str:
+    """A hex build hash to 12 characters; a version string whole."""
+    return b[:12] if re.fullmatch(r"[0-9a-f]{13,}", b) else b
+
+
+def fmt_pct(v: float | None) -> str:
+    return "—" if v is None else f"{v:.0%}"
+
+
+def fmt_ratio(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}×"
+
+
+def fmt_achieved(m) -> str:
+    """ "1121 GB/s · 26% of HBM" or "~292 TFLOP/s · 37% of bf16" (the measured rooflines)"""
+    if m is None or not m.rate.text:
+        return "—"
+    what = "HBM" if m.rate.gb_s is not None else "bf16"
+    return f"{m.rate.text} · {fmt_pct(m.rate.roofline)} of {what}"
+
+
+def slug(s: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-") or "x"
+
+
+_TEMPLATE = r"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Anvil scoreboard</title>
+<script>
+// Self-check for headless browsers (tests/test_browser.py): script errors,
+// console.error calls and images that failed to load or decode are written
+// into #selfcheck once the page has loaded; `chromium --dump-dom` shows them.
+(function () {
+  var errors = [];
+  window.addEventListener("error", function (e) {
+    var t = e.target;
+    errors.push(t && t !== window && t.tagName ? "failed to load " + t.tagName.toLowerCase() + " " +
+                (t.getAttribute("src") || "") : "error: " + e.message);
+  }, true);
+  window.addEventListener("unhandledrejection", function (e) { errors.push("unhandled rejection: " + e.reason); });
+  var consoleError = console.error;
+  console.error = function () {
+    errors.push("console.error: " + Array.prototype.join.call(arguments, " "));
+    return consoleError.apply(console, arguments);
+  };
+  window.addEventListener("load", function () {
+    var broken = [];
+    for (var i = 0; i < document.images.length; i++) {
+      var img = document.images[i];
+      if (!img.complete || img.naturalWidth === 0) broken.push(img.getAttribute("src"));
+    }
+    var el = document.getElementById("selfcheck");
+    el.setAttribute("data-images", String(document.images.length));
+    el.setAttribute("data-broken", broken.join(" "));
+    el.setAttribute("data-errors", errors.join(" | "));
+    el.setAttribute("data-status", broken.length || errors.length ? "fail" : "ok");
+  });
+})();
+</script>
+<style>
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1240px;
+       padding: 0 20px 40px; color: #1d1d1f; }
+header { border-bottom: 2px solid #d9541e; margin-bottom: 8px; }
+h1 { margin: 18px 0 2px; } h2 { margin-top: 30px; border-bottom: 1px solid #ddd; } h3 { margin: 18px 0 6px; }
+nav a { margin-right: 14px; } .sub, .muted, small { color: #666; }
+table { border-collapse: collapse; margin: 6px 0 10px; width: 100%; }
+th, td { border-bottom: 1px solid #e5e5e5; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f6f6f6; font-weight: 600; white-space: nowrap; }
+td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.prov { font-size: 12px; color: #555; min-width: 240px; }
+td.rate { text-align: right; font-size: 13px; } td:first-child, td.nw { white-space: nowrap; }
+td.hist { font-variant-numeric: tabular-nums; min-width: 200px; }
+.win { color: #1a7f37; font-weight: 600; } .loss { color: #b42318; font-weight: 600; }
+.badge { display: inline-block; padding: 1px 7px; border-radius: 9px; font-size: 12px; white-space: nowrap;
+         background: #eee; }
+.badge.ok { background: #dcf5e3; } .badge.bad { background: #fde2e1; }
+.badge.memory { background: #dcf5e3; } .badge.compute { background: #dceaf5; }
+.badge.launch { background: #fff1c2; } .badge.hostsync { background: #fde2e1; } .badge.unknown { background: #eee; }
+.meter { display: inline-block; width: 60px; height: 7px; background: #eee; margin-left: 6px; vertical-align: middle; }
+.meter span { display: block; height: 100%; background: #d9541e; }
+img.fig { max-width: 100%; border: 1px solid #eee; } img.thumb { width: 240px; border: 1px solid #eee; }
+code { background: #f4f4f4; padding: 0 3px; }
+details { margin: 8px 0; } summary { cursor: pointer; }
+</style></head>
+<body>
+<header>
+<h1>Anvil scoreboard</h1>
+<p class="sub">Prefill (pp) and decode (tg) tokens/s of Anvil and llama.cpp, from {{ r.sources|length }} result
+record{{ '' if r.sources|length == 1 else 's' }} (latest {{ r.latest_date or 'none' }}; evidence digest
+<code>{{ r.digest[:16] }}</code>). Hover a number for where it comes from.</p>
+<nav><a href="#scoreboard">Scoreboard</a><a href="#figures">Figures</a><a href="#history">History</a>
+<a href="#parity">Parity</a><a href="#ab">A/B</a><a href="#diagnosis">Diagnosis</a><a href="#provenance">Provenance</a></nav>
+</header>
+
+<section id="scoreboard"><h2>Scoreboard</h2>
+<p class="muted">Latest record of each engine per model, test, GPU and benchmark spec; the ratio is taken only
+between records of the same spec on the same GPU. Decode is shown against the measured HBM bandwidth
+({{ hbm }} GB/s), prefill against the measured bf16 tensor-core peak ({{ bf16 }} TFLOP/s, at 2 × parameters
+FLOPs per token).</p>
+{% for m in r.models %}
+<section class="model" id="model-{{ m.name|slug }}">
+<h3>{{ m.name }}
+{% for p in m.parity %} <span class="badge {{ 'ok' if p.ok else 'bad' }}" title="{{ p.provenance }}">parity ({{ p.backend }}): {{ p.status }}</span>{% endfor %}</h3>
+{% if m.rows %}
+<table class="scores"><thead><tr><th>test</th><th>Anvil t/s</th><th>llama.cpp t/s</th><th>Anvil ÷ llama.cpp</th>
+<th>Anvil vs roofline</th><th>llama.cpp vs roofline</th><th>Anvil diagnosis</th><th>provenance</th></tr></thead><tbody>
+{% for row in m.rows %}
+<tr><td title="spec {{ row.spec }}: {{ row.spec_text }}">{{ row.test }}</td>
+{% for x in (row.anvil, row.llamacpp) %}<td class="num"{% if x %} title="{{ x.provenance }}"{% endif %}>{{ x|measure }}</td>{% endfor %}
+<td class="num {{ 'win' if row.ratio and row.ratio > 1 else 'loss' if row.ratio else '' }}"
+ title="{{ 'same spec ' ~ row.spec ~ ' on ' ~ row.gpu if row.ratio else 'no comparable pair (same spec, same GPU)' }}">{{ row.ratio|ratio }}</td>
+{% for x in (row.anvil, row.llamacpp) %}<td class="rate"{% if x %} title="{{ x.rate.note }}"{% endif %}>{{ x|achieved }}{% if x and x.rate.roofline is not none %}<span class="meter"><span style="width: {{ [100, (x.rate.roofline * 100)|round(1)]|min }}%"></span></span>{% endif %}</td>{% endfor %}
+<td>{% if row.anvil %}<span class="badge {{ row.anvil.diagnosis.css }}" title="{{ row.anvil.diagnosis.sentence }}">{{ row.anvil.diagnosis.label }}</span>{% else %}—{% endif %}</td>
+<td class="prov">{% for x in (row.anvil, row.llamacpp) %}{% if x %}{{ x.engine }}: {{ x.date[:16]|replace('T', ' ') }} · {{ x.build|build }}<br>{% endif %}{% endfor %}
+{{ row.gpu or 'GPU not recorded' }} · driver {{ (row.anvil or row.llamacpp).driver or '?' }} · spec <code>{{ row.spec[:8] }}</code></td></tr>
+{% endfor %}
+</tbody></table>
+{% else %}<p class="muted">No bench records for this model.</p>{% endif %}
+</section>
+{% else %}<p class="muted">No bench records yet: <code>harness bench</code> appends them to the results store.</p>
+{% endfor %}
+</section>
+
+<section id="figures"><h2>Figures</h2>
+{% for f in r.figures if f.kind == 'bars' %}<p><img class="fig" src="{{ figdir }}/{{ f.name }}" alt="{{ f.title }}"></p>
+{% else %}<p class="muted">No bench records to plot.</p>{% endfor %}
+</section>
+
+<section id="history"><h2>History: published → today</h2>
+<table><thead><tr><th>model</th><th>test</th><th>engine</th><th>published (first record)</th><th>today (latest record)</th>
+<th>gain</th><th>records</th></tr></thead><tbody>
+{% for h in r.history %}
+<tr><td>{{ h.model }}</td><td title="spec {{ h.spec }}">{{ h.test }}</td><td>{{ h.engine }}</td>
+{% for x in (h.first, h.latest) %}<td class="hist" title="{{ x.provenance }}"><b>{{ x|measure }}</b> t/s<br><small>{{ x.date[:16]|replace('T', ' ') }} · {{ x.build|build }}{% if x.note %} · {{ x.note }}{% endif %}</small></td>{% endfor %}
+<td class="num {{ '' if h.n_records < 2 or h.gain is none else 'win' if h.gain > 1 else 'loss' if h.gain < 1 else '' }}">{{ h.gain|ratio if h.n_records > 1 else '—' }}</td><td class="num">{{ h.n_records }}</td></tr>
+{% else %}<tr><td colspan="7" class="muted">No bench records yet.</td></tr>{% endfor %}
+</tbody></table>
+</section>
+
+<section id="parity"><h2>Parity with llama.cpp</h2>
+<table><thead><tr><th>model</th><th>tier</th><th>backend</th><th>result</th><th>matched/steps</th><th>max Δlogit</th>
+<th>near-tie threshold</th><th>provenance</th></tr></thead><tbody>
+{% for p in r.parity %}
+<tr><td>{{ p.model }}</td><td>{{ p.tier }}</td><td>{{ p.backend }}</td><td><span class="badge {{ 'ok' if p.ok else 'bad' }}">{{ p.status }}</span></td>
+<td class="num">{{ p.matched }}</td><td class="num">{{ '%.4f'|format(p.max_logit_diff) if p.max_logit_diff is not none else '—' }}</td>
+<td class="num">{{ p.near_tie if p.near_tie is not none else '—' }}</td><td class="prov">{{ p.provenance }}</td></tr>
+{% else %}<tr><td colspan="8" class="muted">No validate records yet (<code>harness validate-catalog</code>).</td></tr>{% endfor %}
+</tbody></table>
+</section>
+
+<section id="ab"><h2>A/B comparisons</h2>
+<table><thead><tr><th>date</th><th>model</th><th>test</th><th>A (base) / B (candidate)</th><th>median t/s A / B</th>
+<th>B/A [95% CI]</th><th>p</th><th>wins B:A</th><th>verdict</th><th>diagnosis A / B</th><th>notes</th></tr></thead><tbody>
+{% for t in r.ab %}
+<tr title="{{ t.provenance }}"><td>{{ t.date[:10] }}<br><small>{{ t.date[11:16] }}</small></td><td class="nw">{{ t.model }}</td><td>{{ t.test }}</td>
+<td><small>A: {{ t.arm_a }}<br>B: {{ t.arm_b }}</small></td>
+<td class="num">{{ t.a_median|tok }}<br>{{ t.b_median|tok }}</td>
+<td class="num">{{ '%.3f'|format(t.ratio) }}<br><small>[{{ '%.3f'|format(t.ci[0]) }}, {{ '%.3f'|format(t.ci[1]) }}]</small></td>
+<td class="num">{{ '%.3g'|format(t.p_value) }}</td><td class="num">{{ t.wins }}</td>
+<td><span class="badge {{ 'ok' if t.verdict|lower == 'faster' else 'bad' if t.verdict|lower == 'slower' else '' }}">{{ t.verdict }}</span></td>
+<td><small>A: {{ t.diag_a }}<br>B: {{ t.diag_b }}</small></td><td><small>{{ t.notes }}</small></td></tr>
+{% else %}<tr><td colspan="11" class="muted">No A/B records yet (<code>harness ab --rounds 8 BASE CANDIDATE</code>).</td></tr>{% endfor %}
+</tbody></table>
+</section>
+
+<section id="diagnosis"><h2>Diagnosis: why each run is as fast as it is</h2>
+<p class="muted">From each run's NVML summary (SM clock, power, utilisation) and its achieved rate; first matching rule wins.</p>
+<ol>{% for label, rule in rules %}<li><span class="badge">{{ label }}</span> {{ rule }}</li>{% endfor %}</ol>
+{% macro run_rows(runs) %}
+<table><thead><tr><th>run</th><th>test</th><th>diagnosis</th><th>evidence</th><th>NVML trace</th></tr></thead><tbody>
+{% for run in runs %}
+<tr title="{{ run.provenance }}"><td>{{ run.model }} · {{ run.who }}</td><td>{{ run.test }}</td>
+<td><span class="badge {{ run.diagnosis.css }}">{{ run.diagnosis.label }}</span></td><td>{{ run.diagnosis.sentence }}</td>
+<td>{% if run.figure %}<a href="{{ figdir }}/{{ run.figure }}"><img class="thumb" src="{{ figdir }}/{{ run.figure }}" alt="NVML trace {{ run.model }} {{ run.who }}"></a>{% else %}—{% endif %}</td></tr>
+{% else %}<tr><td colspan="5" class="muted">No bench runs yet.</td></tr>{% endfor %}
+</tbody></table>
+{% endmacro %}
+<h3>Latest bench runs</h3>
+{{ run_rows(r.runs|selectattr("source", "equalto", "bench")|list) }}
+{% for group in r.runs|selectattr("source", "equalto", "ab")|groupby("group")|reverse %}
+<details><summary>A/B runs of <code>{{ group.grouper }}</code> ({{ group.list|length }} runs, cold round included)</summary>
+{{ run_rows(group.list) }}
+</details>
+{% endfor %}
+</section>
+
+<section id="provenance"><h2>Provenance</h2>
+<p>Rooflines: {{ hbm }} GB/s is the device-to-device copy bandwidth and {{ bf16 }} TFLOP/s the dense bf16 rate
+measured on the reference H200 (design notes), not the datasheet's. Decode GB/s = weight bytes one token reads ×
+tokens/s; prefill TFLOP/s ≈ 2 × parameters × tokens/s. The page is a pure function of these records (sha256 of
+their content <code>{{ r.digest }}</code>).</p>
+<table><thead><tr><th>record</th><th>kind</th><th>model</th><th>engine</th><th>date</th></tr></thead><tbody>
+{% for s in r.sources %}<tr><td><code>{{ s[0] }}</code></td><td>{{ s[1] }}</td><td>{{ s[2] }}</td><td>{{ s[3] }}</td><td>{{ s[4] }}</td></tr>
+{% else %}<tr><td colspan="5" class="muted">The results store is empty.</td></tr>{% endfor %}
+</tbody></table>
+</section>
+<div id="selfcheck" hidden data-status="pending"></div>
+</body></html>
+"""
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(build=fmt_build, tok=fmt_tok, measure=fmt_measure, pct=fmt_pct, ratio=fmt_ratio, achieved=fmt_achieved,
+                       slug=slug)
+    return env
+
+
+def render_html(report) -> str:
+    return _env().from_string(_TEMPLATE).render(
+        r=report, figdir=FIGURES_DIR, rules=diagnose.RULES,
+        hbm=f"{diagnose.MEASURED_HBM_GBS:.0f}", bf16=f"{diagnose.MEASURED_BF16_TFLOPS:.0f}")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same directory and os.replace: readers see
+    the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_html(report, out_dir, name: str = "index.html") -> list[Path]:
+    """Write ``out_dir/name`` and its figures under ``out_dir/figures/``;
+    figures of earlier reports that this one no longer shows are removed.
+    Returns the written paths, the HTML first."""
+    out_dir = Path(out_dir)
+    fig_dir = out_dir / FIGURES_DIR
+    written = []
+    for fig in report.figures:
+        atomic_write(fig_dir / fig.name, figures.render(fig))
+        written.append(fig_dir / fig.name)
+    keep = {f.name for f in report.figures}
+    if fig_dir.is_dir():
+        for p in sorted(fig_dir.iterdir()):
+            if _OURS.match(p.name) and p.name not in keep:
+                p.unlink()
+    page = out_dir / name
+    atomic_write(page, render_html(report).encode())
+    return [page] + written
+
+
+# ---- markdown ----------------------------------------------------------------
+
+def _md_table(header: list[str], rows: list[list[str]], empty: str) -> list[str]:
+    cell = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return out if rows else [empty]
+
+
+def _md_prov(m) -> str:
+    return "" if m is None else f"{m.engine}: {m.date[:16].replace('T', ' ')}, build {fmt_build(m.build)}, {m.file}"
+
+
+def render_md(report) -> str:
+    r = report
+    lines = ["# Anvil scoreboard", "",
+             f"From {len(r.sources)} result records (latest {r.latest_date or 'none'}; evidence digest "
+             f"`{r.digest[:16]}`). Rooflines: {diagnose.MEASURED_HBM_GBS:.0f} GB/s HBM copy and "
+             f"{diagnose.MEASURED_BF16_TFLOPS:.0f} TFLOP/s bf16, measured on the H200.", "", "## Scoreboard", ""]
+    lines += _md_table(
+        ["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "Anvil achieved", "llama.cpp achieved",
+         "Anvil diagnosis", "GPU", "provenance"],
+        [[row.model, row.test, fmt_measure(row.anvil), fmt_measure(row.llamacpp), fmt_ratio(row.ratio),
+          fmt_achieved(row.anvil), fmt_achieved(row.llamacpp), row.anvil.diagnosis.label if row.anvil else "—",
+          row.gpu or "?", "; ".join(p for p in (_md_prov(row.anvil), _md_prov(row.llamacpp)) if p)]
+         for row in r.rows], "No bench records yet.")
+    lines += ["", "## History: published → today", ""]
+    lines += _md_table(["model", "test", "engine", "published", "today", "gain", "records"],
+                       [[h.model, h.test, h.engine, f"{fmt_measure(h.first)} ({h.first.date[:10]}, {fmt_build(h.first.build)})",
+                         f"{fmt_measure(h.latest)} ({h.latest.date[:10]}, {fmt_build(h.latest.build)})",
+                         fmt_ratio(h.gain) if h.n_records > 1 else "—",
+                         str(h.n_records)] for h in r.history], "No bench records yet.")
+    lines += ["", "## Parity with llama.cpp", ""]
+    lines += _md_table(["model", "tier", "backend", "result", "matched/steps", "max Δlogit", "provenance"],
+                       [[p.model, p.tier, p.backend, p.status, p.matched,
+                         f"{p.max_logit_diff:.4f}" if p.max_logit_diff is not None else "—", p.provenance]
+                        for p in r.parity], "No validate records yet.")
+    lines += ["", "## A/B comparisons", ""]
+    lines += _md_table(["date", "model", "test", "A", "B", "A median", "B median", "B/A [95% CI]", "p", "wins B:A",
+                        "verdict", "notes"],
+                       [[t.date[:16].replace("T", " "), t.model, t.test, t.arm_a, t.arm_b, fmt_tok(t.a_median),
+                         fmt_tok(t.b_median), f"{t.ratio:.3f} [{t.ci[0]:.3f}, {t.ci[1]:.3f}]", f"{t.p_value:.3g}",
+                         t.wins, t.verdict, t.notes] for t in r.ab], "No A/B records yet.")
+    lines += ["", "## Diagnosis", ""]
+    lines += _md_table(["run", "test", "diagnosis", "evidence"],
+                       [[f"{x.model} · {x.who} ({x.source})", x.test, x.diagnosis.label, x.diagnosis.sentence]
+                        for x in r.runs], "No runs yet.")
+    lines += ["", "## Sources", ""]
+    lines += _md_table(["record", "kind", "model", "engine", "date"], [list(s) for s in r.sources],
+                       "The results store is empty.")
+    return "\n".join(lines) + "\n"

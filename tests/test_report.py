@@ -1,0 +1,403 @@
+"""harness report: the scoreboard from fake records of every kind (bench, ab,
+validate) and from the committed real ones; the NVML diagnosis rules at and
+around each threshold. CPU only, a few seconds."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from engine.errors import AnvilError
+from harness import ab, nvml, results
+from harness.compare import CaseResult, Flip
+from harness.report import build_report, main_report, render_md, write_html
+from harness.report import diagnose as dx
+from harness.report import figures
+from harness.report.html import render_html
+from harness.validate import ModelResult
+
+H200 = "NVIDIA H200"
+WEIGHT_BYTES = 4_670_533_632   # qwen3-8b's matrices
+N_PARAMS = 8_190_735_360
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def bench(engine, model, date, pp, tg, *, build="b0", kv="f16", gpu=H200, **over):
+    rec = {"engine": engine, "build": build, "model": f"/models/{model}.gguf", "model_name": model,
+           "model_sha256": f"sha-{model}", "backend": "cuda", "settings": {"n_prompt": 512, "n_gen": 128, "reps": 5,
+                                                                            "kv": kv},
+           "date": date, "gpu": gpu, "driver": "580.159.04", "power_limit_w": 700.0, "sm_clock_max_mhz": 1980,
+           "results": [{"test": "pp512", "samples_tok_s": [pp] * 5, "tok_s_mean": pp, "tok_s_sd": pp / 100},
+                       {"test": "tg128", "samples_tok_s": [tg] * 5, "tok_s_mean": tg, "tok_s_sd": tg / 200}]}
+    rec.update({"weight_bytes_per_token": WEIGHT_BYTES} if engine == "anvil" else {"n_params": N_PARAMS})
+    rec.update(over)
+    return rec
+
+
+def synthetic_trace(kind: str, n: int = 80) -> dict:
+    """NVML traces of the four classes, shaped like harness.nvml.Sampler.trace."""
+    t = [i * 0.025 for i in range(n)]
+    if kind == "host-sync":      # idles between host round-trips: clock dips to idle, little power
+        sm = [345 if i % 3 == 0 else 1980 for i in range(n)]
+        pw, util = [140.0 + (i % 3) * 20 for i in range(n)], [55] * n
+    elif kind == "launch":       # graph replay of small kernels: boost held, power low, "busy"
+        sm, pw, util = [1980] * n, [330.0] * n, [98] * n
+    elif kind == "compute":      # tensor-core GEMMs: boost, near the power limit
+        sm, pw, util = [1980] * n, [640.0] * n, [100] * n
+    else:                        # memory: boost, high power
+        sm, pw, util = [1980] * n, [520.0] * n, [100] * n
+    return {"t": t, "sm_mhz": sm, "mem_mhz": [3201] * n, "power_w": pw, "gpu_util": util, "mem_util": [40] * n,
+            "temp_c": [50] * n, "reasons": [0] * n}
+
+
+STATIC = {"power_limit_w": 700.0, "sm_clock_max_mhz": 1980}
+
+
+def summary(kind: str) -> dict:
+    return nvml.summarize(synthetic_trace(kind), STATIC)
+
+
+def validate_record(date: str, *, drift: bool = False) -> dict:
+    near = Flip(step=3, ref_token=11, engine_token=12, ref_margin=0.004, engine_margin=0.003, ref_in_engine_top2=True)
+    exact = ModelResult("alpha-8b", "gpu", "cuda", 0.05, cases=[CaseResult("p0", 32, 32, "exact")])
+    forced = ModelResult("beta-3b", "gpu", "cuda", 0.05, cases=[CaseResult("p0", 32, 3, "teacher-forced", [near]),
+                                                                CaseResult("p1", 32, 32, "exact")])
+    if drift:
+        forced.drift = [(0, 3)]
+    return {"models": [exact.to_json(), forced.to_json()], "build": "a1b2c3d4e5f6a7b8", "gpu": H200,
+            "driver": "580.159.04", "date": date}
+
+
+class _FakeRunner:
+    def __init__(self, label, tg, sha):
+        self.label, self.tg, self.sha = label, tg, sha
+
+    def prepare(self):
+        pass
+
+    def describe(self):
+        return {"kind": "fake", "label": self.label, "sha256": self.sha}
+
+    def run(self, model, **kw):
+        from harness.runners import RunResult
+
+        v = self.tg + random.random()
+        return RunResult(tests={"pp512": [9000.0 + v, 9001.0 + v], "tg128": [v, v + 0.1]}, tokens=[1, 2, 3], raw={},
+                         wall_s=1.0, cmd=["fake"], returncode=0)
+
+
+class _FakeSampler:
+    available, reason, static = True, "", dict(STATIC)
+    kinds = iter([])
+
+    def __enter__(self):
+        self.trace = synthetic_trace(next(_FakeSampler.kinds, "launch"))
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def ab_record(monkeypatch, tmp_path, store):
+    """A real harness.ab record (ABBA rounds, stats, thinned NVML traces) from fake runners."""
+    random.seed(0)
+    arms = iter([_FakeRunner("base.whl", 240.0, "a" * 64), _FakeRunner("cand.whl", 262.0, "b" * 64)])
+    monkeypatch.setattr(ab, "make_runner", lambda spec, workdir: next(arms))
+    monkeypatch.setattr(ab.nvml, "Sampler", _FakeSampler)
+    monkeypatch.setattr(ab.nvml, "gpu_busy_by_other_processes", lambda: [])
+    # arm A's runs look host-sync starved, B's launch-latency bound (runs go A B | B A | ...)
+    kinds = ["host-sync" if arm == "A" else "launch" for pair in ab.abba_order(5) for arm in pair]
+    monkeypatch.setattr(_FakeSampler, "kinds", iter(kinds))
+    cfg = ab.ABConfig(model=tmp_path / "alpha-8b.gguf", rounds=4)
+    return ab.run_ab("a.whl", "b.whl", cfg, tmp_path, results_dir=store)
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """Two models x two dates x two engines, a validate record per date and one A/B."""
+    d = tmp_path / "results"
+    for date, (a_pp, a_tg, l_pp, l_tg), build in (("2026-11-01T10:00:00Z", (15000.0, 200.0, 9000.0, 250.0), "old0"),
+                                                  ("2026-11-20T10:00:00Z", (18000.0, 240.0, 9500.0, 260.0), "new1")):
+        for model, scale in (("alpha-8b", 1.0), ("beta-3b", 2.0)):
+            a = bench("anvil", model, date, a_pp * scale, a_tg * scale, build=build)
+            lc = bench("llama.cpp", model, date, l_pp * scale, l_tg * scale, build="llama-cpp-python 0.3.36")
+            if build == "new1" and model == "alpha-8b":  # a trace of its own for the decode test
+                a["results"][1]["nvml_trace"] = synthetic_trace("launch")
+            if build == "new1" and model == "beta-3b":   # harness bench style: one summary for the whole run
+                a["nvml"] = summary("host-sync")
+                lc["nvml"] = {"available": False, "reason": "NVML unavailable: no driver"}
+            results.save(a, "bench", d)
+            results.save(lc, "bench", d)
+    results.save(validate_record("2026-11-01T09:00:00Z", drift=True), "validate", d)
+    results.save(validate_record("2026-11-20T09:00:00Z"), "validate", d)
+    ab_record(monkeypatch, tmp_path, d)
+    return d
+
+
+def row(rep, model, test):
+    (r,) = [r for r in rep.rows if (r.model, r.test) == (model, test)]
+    return r
+
+
+def test_scoreboard_numbers_ratios_and_rooflines(store):
+    rep = build_report(results.load_all(store))
+    assert [m.name for m in rep.models] == ["alpha-8b", "beta-3b"]
+    r = row(rep, "alpha-8b", "tg128")
+    assert (r.anvil.tok_s, r.llamacpp.tok_s) == (240.0, 260.0)   # the latest of each engine
+    assert r.ratio == pytest.approx(240 / 260)
+    assert r.anvil.rate.gb_s == pytest.approx(WEIGHT_BYTES * 240 / 1e9)
+    assert r.anvil.rate.roofline == pytest.approx(WEIGHT_BYTES * 240 / 1e9 / dx.MEASURED_HBM_GBS)
+    # llama.cpp's decode GB/s: the same file's weight bytes, taken from the Anvil record
+    assert r.llamacpp.rate.gb_s == pytest.approx(WEIGHT_BYTES * 260 / 1e9)
+    p = row(rep, "beta-3b", "pp512")
+    assert p.ratio == pytest.approx(36000 / 19000)
+    # prefill: 2 x n_params FLOPs per token, n_params from the llama.cpp record of the same file
+    assert p.anvil.rate.tflop_s == pytest.approx(2 * N_PARAMS * 36000 / 1e12)
+    html = render_html(rep)
+    for sid in ("scoreboard", "model-alpha-8b", "model-beta-3b", "figures", "history", "parity", "ab", "diagnosis",
+                "provenance"):
+        assert f'id="{sid}"' in html
+    assert "0.92×" in html and "1.89×" in html
+    assert "build new1" in html or "new1" in html
+    # provenance on the numbers: the tooltip names GPU, driver, date, build and record file
+    assert re.search(r'title="anvil on NVIDIA H200, driver 580\.159\.04, 2026-11-20T10:00:00Z, build new1; '
+                     r'kv=f16, reps=5; 5 samples; bench-[^"]+\.json">240\.0 ± 1\.2<', html)
+
+
+def test_bench_nvml_diagnosis_and_trace_figures(store, tmp_path):
+    rep = build_report(results.load_all(store))
+    a = row(rep, "alpha-8b", "tg128").anvil
+    assert a.diagnosis.label == dx.LAUNCH and a.diagnosis.sentence.startswith("decode reads 1121 GB/s = 26%")
+    assert a.figure and a.figure.endswith("-tg128.png")
+    assert row(rep, "alpha-8b", "pp512").anvil.diagnosis.label == dx.UNKNOWN  # the trace was tg128's only
+    b = row(rep, "beta-3b", "tg128")
+    assert b.anvil.diagnosis.label == dx.HOST_SYNC and "covers the whole run" in b.anvil.diagnosis.sentence
+    assert b.anvil.figure is None  # a summary without its trace: nothing to plot
+    assert b.llamacpp.diagnosis.label == dx.UNKNOWN and "no driver" in b.llamacpp.diagnosis.sentence
+    assert "covers the whole run" not in b.llamacpp.diagnosis.sentence
+    (fig,) = [f for f in rep.figures if f.name == a.figure]
+    assert figures.render(fig).startswith(PNG)
+    assert f'src="figures/{a.figure}"' in render_html(rep)
+
+
+def test_history_first_to_latest(store):
+    rep = build_report(results.load_all(store))
+    (h,) = [h for h in rep.history if (h.model, h.test, h.engine) == ("alpha-8b", "pp512", "anvil")]
+    assert (h.first.tok_s, h.latest.tok_s, h.n_records) == (15000.0, 18000.0, 2)
+    assert (h.first.build, h.latest.build) == ("old0", "new1")
+    assert h.gain == pytest.approx(1.2)
+    html = render_html(rep)
+    assert "published (first record)" in html and "1.20×" in html
+    bars = {f.name: f for f in rep.figures if f.kind == "bars"}
+    assert set(bars) == {"bars-prefill.png", "bars-decode.png"}
+    label, series = bars["bars-decode.png"].data[0]
+    assert label == "alpha-8b tg128 [NVIDIA H200]"
+    assert [s[:2] for s in series] == [("llama.cpp first", 250.0), ("llama.cpp latest", 260.0),
+                                       ("Anvil first", 200.0), ("Anvil latest", 240.0)]
+
+
+def test_incomparable_records_are_never_compared(tmp_path):
+    d = tmp_path / "r"
+    results.save(bench("anvil", "alpha-8b", "2026-11-02T00:00:00Z", 18000.0, 240.0), "bench", d)
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-01T00:00:00Z", 9000.0, 250.0), "bench", d)
+    # newer, but another KV type (spec) and another GPU: must not displace the comparable one
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-03T00:00:00Z", 1.0, 1.0, kv="f32"), "bench", d)
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-04T00:00:00Z", 2.0, 2.0, gpu="NVIDIA A100"), "bench", d)
+    results.save(bench("anvil", "gamma-1b", "2026-11-04T00:00:00Z", 500.0, 50.0, model_sha256="sha-other"), "bench", d)
+    rep = build_report(results.load_all(d))
+    tg = [r for r in rep.rows if (r.model, r.test) == ("alpha-8b", "tg128")]
+    assert len(tg) == 3  # same spec on the H200, f32 KV, the A100
+    paired = [r for r in tg if r.anvil and r.llamacpp]
+    assert len(paired) == 1 and paired[0].llamacpp.tok_s == 250.0 and paired[0].ratio == pytest.approx(240 / 250)
+    assert all(r.ratio is None for r in tg if r is not paired[0])
+    assert {r.spec for r in tg if r.gpu == H200} == {results.spec_hash(bench("anvil", "alpha-8b", "", 1, 1), "tg128"),
+                                                     results.spec_hash(bench("anvil", "alpha-8b", "", 1, 1, kv="f32"),
+                                                                       "tg128")}
+    assert row(rep, "gamma-1b", "tg128").ratio is None
+    assert "no comparable pair" in render_html(rep)
+
+
+def test_parity_latest_validate_per_model(store):
+    rep = build_report(results.load_all(store))
+    by = {p.model: p for p in rep.parity}
+    assert by["alpha-8b"].status == "exact" and by["alpha-8b"].ok and by["alpha-8b"].matched == "32/32"
+    # the later record (no drift) replaces the earlier drifting one
+    assert by["beta-3b"].status == "teacher-forced: 1 near-tie flip" and by["beta-3b"].ok
+    old = build_report([r for r in results.load_all(store) if r.get("date", "") < "2026-11-02"])
+    assert {p.model: p.ok for p in old.parity} == {"alpha-8b": True, "beta-3b": False}
+    assert "DRIFT" in render_html(old)
+    assert "parity (cuda): exact" in render_html(rep)
+
+
+def test_ab_verdicts_statistics_and_traces(store, tmp_path):
+    recs = results.load_all(store)
+    rep = build_report(recs)
+    (src,) = [r for r in recs if r["kind"] == "ab"]
+    t = {x.test: x for x in rep.ab}["tg128"]
+    a = src["analysis"]["tg128"]
+    assert (t.ratio, t.ci, t.p_value, t.verdict) == (a["ratio"], (a["ci_low"], a["ci_high"]), a["p_value"],
+                                                     a["verdict"])
+    assert t.verdict == "faster" and t.wins == "4:0" and t.model == "alpha-8b"
+    assert t.arm_a.startswith("base.whl (aaaa") and "greedy tokens identical" in t.notes
+    # every run of the A/B is diagnosed from its own trace; the cold round is listed but not counted
+    ab_runs = [x for x in rep.runs if x.source == "ab"]
+    assert len(ab_runs) == 10 and all(x.figure for x in ab_runs)
+    assert sum("cold" in x.who for x in ab_runs) == 2
+    assert {x.diagnosis.label for x in ab_runs} == {dx.HOST_SYNC, dx.LAUNCH}
+    assert (t.diag_a, t.diag_b) == ("host-sync starved (4/4 runs)", "launch-latency bound (4/4 runs)")
+    written = write_html(rep, tmp_path / "site")
+    traces = sorted(p for p in written if p.name.startswith("trace-ab-"))
+    assert len(traces) == 10 and all(p.read_bytes().startswith(PNG) for p in traces)
+    html = written[0].read_text()
+    for p in written[1:]:
+        assert f'src="figures/{p.name}"' in html
+
+
+def test_deterministic_html_and_png(store, tmp_path):
+    recs = results.load_all(store)
+    shuffled = list(recs)
+    random.Random(1).shuffle(shuffled)
+    assert build_report(recs) == build_report(shuffled)
+    one = write_html(build_report(recs), tmp_path / "one")
+    two = write_html(build_report(shuffled), tmp_path / "two")
+    assert [p.name for p in one] == [p.name for p in two]
+    for a, b in zip(one, two):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    assert not list((tmp_path / "one").rglob("*.tmp"))  # atomic writes leave no temp files
+
+
+def test_stale_figures_removed_foreign_files_kept(store, tmp_path):
+    site = tmp_path / "site"
+    (site / "figures").mkdir(parents=True)
+    (site / "figures" / "trace-gone.png").write_bytes(PNG)
+    (site / "figures" / "logo.png").write_bytes(PNG)
+    write_html(build_report(results.load_all(store)), site)
+    assert not (site / "figures" / "trace-gone.png").exists() and (site / "figures" / "logo.png").exists()
+
+
+def test_markdown(store):
+    md = render_md(build_report(results.load_all(store)))
+    for head in ("## Scoreboard", "## History: published → today", "## Parity with llama.cpp", "## A/B comparisons",
+                 "## Diagnosis", "## Sources"):
+        assert head in md
+    assert "| alpha-8b | tg128 | 240.0 ± 1.2 | 260.0 ± 1.3 | 0.92× |" in md
+    assert "| beta-3b | gpu | cuda | teacher-forced: 1 near-tie flip | 35/64 |" in md
+    assert "<" not in md.split("## Scoreboard")[1].split("## Sources")[0].replace("<br>", "")
+
+
+def test_main_report_cli_entry(store, tmp_path, capsys):
+    out = tmp_path / "site" / "index.html"
+    assert main_report(SimpleNamespace(format="html", out=str(out), results_dir=str(store))) == 0
+    assert out.is_file() and (out.parent / "figures" / "bars-decode.png").is_file()
+    assert main_report(SimpleNamespace(format="md", out=None, results_dir=str(store))) == 0
+    assert capsys.readouterr().out.startswith("# Anvil scoreboard")
+    assert main_report(SimpleNamespace(format="md", out=str(tmp_path / "s.md"), results_dir=str(store))) == 0
+    assert (tmp_path / "s.md").read_text().startswith("# Anvil scoreboard")
+
+
+def test_main_report_user_errors(tmp_path):
+    with pytest.raises(AnvilError, match="no such results directory"):
+        main_report(SimpleNamespace(format="html", out=str(tmp_path / "i.html"), results_dir=str(tmp_path / "nope")))
+    with pytest.raises(AnvilError, match="unknown report format 'pdf'"):
+        main_report(SimpleNamespace(format="pdf", out=None, results_dir=str(tmp_path)))
+
+
+def test_empty_store(tmp_path):
+    rep = build_report([])
+    html = render_html(rep)
+    assert "No bench records yet" in html and "No A/B records yet" in html and "No validate records yet" in html
+    assert write_html(rep, tmp_path)[0].is_file()
+
+
+def test_real_committed_records():
+    """Whatever the repository's store holds renders, and every pair shown is comparable."""
+    recs = results.load_all()
+    rep = build_report(recs)
+    html = render_html(rep)
+    assert {s[0] for s in rep.sources} == {Path(r["_path"]).name for r in recs}
+    for r in rep.rows:
+        if r.anvil and r.llamacpp:
+            assert r.ratio == pytest.approx(r.anvil.tok_s / r.llamacpp.tok_s)
+        for m in (r.anvil, r.llamacpp):
+            if m is not None:
+                assert m.file in html and (m.gpu or "unknown GPU") in m.provenance
+    assert render_md(rep).startswith("# Anvil scoreboard")
+
+
+# ---- diagnosis rules -----------------------------------------------------------
+
+def test_diagnosis_each_class_from_traces():
+    gbs = lambda frac: frac * dx.MEASURED_HBM_GBS  # noqa: E731
+    assert dx.diagnose("tg128", summary("memory"), gb_s=gbs(0.80)).label == dx.MEMORY
+    assert dx.diagnose("tg128", summary("host-sync"), gb_s=gbs(0.10)).label == dx.HOST_SYNC
+    assert dx.diagnose("tg128", summary("launch"), gb_s=gbs(0.26)).label == dx.LAUNCH
+    assert dx.diagnose("pp512", summary("compute"), tflop_s=300.0).label == dx.COMPUTE
+    assert dx.diagnose("tg128", summary("compute"), gb_s=gbs(0.5)).label == dx.UNCLASSIFIED  # decode never compute
+
+
+def test_diagnosis_sentence_carries_the_numbers():
+    s = {"n_samples": 100, "sm_mhz_median": 1980.0, "sm_frac_of_max": 1.0, "sm_bimodal": False,
+         "power_frac_of_limit": 0.48, "gpu_util_mean": 97.0, "throttle_reasons": []}
+    d = dx.diagnose("tg128", s, gb_s=1121.0)
+    assert d.sentence == ("decode reads 1121 GB/s = 26% of the 4300 GB/s roofline with the SM clock at 1980 MHz "
+                          "(pinned) and 48% power, 97% utilisation: launch-latency bound")
+    h = dx.diagnose("tg128", summary("host-sync"), gb_s=430.0)
+    assert "bimodal (median 1980 MHz, 34% of samples low)" in h.sentence and "23% power" in h.sentence
+    assert dx.diagnose("pp512", summary("compute"), tflop_s=292.0).sentence.startswith(
+        "prefill computes ~292 TFLOP/s = 37% of the 790 TFLOP/s bf16 peak with the SM clock at 1980 MHz (pinned)")
+
+
+def _s(clk=1.0, pwr=0.4, util=95.0, bimodal=False, n=50):
+    return {"n_samples": n, "sm_mhz_median": 1980.0 * clk, "sm_frac_of_max": clk, "sm_bimodal": bimodal,
+            "power_frac_of_limit": pwr, "gpu_util_mean": util}
+
+
+@pytest.mark.parametrize("test, s, kw, label", [
+    ("tg128", _s(), {"gb_s": 0.70 * dx.MEASURED_HBM_GBS}, dx.MEMORY),                # at the threshold
+    ("tg128", _s(), {"gb_s": 0.699 * dx.MEASURED_HBM_GBS}, dx.LAUNCH),               # just below
+    ("pp512", _s(), {"tflop_s": 700.0}, dx.LAUNCH),                                 # bandwidth rule is decode only
+    ("tg128", _s(clk=0.849), {}, dx.HOST_SYNC),
+    ("tg128", _s(clk=0.85), {}, dx.UNCLASSIFIED),                                   # neither low nor pinned
+    ("tg128", _s(clk=0.95), {}, dx.LAUNCH),
+    ("tg128", _s(clk=0.949), {}, dx.UNCLASSIFIED),
+    ("tg128", _s(clk=0.6, pwr=0.55), {}, dx.UNCLASSIFIED),                          # power not low: not starved
+    ("tg128", _s(clk=1.0, pwr=0.55), {}, dx.UNCLASSIFIED),
+    ("tg128", _s(clk=1.0, pwr=0.549), {}, dx.LAUNCH),
+    ("tg128", _s(bimodal=True), {}, dx.HOST_SYNC),                                  # bimodal beats a pinned median
+    ("pp512", _s(pwr=0.70, util=90.0), {}, dx.COMPUTE),
+    ("pp512", _s(pwr=0.699, util=90.0), {}, dx.UNCLASSIFIED),
+    ("pp512", _s(pwr=0.9, util=89.9), {}, dx.UNCLASSIFIED),
+    ("tg128", _s(n=2), {}, dx.TOO_SHORT),
+    ("tg128", _s(n=3), {}, dx.LAUNCH),
+])
+def test_diagnosis_boundaries(test, s, kw, label):
+    assert dx.diagnose(test, s, **kw).label == label
+
+
+def test_diagnosis_missing_data():
+    assert dx.diagnose("tg128", None, gb_s=1121.0).label == dx.UNKNOWN
+    d = dx.diagnose("tg128", {"available": False, "reason": "NVML unavailable: no driver"})
+    assert d.label == dx.UNKNOWN and "NVML unavailable: no driver" in d.sentence
+    assert dx.diagnose("tg128", {"n_samples": 0}).label == dx.UNKNOWN
+    # no power in the summary: only the limit can make the fraction; without it, no power rule fires
+    s = {"n_samples": 40, "sm_mhz_median": 1980.0, "sm_mhz_max": 1980.0, "power_w_mean": 300.0}
+    assert dx.diagnose("tg128", s).label == dx.UNCLASSIFIED
+    assert "power not recorded" in dx.diagnose("tg128", {k: v for k, v in s.items() if k != "power_w_mean"}).sentence
+    assert dx.diagnose("tg128", s, power_limit_w=700.0, sm_clock_max_mhz=1980).label == dx.LAUNCH
+    # no decode rate: says so and still classifies from the trace
+    assert dx.diagnose("tg128", summary("launch")).sentence.startswith("decode (no achieved-rate estimate) with")
+
+
+def test_rate_sources():
+    assert dx.rate("tg128", 240.0, gb_s=1121.0).note == "recorded"
+    r = dx.rate("tg128", 259.0, weight_bytes=WEIGHT_BYTES)
+    assert r.gb_s == pytest.approx(1209.7, abs=0.1) and r.text == "1210 GB/s"
+    assert dx.rate("tg128", 259.0, file_bytes=5e9).text.startswith("~")
+    est = dx.rate("pp512", 17804.0, weight_bytes=WEIGHT_BYTES)
+    assert est.tflop_s == pytest.approx(2 * WEIGHT_BYTES * 8 / dx.Q4_K_M_BITS_PER_WEIGHT * 17804 / 1e12)
+    assert "estimated" in est.note
+    assert dx.rate("tg128", 1.0).roofline is None and dx.rate("pp512", 1.0).text == ""
