@@ -178,6 +178,35 @@ def format_report(record: dict) -> str:
     return "\n".join(lines)
 
 
+def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int) -> dict:
+    """One bench record for ``runner`` on ``model``: each test in its own
+    process under its own NVML sampler, so every test gets its own trace
+    and diagnosis (prefill and decode are bound by different things)."""
+    rec, tests = None, []
+    for p, n in ((n_prompt, 0), (0, n_gen)):
+        if not (p or n):
+            continue
+        with nvml.Sampler() as sampler:
+            res = runner.run(model, n_prompt=p, n_gen=n, reps=reps)
+        summary = sampler.summary() if sampler.available else {"available": False, "reason": sampler.reason}
+        raw = dict(res.raw)
+        for r in raw.get("results", []):
+            r["nvml"] = summary
+            r["nvml_trace"] = _thin(sampler.trace) if sampler.available else None
+        if rec is None:
+            rec = raw
+            if sampler.available:
+                rec.update({k: v for k, v in sampler.static.items() if v is not None})
+        else:
+            rec["results"] = rec.get("results", []) + raw.get("results", [])
+            if raw.get("tokens"):
+                rec["tokens"] = raw["tokens"]
+        tests.append(res.cmd)
+    rec.update(model=str(model), runner=runner.describe(), commands=tests)
+    rec.setdefault("settings", {}).update(n_prompt=n_prompt, n_gen=n_gen, reps=reps)
+    return rec
+
+
 def format_bench(rows) -> str:
     """llama-bench style: test, t/s mean ± sd, GB/s, and the ratio to the
     llama.cpp arm when there is one (rows: [(model, [engine rec, llama.cpp rec?])])."""

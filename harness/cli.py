@@ -207,20 +207,16 @@ def cmd_bench(args) -> int:
     arms = [make_runner(args.engine, _workdir())]
     if args.llamacpp:
         arms.append(make_runner(args.llamacpp, _workdir()))
+    for runner in arms:
+        runner.prepare()
     rows = []
     for name in args.model:
         path = _model_file(name)
         recs = []
         for runner in arms:
-            runner.prepare()
-            from . import nvml
-
-            with nvml.Sampler() as sampler:
-                res = runner.run(path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions)
-            rec = dict(res.raw)
-            rec.update(model=str(path), model_name=name, runner=runner.describe(),
-                       nvml=sampler.summary() if sampler.available else {"available": False, "reason": sampler.reason})
-            rec["path"] = str(results.save(rec, "bench"))
+            rec = ab.bench_record(runner, path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions)
+            rec.update(model_name=name)
+            rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench"))
             recs.append(rec)
         rows.append((name, recs))
     print(ab.format_bench(rows))

@@ -112,3 +112,20 @@ def test_end_to_end_two_real_wheels(build_engine_wheel, model_path, tmp_path):
     with pytest.raises(AnvilError, match="different greedy tokens"):
         ab.run_ab(str(base), str(bad), ab.ABConfig(model=cfg.model, n_prompt=8, n_gen=4, reps=1, rounds=1),
                   tmp_path / "work", results_dir=tmp_path / "res")
+
+
+def test_bench_record_samples_each_test_in_its_own_process(tmp_path):
+    class Runner(FakeRunner):
+        def run(self, model, n_prompt, n_gen, reps):
+            self.calls += 1
+            tests = ([{"test": f"pp{n_prompt}", "samples_tok_s": [9.0], "tok_s_mean": 9.0, "tok_s_sd": 0.0}] if n_prompt
+                     else [{"test": f"tg{n_gen}", "samples_tok_s": [2.0], "tok_s_mean": 2.0, "tok_s_sd": 0.0}])
+            return RunResult(tests={t["test"]: t["samples_tok_s"] for t in tests}, tokens=[1, 2] if n_gen else None,
+                             raw={"engine": "anvil", "results": tests, "tokens": [1, 2] if n_gen else []},
+                             wall_s=0.1, cmd=["fake", str(n_prompt), str(n_gen)], returncode=0)
+
+    r = Runner("A", None)
+    rec = ab.bench_record(r, tmp_path / "m.gguf", n_prompt=8, n_gen=4, reps=1)
+    assert r.calls == 2 and [x["test"] for x in rec["results"]] == ["pp8", "tg4"]
+    assert all("nvml" in x for x in rec["results"]) and rec["tokens"] == [1, 2]
+    assert rec["settings"]["n_prompt"] == 8 and rec["settings"]["n_gen"] == 4
