@@ -149,6 +149,16 @@ def cmd_validate(args) -> int:
         flips = validate.format_flips(results)
         if flips:
             print("\n" + flips)
+    if args.save:
+        from engine.bench import build_hash, gpu_info
+
+        from . import results as store
+
+        rec = {"engine": "anvil", "build": build_hash(), "backend": backend, "tiers": tiers,
+               **(gpu_info() if backend == "cuda" else {"gpu": None}),
+               "date": __import__("time").strftime("%Y-%m-%dT%H:%M:%SZ", __import__("time").gmtime()),
+               "results": [r.to_json() for r in results]}
+        print(f"saved {store.save(rec, 'validate')}", file=sys.stderr)
     if args.calibrate:
         print("\nnear_tie calibration (1.25 x max |margin shift|):", file=sys.stderr)
         for name, (t, n) in validate.calibrate(results).items():
@@ -267,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (default): cuda when an NVIDIA GPU is usable, else numpy")
     v.add_argument("--json", action="store_true", help="print the results as JSON")
     v.add_argument("--calibrate", action="store_true", help="also print each model's measured near_tie")
+    v.add_argument("--save", action="store_true", help="append the outcome to the results store (reports/results)")
     v.set_defaults(func=cmd_validate)
 
     a = sub.add_parser("ab", help="interleaved A/B benchmark of two builds")

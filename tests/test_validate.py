@@ -90,3 +90,13 @@ def test_drift_exits_nonzero(monkeypatch, capsys):
         lambda cls, gf: dataclasses.replace(real(gf), rope_base=tuple(2 * b for b in real(gf).rope_base))))
     assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy"]) == 1
     assert "DRIFT" in capsys.readouterr().out
+
+
+def test_save_appends_a_validate_record(tmp_path, monkeypatch, capsys):
+    from harness import cli, results
+
+    monkeypatch.setattr(results, "DEFAULT_DIR", tmp_path)
+    assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy", "--save"]) == 0
+    (rec,) = results.load_all(tmp_path, kind="validate")
+    (entry,) = rec["results"]
+    assert entry["model"] == MODEL and entry["passed"] and entry["mode"] == "exact" and rec["backend"] == "numpy"
