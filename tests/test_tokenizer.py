@@ -21,7 +21,7 @@ import pytest
 
 from engine.errors import GGUFError
 from engine.gguf_file import GGUFFile
-from engine import tokenizer as tokmod
+from engine import pretokenize as tokmod
 from engine.tokenizer import Tokenizer
 from harness import catalog, fetch
 
@@ -262,7 +262,7 @@ def _block(src: str, name: str) -> str:
 
 
 def encode_unicode_ranges(ranges: list[tuple[int, int]]) -> str:
-    """How engine/tokenizer.py's _UNICODE_RANGES_B85 is made (LEB128 start
+    """How engine/pretokenize.py's _UNICODE_RANGES_B85 is made (LEB128 start
     deltas + flag bytes, zlib, base85), e.g. after a llama.cpp update:
     encode_unicode_ranges(_parse_ranges(unicode_data_cpp_text))."""
     import base64
