@@ -55,14 +55,10 @@ def device_description(settings: dict) -> str:
         except OSError:
             pass
         return f"cpu: {cpu} ({os.cpu_count()} cores)"
-    try:
-        import pynvml
+    from engine.bench import gpu_info
 
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        return f"gpu: {pynvml.nvmlDeviceGetName(h)}, driver {pynvml.nvmlSystemGetDriverVersion()}"
-    except Exception as e:  # NVML missing: still say what we know
-        return f"gpu: unknown ({type(e).__name__})"
+    info = gpu_info()
+    return f"gpu: {info['gpu']}, driver {info['driver']}" if info.get("gpu") else f"gpu: unknown ({info.get('nvml')})"
 
 
 def make_reference(model_name: str, model_path: Path, sha256: str, prompts: list[str], n_steps: int, *,
