@@ -48,3 +48,23 @@ def test_compile_error_carries_the_nvrtc_log(tmp_path, monkeypatch):
     monkeypatch.setattr(nvrtc, "KERNELS_DIR", tmp_path)
     with pytest.raises(nvrtc.CompileError, match=r"bad\.cu.*expected an expression"):
         nvrtc.compile_cubin("bad.cu", "sm_90")
+
+
+def test_every_kernel_waits_for_the_previous_one_before_touching_memory():
+    """Kernels are launched with programmatic dependent launch (common.cuh):
+    a kernel that touched activations before pdl_wait() would race with the
+    kernel before it. Each kernel body starts with KERNEL_START(), except the
+    GEMVs, whose shared body waits after prefetching only weights."""
+    import re
+
+    for name in nvrtc.kernel_files():
+        src = (nvrtc.KERNELS_DIR / name).read_text()
+        for m in re.finditer(r"__global__[^{;]*?(\w+)\s*\([^)]*\)\s*\{", src):
+            body = src[m.end():m.end() + 400].lstrip(" \\\n")
+            assert body.startswith("KERNEL_START();") or body.startswith("GEMV_BODY") \
+                or "GEMV(" in src[m.start() - 200:m.start()], f"{name}: kernel {m.group(1)} does not start with KERNEL_START()"
+    gemv = (nvrtc.KERNELS_DIR / "gemv.cu").read_text()
+    impl = gemv[gemv.index("__device__ __forceinline__ void gemv_impl"):gemv.index("#define GEMV(name)")]
+    before_wait = impl[:impl.index("pdl_wait();")]
+    # before the wait: only weight staging (cp.async of W), no x / y / add access
+    assert "load_x" not in before_wait.split("auto stage")[0] and "y[" not in before_wait and "add[" not in before_wait

@@ -110,8 +110,11 @@ class FakeDevice:
         from cuda.bindings import driver
         from engine.backends.cuda.device import Device
 
+        from engine.backends.cuda.device import pdl_attributes
+
         self.launches, self._allocs, self._next = [], [], 1 << 32
-        self.stream = None
+        self.stream = driver.CUstream(0)
+        self.pdl, self._pdl_attrs = True, pdl_attributes(driver)  # launches go through cuLaunchKernelEx
         ok = (driver.CUresult.CUDA_SUCCESS,)
         dev = self
 
@@ -138,6 +141,15 @@ class FakeDevice:
                          "float" if t is ctypes.c_float else repr(t) for t in params[1]]
                 dev.launches.append((fn, (gx, gy, gz), (bx, by, bz), shared, kinds))
                 return ok
+
+            CUlaunchConfig = driver.CUlaunchConfig
+
+            @staticmethod
+            def cuLaunchKernelEx(cfg, fn, params, extra):
+                assert cfg.numAttrs == 1 and cfg.attrs[0].value.programmaticStreamSerializationAllowed == 1
+                return FakeDriver.cuLaunchKernel(fn, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
+                                                 cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream,
+                                                 params, extra)
 
         self.driver = FakeDriver
         self.launch = types.MethodType(Device.launch, self)

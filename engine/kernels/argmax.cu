@@ -53,6 +53,7 @@ __device__ __forceinline__ void scan(const float* x, int begin, int end, float& 
 }
 
 extern "C" __global__ void argmax(const float* x, int n, int* out) {
+    KERNEL_START();
     float bv;
     int bi;
     scan(x, 0, n, bv, bi);
@@ -62,6 +63,7 @@ extern "C" __global__ void argmax(const float* x, int n, int* out) {
 
 // Pass 1: block b takes the contiguous slice [b*chunk, (b+1)*chunk).
 extern "C" __global__ void argmax_partial(const float* x, int n, float* part_val, int* part_idx) {
+    KERNEL_START();
     const int chunk = (n + gridDim.x - 1) / gridDim.x;
     const int begin = blockIdx.x * chunk;
     const int end = min(n, begin + chunk);
@@ -78,6 +80,7 @@ extern "C" __global__ void argmax_partial(const float* x, int n, float* part_val
 // Pass 2: one block over the n_parts partial results (indices compared
 // explicitly, so the order of the partials does not matter).
 extern "C" __global__ void argmax_final(const float* part_val, const int* part_idx, int n_parts, int* out) {
+    KERNEL_START();
     float bv = -INFINITY;
     int bi = NO_INDEX;
     for (int i = threadIdx.x; i < n_parts; i += blockDim.x) take_better(bv, bi, part_val[i], part_idx[i]);

@@ -107,6 +107,7 @@ __device__ __forceinline__ kv_t to_kv(float x) {
 // kv_store: k, v [T, kv_dim] fp32 -> cache row pos[t]. grid T, block 256.
 extern "C" __global__ void kv_store(const float* k, const float* v, kv_t* k_cache, kv_t* v_cache,
                                     const int* pos, int T, int kv_dim) {
+    KERNEL_START();
     const int t = blockIdx.x;
     if (t >= T) return;
     const size_t src = (size_t)t * kv_dim, dst = (size_t)pos[t] * kv_dim;
@@ -165,6 +166,7 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
 attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, float* part_o,
                  float* part_ml, const int* pos, int n_head, int n_head_kv, float scale, int window) {
+    KERNEL_START();
     const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;
     const int qp = pos[t];
     int c0, c1, n_active;
@@ -307,6 +309,7 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
 // over the splits that had keys (the same split_range as the decode blocks).
 extern "C" __global__ void attention_combine(const float* part_o, const float* part_ml, float* out,
                                              const int* pos, int n_head, int n_splits, int window) {
+    KERNEL_START();
     const int hq = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int c0, c1, n_active;
     split_range(pos[t], window, n_splits, 0, c0, c1, n_active);
@@ -350,6 +353,7 @@ constexpr int DC = D / 64;      // float4 output chunks per thread
 extern "C" __global__ void __launch_bounds__(PF_THREADS)
 attention_prefill(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, const int* pos,
                   int T, int n_head, int n_head_kv, float scale, int window) {
+    KERNEL_START();
     extern __shared__ __align__(16) float smem[];
     float* Qs = smem;                   // [PF_BQ][LDS]
     float* Ks = Qs + PF_BQ * LDS;       // [PF_BK][LDS]

@@ -14,6 +14,32 @@ typedef int int32_t;
 
 #define WARP_SIZE 32
 
+// ---- programmatic dependent launch (sm_90+) -----------------------------------
+// The launcher lets each kernel start while the one before it is still running
+// (engine/backends/cuda/device.py, PDL). A kernel so launched must call
+// pdl_wait() before it touches memory an earlier kernel writes or reads; what
+// it does before that must only read data no kernel writes (the weights: the
+// decode GEMVs fetch theirs there, overlapping the previous kernel's tail and
+// the launch latency). pdl_launch_next() lets the next kernel start; called
+// after pdl_wait(), so at most two kernels are resident at once. Both are
+// no-ops when the kernel was launched without the attribute.
+// KERNEL_START() is the first statement of every kernel (a CPU test checks).
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_next() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+#define KERNEL_START() \
+    do {                 \
+        pdl_wait();      \
+        pdl_launch_next(); \
+    } while (0)
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);

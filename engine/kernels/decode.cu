@@ -4,6 +4,7 @@
 #include "common.cuh"
 
 extern "C" __global__ void advance(const int* next, int* token, int* pos) {
+    KERNEL_START();
     if (threadIdx.x == 0 && blockIdx.x == 0) {
         token[0] = next[0];
         pos[0] += 1;

@@ -80,10 +80,12 @@ __device__ __forceinline__ void get_rows_impl(const uint8_t* __restrict__ W, con
 #define DEQUANT_KERNELS(name, Q)                                                                          \
     extern "C" __global__ void dequant_##name##_bf16(const void* W, __nv_bfloat16* out, int n_rows,      \
                                                      int n_in) {                                         \
+        KERNEL_START();                                                                                   \
         dequant_bf16_impl<Q>(static_cast<const uint8_t*>(W), out, n_rows, n_in);                         \
     }                                                                                                     \
     extern "C" __global__ void get_rows_##name(const void* W, const int* ids, float* out, int n_ids,      \
                                                int n_in, float scale) {                                   \
+        KERNEL_START();                                                                                   \
         get_rows_impl<Q>(static_cast<const uint8_t*>(W), ids, out, n_ids, n_in, scale);                  \
     }
 

@@ -68,14 +68,17 @@ struct Add {
 };
 
 extern "C" __global__ void silu_mul(const float* g, const float* u, float* y, int n) {
+    KERNEL_START();
     map2(g, u, y, n, SiluMul());
 }
 
 extern "C" __global__ void gelu_tanh_mul(const float* g, const float* u, float* y, int n) {
+    KERNEL_START();
     map2(g, u, y, n, GeluTanhMul());
 }
 
 extern "C" __global__ void add(const float* a, const float* b, float* y, int n) {
+    KERNEL_START();
     map2(a, b, y, n, Add());
 }
 
@@ -86,6 +89,7 @@ struct Scale {
 };
 
 extern "C" __global__ void scale(float* x, float s, int n) {
+    KERNEL_START();
     map1_inplace(x, n, Scale{s});
 }
 
@@ -97,11 +101,13 @@ struct Softcap {
 };
 
 extern "C" __global__ void softcap(float* x, float cap, int n) {
+    KERNEL_START();
     map1_inplace(x, n, Softcap{cap, 1.0f / cap});
 }
 
 // Round-to-nearest-even fp32 -> bf16 (input of bf16 tensor-core GEMMs).
 extern "C" __global__ void f32_to_bf16(const float* x, __nv_bfloat16* y, int n) {
+    KERNEL_START();
     const int tid = blockIdx.x * blockDim.x + threadIdx.x;
     const int stride = gridDim.x * blockDim.x;
     int done = 0;
@@ -122,6 +128,7 @@ extern "C" __global__ void f32_to_bf16(const float* x, __nv_bfloat16* y, int n) 
 // y[r, :] += b for each of `rows` rows of length n. grid (ceil(n/1024), rows)
 // is what core_ops uses; any grid works (the loops stride by it).
 extern "C" __global__ void bias_add_rows(float* y, const float* b, int rows, int n) {
+    KERNEL_START();
     for (int r = blockIdx.y; r < rows; r += gridDim.y) {
         float* yr = y + (size_t)r * n;
         for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) yr[i] += b[i];

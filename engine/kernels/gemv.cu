@@ -424,17 +424,27 @@ __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const f
     for (int r = 0; r < R; r++) acc[r] = 0.0f;
 
     uint8_t* buf = gemv_stage + warp * (R * Q::SPAN);
-    for (int base = warp * 32; base < U; base += NT) {  // warp-uniform: every lane copies, waits, syncs
-        const int nu = min(32, U - base);               // a multiple of UPB, as U and base are
-        // rows past n_out (last block) redo row n_out-1; pointers recomputed per
-        // step, not kept: 2*GEMV_ROWS registers saved
+    int off[R];
+    // Stage the weight spans of step `base` (warp-uniform: every lane copies).
+    // Rows past n_out (last block) redo row n_out-1; pointers are recomputed
+    // per step, not kept: 2*GEMV_ROWS registers saved.
+    auto stage = [&](int base) {
+        const int nu = min(32, U - base);  // a multiple of UPB, as U and base are
         const uint8_t* span = W + (size_t)(base / Q::UPB) * Q::BYTES;
-        int off[R];
 #pragma unroll
         for (int r = 0; r < R; r++)
             off[r] = stage_span(buf + r * Q::SPAN, span + (size_t)min(row0 + r, n_out - 1) * row_bytes,
                                 nu / Q::UPB * Q::BYTES, lane);
         cp_async_commit();
+    };
+    // The first step's weights are requested before waiting for the previous
+    // kernel (common.cuh, PDL): for most decode shapes that is the whole matrix.
+    const int first = warp * 32;
+    if (first < U) stage(first);
+    pdl_wait();
+    pdl_launch_next();
+    for (int base = first; base < U; base += NT) {
+        if (base != first) stage(base);
         const int u = base + lane;
         typename Q::Xs xs;
         if (u < U) Q::load_x(xs, x, u);  // overlaps the copies

@@ -44,6 +44,7 @@ __device__ __forceinline__ void write_scaled(const float* xr, const float* w, fl
 }
 
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
+    KERNEL_START();
     __shared__ float scratch[32];
     const float* xr = x + (size_t)blockIdx.x * n;
     float* yr = y + (size_t)blockIdx.x * n;
@@ -69,6 +70,7 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, in
 // over x per sublayer. y must not alias x or a.
 extern "C" __global__ void add_rms_norm(float* x, const float* a, const float* w, float* y, int n,
                                         float eps) {
+    KERNEL_START();
     __shared__ float scratch[32];
     float* xr = x + (size_t)blockIdx.x * n;
     const float* ar = a + (size_t)blockIdx.x * n;

@@ -42,10 +42,12 @@ __device__ __forceinline__ void rope_pair(float* x, const int* pos, int n_heads,
 
 extern "C" __global__ void rope_norm(float* x, const int* pos, int n_heads, int head_dim, int n_rot,
                                      float theta_scale, float freq_scale, const float* freq_div) {
+    KERNEL_START();
     rope_pair<false>(x, pos, n_heads, head_dim, n_rot, theta_scale, freq_scale, freq_div);
 }
 
 extern "C" __global__ void rope_neox(float* x, const int* pos, int n_heads, int head_dim, int n_rot,
                                      float theta_scale, float freq_scale, const float* freq_div) {
+    KERNEL_START();
     rope_pair<true>(x, pos, n_heads, head_dim, n_rot, theta_scale, freq_scale, freq_div);
 }

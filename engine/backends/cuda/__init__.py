@@ -190,7 +190,11 @@ class Ops:
     def end_layer(self, x: DArray) -> DArray:
         """Recycle the layer's temporaries: move the residual stream to the
         start of the layer's workspace region and release the rest, so a
-        512-token prefill needs one layer's scratch, not 36 layers'."""
+        512-token prefill needs one layer's scratch, not 36 layers'. A decode
+        step's temporaries are small: it keeps them all and saves the copy
+        (a graph of kernels only, so each can overlap the next: common.cuh)."""
+        if x.shape[0] <= GEMV_MAX_TOKENS:
+            return x
         return self.b.workspace.keep(x)
 
 

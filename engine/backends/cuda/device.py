@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,6 +126,15 @@ class Workspace:
         return a
 
 
+def pdl_attributes(driver) -> list:
+    """The launch attribute list that lets a kernel start before the previous
+    one on the stream has finished (it waits in griddepcontrol.wait)."""
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    return [attr]
+
+
 class Device:
     def __init__(self, ordinal: int = 0):
         from cuda.bindings import driver
@@ -145,6 +155,10 @@ class Device:
             driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.handle))
         self.name = check(driver.cuDeviceGetName(256, self.handle)).split(b"\0")[0].decode()
         self.stream = check(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
+        # Programmatic dependent launch (common.cuh): each kernel may start
+        # while the previous one runs. Hopper and later; ANVIL_PDL=0 turns it off.
+        self.pdl = major >= 9 and os.environ.get("ANVIL_PDL", "1") != "0"
+        self._pdl_attrs = pdl_attributes(driver)
         self._modules: dict[tuple, object] = {}
         self._functions: dict[tuple, object] = {}
         self._allocs: list[int] = []
@@ -225,8 +239,16 @@ class Device:
                 types.append(type(a))
         grid = tuple(grid) + (1,) * (3 - len(grid))
         block = tuple(block) + (1,) * (3 - len(block))
-        check(self.driver.cuLaunchKernel(fn, *grid, *block, shared, self.stream,
-                                         (tuple(values), tuple(types)), 0))
+        params = (tuple(values), tuple(types))
+        if not self.pdl:
+            check(self.driver.cuLaunchKernel(fn, *grid, *block, shared, self.stream, params, 0))
+            return
+        cfg = self.driver.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+        cfg.sharedMemBytes, cfg.hStream = shared, self.stream
+        cfg.attrs, cfg.numAttrs = self._pdl_attrs, 1
+        check(self.driver.cuLaunchKernelEx(cfg, fn, params, 0))
 
     # ---- graphs ---------------------------------------------------------
     def capture(self, fn) -> object:
