@@ -35,9 +35,15 @@ class Entry:
     n_steps: int = 32
     # |engine - llama.cpp| bound on the stored top-k logits, with its reason
     logit_tol: float = 0.0
-    # llama.cpp top-2 margin below which a greedy flip is a near-tie (calibrated)
+    # llama.cpp top-2 margin below which a greedy flip is a near-tie (calibrated),
+    # and its value for the CUDA engine where that one was calibrated apart
     near_tie: float = 0.0
+    near_tie_cuda: float = 0.0
     raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def threshold(self, backend: str) -> float:
+        """The near-tie threshold calibrated for ``backend``."""
+        return self.near_tie_cuda if backend == "cuda" and self.near_tie_cuda > 0 else self.near_tie
 
 
 def load(path: Path | None = None) -> dict[str, Entry]:
@@ -49,7 +55,7 @@ def load(path: Path | None = None) -> dict[str, Entry]:
                               arch=e["arch"], preset=e.get("preset"), seed=int(e.get("seed", 0)),
                               prompts=tuple(e.get("prompts", DEFAULT_PROMPTS)), n_steps=int(e.get("n_steps", 32)),
                               logit_tol=float(e.get("logit_tol", 0.0)), near_tie=float(e.get("near_tie", 0.0)),
-                              raw=e)
+                              near_tie_cuda=float(e.get("near_tie_cuda", 0.0)), raw=e)
         except KeyError as k:
             raise AnvilError(f"{path or fetch.CATALOG}: model '{name}' lacks the key {k}") from None
     return out

@@ -12,7 +12,8 @@ greedily from llama.cpp's prompt ids (``compare.compare_case``):
   three-way tie, where llama.cpp's token ranks third by a hair). Any other
   flip is **drift** and fails the model.
 
-``near_tie`` is calibrated per model (``--calibrate``): the largest change
+``near_tie`` is calibrated per model (``--calibrate``), and apart for the
+CUDA engine where it differs (``near_tie_cuda``): the largest change
 of llama.cpp's top-1/top-2 margin as the engine sees it, over every step of
 the model's references, times 1.25. Two engines within that noise of each
 other can disagree only where the margin is smaller.
@@ -82,11 +83,12 @@ def is_near_tie(flip, near_tie: float) -> bool:
 
 def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: str, progress=None) -> ModelResult:
     t0 = time.perf_counter()
-    out = ModelResult(entry.name, entry.tier, backend, entry.near_tie)
+    near_tie = entry.threshold(backend)
+    out = ModelResult(entry.name, entry.tier, backend, near_tie)
     for i, case in enumerate(ref.cases):
         r = compare_case(model, case)
         out.cases.append(r)
-        out.drift += [(i, f.step) for f in r.flips if not is_near_tie(f, entry.near_tie)]
+        out.drift += [(i, f.step) for f in r.flips if not is_near_tie(f, near_tie)]
         if progress:
             progress()
     out.seconds = time.perf_counter() - t0

@@ -100,3 +100,14 @@ def test_save_appends_a_validate_record(tmp_path, monkeypatch, capsys):
     (rec,) = results.load_all(tmp_path, kind="validate")
     (entry,) = rec["results"]
     assert entry["model"] == MODEL and entry["passed"] and entry["mode"] == "exact" and rec["backend"] == "numpy"
+
+
+def test_threshold_per_backend():
+    from harness import catalog
+
+    e = catalog.Entry("m", "synth", "cpu", "", "llama", near_tie=0.01, near_tie_cuda=0.2)
+    assert e.threshold("numpy") == 0.01 and e.threshold("cuda") == 0.2
+    assert catalog.Entry("m", "synth", "gpu", "", "llama", near_tie=1.5).threshold("cuda") == 1.5
+    # every catalog model has a threshold for each backend it runs on
+    for name, e in catalog.load().items():
+        assert e.threshold("cuda") > 0 and (e.tier == "gpu" or e.threshold("numpy") > 0), name
