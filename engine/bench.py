@@ -103,12 +103,16 @@ def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: 
     for name, fn in tests:
         fn()  # warm-up: compiles/loads kernels, captures the decode graph
         samples = []
+        t0 = time.time()
         for _ in range(reps):
             samples.append(fn())
             if progress:
                 progress(name, samples[-1])
+        # wall-clock span of the measured repetitions: a sampler outside this
+        # process (harness/nvml.py) keeps only its samples from this window
+        window = [t0, time.time()]
         rec = {"test": name, "samples_tok_s": samples, "tok_s_mean": statistics.fmean(samples),
-               "tok_s_sd": statistics.stdev(samples) if len(samples) > 1 else 0.0}
+               "tok_s_sd": statistics.stdev(samples) if len(samples) > 1 else 0.0, "window_unix": window}
         if name.startswith("tg"):
             rec["gb_s"] = bytes_tok * rec["tok_s_mean"] / 1e9
         results.append(rec)

@@ -53,6 +53,7 @@ class ABConfig:
     allow_token_diff: bool = False
     timeout_s: int = 1200
     max_skips: int = 8
+    identity: dict = field(default_factory=dict)  # model_name / model_sha256 for the record
 
 
 TRACE_POINTS = 400  # per run in the record: enough to plot, small enough to commit
@@ -62,6 +63,42 @@ def _thin(trace: dict) -> dict:
     n = len(trace.get("t", []))
     step = max(1, -(-n // TRACE_POINTS))
     return {k: v[::step] for k, v in trace.items()}
+
+
+ESTIMATE_SLACK_S = 2.0  # llama-bench: time between its last repetition and its exit, at most
+
+
+def _test_tokens(test: str) -> int:
+    return int("".join(ch for ch in test if ch.isdigit()) or 0)
+
+
+def measured(sampler: nvml.Sampler, tests: list[dict], exit_unix: float) -> tuple[dict, dict]:
+    """The NVML samples taken while ``tests`` (result records of one run)
+    were measured, and how that window was found. The engine stamps each
+    test's repetitions (``window_unix``); llama-bench does not, so its window
+    is estimated: the last sum-of-repetition-times (plus one warm-up) before
+    the process exited, widened by ESTIMATE_SLACK_S for its teardown, then
+    trimmed to the samples with the GPU busy."""
+    trace, t0 = sampler.trace, sampler.t0_unix
+    spans = [r.get("window_unix") for r in tests]
+    if spans and all(spans):
+        start, end = min(w[0] for w in spans), max(w[1] for w in spans)
+        info = {"source": "engine timestamps"}
+        sub = nvml.window(trace, start - t0, end - t0)
+    else:
+        busy_s = 0.0
+        for r in tests:
+            v = [x for x in r.get("samples_tok_s", []) if x > 0]
+            busy_s += sum(_test_tokens(r.get("test", "")) / x for x in v) * (len(v) + 1) / max(len(v), 1)
+        start, end = exit_unix - busy_s - ESTIMATE_SLACK_S, exit_unix
+        info = {"source": "estimated from the repetition times (no timestamps from this runner)"}
+        sub = nvml.window(trace, start - t0, end - t0)
+        util = sub.get("gpu_util", [])
+        keep = [i for i, u in enumerate(util) if u]
+        if len(keep) >= nvml.MIN_WINDOW_SAMPLES:
+            sub = {k: v[keep[0]:keep[-1] + 1] for k, v in sub.items()}
+    info.update(start_s=round(start - t0, 3), end_s=round(end - t0, 3))
+    return nvml.summarize(sub, sampler.static), info
 
 
 def _run_value(result: RunResult, test: str) -> float:
@@ -80,8 +117,8 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
         raise AnvilError(f"both arms are the same build (sha256 {ida[:16]}...); pass --allow-same to measure "
                          f"a build against itself")
     arms = {k: ArmRuns(k, desc[k]) for k in runners}
-    record = {"kind": "ab", "model": str(cfg.model), "config": {k: str(v) if isinstance(v, Path) else v
-                                                                 for k, v in cfg.__dict__.items()},
+    record = {"kind": "ab", "model": str(cfg.model), **cfg.identity,
+              "config": {k: str(v) if isinstance(v, Path) else v for k, v in cfg.__dict__.items()},
               "arms": desc, "rounds": [], "skipped_rounds": [], "complete": False}
     order = abba_order(cfg.rounds + 1)  # round 0 is the cold round, dropped
     try:
@@ -101,9 +138,13 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
                 with nvml.Sampler() as sampler:
                     res = runners[arm].run(cfg.model, n_prompt=cfg.n_prompt, n_gen=cfg.n_gen, reps=cfg.reps,
                                            timeout_s=cfg.timeout_s)
-                summary = nvml.summarize(sampler.trace, sampler.static) if sampler.available else \
-                    {"available": False, "reason": sampler.reason}
+                    exit_unix = time.time()
+                if sampler.available:
+                    summary, window = measured(sampler, res.raw.get("results", []), exit_unix)
+                else:
+                    summary, window = {"available": False, "reason": sampler.reason}, None
                 round_rec["runs"][arm] = {"tests": res.tests, "wall_s": res.wall_s, "nvml": summary,
+                                          "nvml_window": window,
                                           "nvml_trace": _thin(sampler.trace) if sampler.available else None}
                 if arms[arm].tokens is None:
                     arms[arm].tokens = res.tokens
@@ -188,10 +229,14 @@ def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int) -
             continue
         with nvml.Sampler() as sampler:
             res = runner.run(model, n_prompt=p, n_gen=n, reps=reps)
-        summary = sampler.summary() if sampler.available else {"available": False, "reason": sampler.reason}
+            exit_unix = time.time()
         raw = dict(res.raw)
         for r in raw.get("results", []):
-            r["nvml"] = summary
+            if sampler.available:
+                r["nvml"], r["nvml_window"] = measured(sampler, [r], exit_unix)
+                r["nvml"]["whole_run"] = sampler.summary()  # load and warm-up included
+            else:
+                r["nvml"], r["nvml_window"] = {"available": False, "reason": sampler.reason}, None
             r["nvml_trace"] = _thin(sampler.trace) if sampler.available else None
         if rec is None:
             rec = raw

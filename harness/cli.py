@@ -180,6 +180,16 @@ def _model_file(name_or_path: str) -> Path:
     return catalog.model_path(name_or_path)
 
 
+def _model_identity(name_or_path: str) -> dict:
+    """What result records say about the model: its catalog name and the
+    sha256 the catalog pins (catalog.model_path has verified the file)."""
+    from . import catalog
+
+    if Path(name_or_path).suffix == ".gguf":
+        return {"model_name": Path(name_or_path).stem}
+    return {"model_name": name_or_path, "model_sha256": catalog.entry(name_or_path).sha256 or None}
+
+
 def _workdir() -> Path:
     from . import fetch
 
@@ -193,7 +203,7 @@ def cmd_ab(args) -> int:
 
     cfg = ab.ABConfig(model=_model_file(args.model), n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
                       rounds=args.rounds, factor=args.factor, allow_same=args.allow_same,
-                      allow_token_diff=args.allow_token_diff)
+                      allow_token_diff=args.allow_token_diff, identity=_model_identity(args.model))
     total = 2 * (cfg.rounds + 1)
     done = [0]
 
@@ -228,7 +238,7 @@ def cmd_bench(args) -> int:
         recs = []
         for runner in arms:
             rec = ab.bench_record(runner, path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions)
-            rec.update(model_name=name)
+            rec.update(_model_identity(name))
             rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench"))
             recs.append(rec)
         rows.append((name, recs))

@@ -90,6 +90,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._nv = self._handle = None
         self._getters: dict = {}
+        self.t0_unix: float | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def __enter__(self) -> Sampler:
@@ -111,6 +112,7 @@ class Sampler:
         self.static = static_info(nv, self._handle, self.device_index)
         self._getters = self._make_getters(nv, self._handle)
         self._t0 = time.monotonic()
+        self.t0_unix = time.time()  # wall-clock time of trace t = 0
         self._sample()
         self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
         self._thread.start()
@@ -199,6 +201,22 @@ def static_info(nv, h, device_index: int = 0) -> dict:
         "power_limit_w": limit / 1000.0 if limit is not None else None,
         "sm_clock_max_mhz": _quiet(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
     }
+
+
+MIN_WINDOW_SAMPLES = 3
+
+
+def window(trace: dict, start_s: float, end_s: float) -> dict:
+    """The samples of ``trace`` with t in [start_s, end_s] (trace time), or,
+    when the window is shorter than a few sampling intervals, the
+    MIN_WINDOW_SAMPLES samples nearest its middle: a 0.2 s prefill test
+    must not be summarised by the model load around it."""
+    t = np.asarray(trace.get("t", []), dtype=float)
+    idx = np.flatnonzero((t >= start_s) & (t <= end_s))
+    if idx.size < MIN_WINDOW_SAMPLES and t.size:
+        mid = 0.5 * (start_s + end_s)
+        idx = np.sort(np.argsort(np.abs(t - mid), kind="stable")[:MIN_WINDOW_SAMPLES])
+    return {k: [v[i] for i in idx] for k, v in trace.items()}
 
 
 def _vals(trace: dict, key: str) -> np.ndarray:

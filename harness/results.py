@@ -172,7 +172,8 @@ def spec(record: dict, test: str) -> dict:
             "n_depth": int(r.get("n_depth", s.get("n_depth", 0))),
             "model": model,
             "backend": backend.lower() if isinstance(backend, str) else backend,
-            "kv": s.get("kv", record.get("kv"))}
+            # the engine says "kv", llama-bench "type_k"
+            "kv": s.get("kv") or record.get("kv") or s.get("type_k")}
 
 
 def spec_hash(record: dict, test: str) -> str:

@@ -188,3 +188,33 @@ def test_other_processes(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", nv)
     assert nvml.gpu_busy_by_other_processes() == [(4242, 5 << 30), (4343, None)]
     assert nv.calls["init"] == nv.calls["shutdown"] == 1
+
+
+def _trace(n=100, dt=0.025, busy=range(40, 60)):
+    """A run that loads (idle GPU), measures over samples ``busy``, then tears down."""
+    return {"t": [i * dt for i in range(n)], "sm_mhz": [1980 if i in busy else 345 for i in range(n)],
+            "power_w": [500.0 if i in busy else 90.0 for i in range(n)],
+            "gpu_util": [100 if i in busy else 0 for i in range(n)]}
+
+
+def test_window_keeps_the_measured_samples():
+    w = nvml.window(_trace(), 1.0, 1.475)
+    assert w["t"][0] == 1.0 and len(w["t"]) == 20 and set(w["power_w"]) == {500.0}
+    # shorter than the sampling interval: the nearest samples, not nothing
+    w = nvml.window(_trace(), 1.2101, 1.2102)
+    assert len(w["t"]) == nvml.MIN_WINDOW_SAMPLES and set(w["power_w"]) == {500.0}
+    assert nvml.summarize(nvml.window(_trace(), 1.0, 1.475))["power_w_mean"] == 500.0
+
+
+def test_measured_window_engine_timestamps_and_llama_bench_estimate():
+    from harness import ab
+
+    s = types.SimpleNamespace(trace=_trace(), t0_unix=1000.0, static={})
+    # the engine stamps its repetitions: exactly the busy samples
+    summary, info = ab.measured(s, [{"test": "tg128", "window_unix": [1001.0, 1001.475]}], exit_unix=1002.5)
+    assert info["source"] == "engine timestamps" and summary["power_w_mean"] == 500.0
+    assert summary["sm_mhz_median"] == 1980 and not summary["sm_bimodal"]
+    # llama-bench: estimated from its repetition times before exit, trimmed to the busy samples
+    rec = {"test": "tg128", "samples_tok_s": [128 / 0.08] * 5}  # 5 x 80 ms (+ a warm-up) = 0.48 s
+    summary, info = ab.measured(s, [rec], exit_unix=1000.0 + 2.475)
+    assert info["source"].startswith("estimated") and summary["power_w_mean"] == 500.0

@@ -95,7 +95,10 @@ class _FakeSampler:
     kinds = iter([])
 
     def __enter__(self):
+        import time
+
         self.trace = synthetic_trace(next(_FakeSampler.kinds, "launch"))
+        self.t0_unix = time.time() - self.trace["t"][-1]  # the run ends as the trace does
         return self
 
     def __exit__(self, *exc):

@@ -252,7 +252,8 @@ def _rate(rec: dict, test: str, tok_s: float, facts: dict, gb_s=None) -> Rate:
 def _nvml_for(rec: dict, r: dict) -> tuple[dict | None, dict | None, str]:
     """(summary, trace, scope) for one test: its own, else the record's, which
     covers the whole run (model load and every test)."""
-    for src, scope in ((r, ""), (rec, "(the NVML trace covers the whole run, model load included)")):
+    own = "" if r.get("nvml_window") else "(the NVML trace covers the test's whole process, model load included)"
+    for src, scope in ((r, own), (rec, "(the NVML trace covers the whole run, model load included)")):
         summary, trace = src.get("nvml"), src.get("nvml_trace")
         if isinstance(summary, dict) and isinstance(summary.get("t"), list):
             summary, trace = None, summary  # a raw trace stored under "nvml"
@@ -266,9 +267,10 @@ def _nvml_for(rec: dict, r: dict) -> tuple[dict | None, dict | None, str]:
     return None, None, ""
 
 
-def _trace_figure(name: str, title: str, trace: dict, power_limit) -> Figure:
+def _trace_figure(name: str, title: str, trace: dict, power_limit, window: dict | None = None) -> Figure:
     data = tuple((k, tuple(trace.get(k) or ())) for k in ("t", "sm_mhz", "power_w", "gpu_util"))
-    return Figure(name, "trace", title, data + (("power_limit_w", power_limit),))
+    span = (window["start_s"], window["end_s"]) if window and "start_s" in window else None
+    return Figure(name, "trace", title, data + (("power_limit_w", power_limit), ("window", span)))
 
 
 # ---- the builder -------------------------------------------------------------
@@ -287,7 +289,8 @@ def _bench_measures(rec: dict, facts: dict, figures: dict) -> list[tuple[dict, M
             fig = f"trace-{_stem(rec)}{'-' + _safe(test) if own else ''}.png"
             figures.setdefault(fig, _trace_figure(fig, f"{model_name(rec)} {engine_name(rec)} "
                                                   f"{test if own else 'run'} ({_date(rec)[:10]})",
-                                                  trace, rec.get("power_limit_w")))
+                                                  trace, rec.get("power_limit_w"),
+                                                  r.get("nvml_window") if own else None))
         diag = dx.diagnose(test, summary, gb_s=rt.gb_s, tflop_s=rt.tflop_s, power_limit_w=rec.get("power_limit_w"),
                            sm_clock_max_mhz=rec.get("sm_clock_max_mhz"), scope=scope)
         samples = r.get("samples_tok_s") or []
@@ -380,9 +383,9 @@ def _ab(records: list[dict], facts: dict, figures: dict) -> tuple[list[ABTest], 
                 if trace:
                     fig = f"trace-{_stem(rec)}-r{_safe(str(rnd.get('round')))}-{_safe(arm)}.png"
                     figures.setdefault(fig, _trace_figure(fig, f"{model} A/B round {rnd.get('round')} arm {arm}{cold}",
-                                                          trace, rec.get("power_limit_w")))
-                d = dx.diagnose(test, run.get("nvml"), gb_s=rt.gb_s, tflop_s=rt.tflop_s,
-                                scope="(trace covers the whole run)")
+                                                          trace, rec.get("power_limit_w"), run.get("nvml_window")))
+                scope = "" if run.get("nvml_window") else "(trace covers the whole run)"
+                d = dx.diagnose(test, run.get("nvml"), gb_s=rt.gb_s, tflop_s=rt.tflop_s, scope=scope)
                 if not rnd.get("cold"):
                     diags.setdefault(arm, []).append(d)
                 who = f"{arm}: {_arm_label(arms.get(arm, {}))}, round {rnd.get('round')}{cold}"

@@ -77,7 +77,8 @@ def _pairs(t, ys):
 
 
 def trace(title: str, data: tuple) -> bytes:
-    """SM clock, power (with the limit dashed) and GPU utilisation against time."""
+    """SM clock, power (with the limit dashed) and GPU utilisation against
+    time; the measured window, when known, shaded."""
     d = dict(data)
     t = d.get("t") or ()
     with matplotlib.rc_context(STYLE):
@@ -95,6 +96,10 @@ def trace(title: str, data: tuple) -> bytes:
             ax.tick_params(labelsize=7)
             ax.grid(color="#eeeeee", linewidth=0.5)
             ax.set_ylim(bottom=0)
+        window = d.get("window")
+        if window:  # the measured repetitions, the part the diagnosis reads
+            for ax in axes:
+                ax.axvspan(window[0], window[1], color="#ffd54f", alpha=0.35, linewidth=0)
         if d.get("power_limit_w"):
             axes[1].axhline(d["power_limit_w"], color="#d62728", linestyle="--", linewidth=0.7)
         axes[2].set_ylim(0, 105)
