@@ -98,7 +98,10 @@ def measured(sampler: nvml.Sampler, tests: list[dict], exit_unix: float) -> tupl
         if len(keep) >= nvml.MIN_WINDOW_SAMPLES:
             sub = {k: v[keep[0]:keep[-1] + 1] for k, v in sub.items()}
     info.update(start_s=round(start - t0, 3), end_s=round(end - t0, 3))
-    return nvml.summarize(sub, sampler.static), info
+    summary = nvml.summarize(sub, sampler.static)
+    # how long the measured repetitions ran (the estimate: their own times)
+    summary["window_s"] = round(end - start if spans and all(spans) else busy_s, 3)
+    return summary, info
 
 
 def _run_value(result: RunResult, test: str) -> float:

@@ -44,8 +44,10 @@ def synthetic_trace(kind: str, n: int = 80) -> dict:
     if kind == "host-sync":      # idles between host round-trips: clock dips to idle, little power
         sm = [345 if i % 3 == 0 else 1980 for i in range(n)]
         pw, util = [140.0 + (i % 3) * 20 for i in range(n)], [55] * n
-    elif kind == "launch":       # graph replay of small kernels: boost held, power low, "busy"
-        sm, pw, util = [1980] * n, [330.0] * n, [98] * n
+    elif kind == "launch":       # gaps between kernels: boost held, power low, idle part of the time
+        sm, pw, util = [1980] * n, [315.0] * n, [57] * n
+    elif kind == "kernel":       # graph replay of small kernels: boost held, never idle, below the roofline
+        sm, pw, util = [1980] * n, [460.0] * n, [99] * n
     elif kind == "compute":      # tensor-core GEMMs: boost, near the power limit
         sm, pw, util = [1980] * n, [640.0] * n, [100] * n
     else:                        # memory: boost, high power
@@ -85,8 +87,12 @@ class _FakeRunner:
     def run(self, model, **kw):
         from harness.runners import RunResult
 
+        import time
+
         v = self.tg + random.random()
-        return RunResult(tests={"pp512": [9000.0 + v, 9001.0 + v], "tg128": [v, v + 0.1]}, tokens=[1, 2, 3], raw={},
+        now = time.time()  # the engine stamps its measured repetitions: here the whole fake trace
+        raw = {"results": [{"test": t, "window_unix": [now - 1.95, now]} for t in ("pp512", "tg128")]}
+        return RunResult(tests={"pp512": [9000.0 + v, 9001.0 + v], "tg128": [v, v + 0.1]}, tokens=[1, 2, 3], raw=raw,
                          wall_s=1.0, cmd=["fake"], returncode=0)
 
 
@@ -130,6 +136,7 @@ def store(tmp_path, monkeypatch):
             lc = bench("llama.cpp", model, date, l_pp * scale, l_tg * scale, build="llama-cpp-python 0.3.36")
             if build == "new1" and model == "alpha-8b":  # a trace of its own for the decode test
                 a["results"][1]["nvml_trace"] = synthetic_trace("launch")
+                a["results"][1]["nvml_window"] = {"source": "engine timestamps", "start_s": 0.0, "end_s": 1.975}
             if build == "new1" and model == "beta-3b":   # harness bench style: one summary for the whole run
                 a["nvml"] = summary("host-sync")
                 lc["nvml"] = {"available": False, "reason": "NVML unavailable: no driver"}
@@ -178,7 +185,8 @@ def test_bench_nvml_diagnosis_and_trace_figures(store, tmp_path):
     assert a.figure and a.figure.endswith("-tg128.png")
     assert row(rep, "alpha-8b", "pp512").anvil.diagnosis.label == dx.UNKNOWN  # the trace was tg128's only
     b = row(rep, "beta-3b", "tg128")
-    assert b.anvil.diagnosis.label == dx.HOST_SYNC and "covers the whole run" in b.anvil.diagnosis.sentence
+    # a summary of the whole process (model load included) is not diagnosed
+    assert b.anvil.diagnosis.label == dx.WHOLE_RUN and "covers the whole run" in b.anvil.diagnosis.sentence
     assert b.anvil.figure is None  # a summary without its trace: nothing to plot
     assert b.llamacpp.diagnosis.label == dx.UNKNOWN and "no driver" in b.llamacpp.diagnosis.sentence
     assert "covers the whole run" not in b.llamacpp.diagnosis.sentence
@@ -338,25 +346,28 @@ def test_diagnosis_each_class_from_traces():
     assert dx.diagnose("tg128", summary("memory"), gb_s=gbs(0.80)).label == dx.MEMORY
     assert dx.diagnose("tg128", summary("host-sync"), gb_s=gbs(0.10)).label == dx.HOST_SYNC
     assert dx.diagnose("tg128", summary("launch"), gb_s=gbs(0.26)).label == dx.LAUNCH
+    assert dx.diagnose("tg128", summary("kernel"), gb_s=gbs(0.29)).label == dx.KERNEL
     assert dx.diagnose("pp512", summary("compute"), tflop_s=300.0).label == dx.COMPUTE
-    assert dx.diagnose("tg128", summary("compute"), gb_s=gbs(0.5)).label == dx.UNCLASSIFIED  # decode never compute
+    assert dx.diagnose("tg128", summary("compute"), gb_s=gbs(0.5)).label == dx.KERNEL  # decode is never compute bound
 
 
 def test_diagnosis_sentence_carries_the_numbers():
     s = {"n_samples": 100, "sm_mhz_median": 1980.0, "sm_frac_of_max": 1.0, "sm_bimodal": False,
-         "power_frac_of_limit": 0.48, "gpu_util_mean": 97.0, "throttle_reasons": []}
-    d = dx.diagnose("tg128", s, gb_s=1121.0)
-    assert d.sentence == ("decode reads 1121 GB/s = 26% of the 4300 GB/s roofline with the SM clock at 1980 MHz "
-                          "(pinned) and 48% power, 97% utilisation: launch-latency bound")
+         "power_frac_of_limit": 0.44, "gpu_util_mean": 55.0, "throttle_reasons": []}
+    d = dx.diagnose("tg128", s, gb_s=1206.0)
+    assert d.sentence == ("decode reads 1206 GB/s = 28% of the 4300 GB/s roofline with the SM clock at 1980 MHz "
+                          "(pinned) and 44% power, 55% utilisation: launch-latency bound")
+    k = dx.diagnose("tg128", dict(s, power_frac_of_limit=0.66, gpu_util_mean=99.0), gb_s=1258.0)
+    assert k.sentence.endswith("(pinned) and 66% power, 99% utilisation: kernel-latency bound")
     h = dx.diagnose("tg128", summary("host-sync"), gb_s=430.0)
     assert "bimodal (median 1980 MHz, 34% of samples low)" in h.sentence and "23% power" in h.sentence
     assert dx.diagnose("pp512", summary("compute"), tflop_s=292.0).sentence.startswith(
         "prefill computes ~292 TFLOP/s = 37% of the 790 TFLOP/s bf16 peak with the SM clock at 1980 MHz (pinned)")
 
 
-def _s(clk=1.0, pwr=0.4, util=95.0, bimodal=False, n=50):
+def _s(clk=1.0, pwr=0.4, util=60.0, bimodal=False, n=50, **extra):
     return {"n_samples": n, "sm_mhz_median": 1980.0 * clk, "sm_frac_of_max": clk, "sm_bimodal": bimodal,
-            "power_frac_of_limit": pwr, "gpu_util_mean": util}
+            "power_frac_of_limit": pwr, "gpu_util_mean": util, **extra}
 
 
 @pytest.mark.parametrize("test, s, kw, label", [
@@ -368,14 +379,22 @@ def _s(clk=1.0, pwr=0.4, util=95.0, bimodal=False, n=50):
     ("tg128", _s(clk=0.95), {}, dx.LAUNCH),
     ("tg128", _s(clk=0.949), {}, dx.UNCLASSIFIED),
     ("tg128", _s(clk=0.6, pwr=0.55), {}, dx.UNCLASSIFIED),                          # power not low: not starved
-    ("tg128", _s(clk=1.0, pwr=0.55), {}, dx.UNCLASSIFIED),
+    ("tg128", _s(clk=1.0, pwr=0.55), {}, dx.UNCLASSIFIED),                          # idle gaps need low power
     ("tg128", _s(clk=1.0, pwr=0.549), {}, dx.LAUNCH),
+    ("tg128", _s(util=89.9), {}, dx.LAUNCH),
+    ("tg128", _s(util=90.0), {}, dx.KERNEL),                                        # never idle
+    ("tg128", _s(util=90.0, pwr=0.66), {}, dx.KERNEL),                              # power does not matter there
+    ("tg128", _s(util=99.0, clk=0.949), {}, dx.UNCLASSIFIED),                       # ... the clock does
     ("tg128", _s(bimodal=True), {}, dx.HOST_SYNC),                                  # bimodal beats a pinned median
     ("pp512", _s(pwr=0.70, util=90.0), {}, dx.COMPUTE),
-    ("pp512", _s(pwr=0.699, util=90.0), {}, dx.UNCLASSIFIED),
+    ("pp512", _s(pwr=0.699, util=90.0), {}, dx.KERNEL),
     ("pp512", _s(pwr=0.9, util=89.9), {}, dx.UNCLASSIFIED),
     ("tg128", _s(n=2), {}, dx.TOO_SHORT),
     ("tg128", _s(n=3), {}, dx.LAUNCH),
+    ("tg128", _s(duration_s=0.999), {}, dx.SHORT_WINDOW),                           # NVML averages over ~1 s
+    ("tg128", _s(duration_s=1.0), {}, dx.LAUNCH),
+    ("pp512", _s(pwr=0.9, util=99.0, duration_s=0.2), {}, dx.SHORT_WINDOW),
+    ("tg128", _s(), {"windowed": False}, dx.WHOLE_RUN),                             # load included: no verdict
 ])
 def test_diagnosis_boundaries(test, s, kw, label):
     assert dx.diagnose(test, s, **kw).label == label

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from engine.errors import AnvilError
 
-from .. import nvml, results
+from .. import ab, nvml, results
 from . import diagnose as dx  # not `from .diagnose import diagnose`: that would hide the submodule
 from .diagnose import MEASURED_BF16_TFLOPS, MEASURED_HBM_GBS, Diagnosis, Rate
 from .html import atomic_write, render_md, write_html
@@ -249,22 +249,31 @@ def _rate(rec: dict, test: str, tok_s: float, facts: dict, gb_s=None) -> Rate:
                    n_params=get("n_params"))
 
 
-def _nvml_for(rec: dict, r: dict) -> tuple[dict | None, dict | None, str]:
-    """(summary, trace, scope) for one test: its own, else the record's, which
-    covers the whole run (model load and every test)."""
-    own = "" if r.get("nvml_window") else "(the NVML trace covers the test's whole process, model load included)"
-    for src, scope in ((r, own), (rec, "(the NVML trace covers the whole run, model load included)")):
+def _nvml_for(rec: dict, r: dict) -> tuple[dict | None, dict | None]:
+    """(summary, trace) for one test: its own, else the record's (which
+    covers the whole run: model load and every test)."""
+    for src in (r, rec):
         summary, trace = src.get("nvml"), src.get("nvml_trace")
         if isinstance(summary, dict) and isinstance(summary.get("t"), list):
             summary, trace = None, summary  # a raw trace stored under "nvml"
-        if isinstance(summary, dict) and summary.get("available") is False:
-            scope = ""  # nothing was sampled: there is no trace to scope
         if trace and not summary:
             summary = nvml.summarize(trace, {"power_limit_w": rec.get("power_limit_w"),
                                              "sm_clock_max_mhz": rec.get("sm_clock_max_mhz")})
         if summary or trace:
-            return summary, trace, scope
-    return None, None, ""
+            return summary, trace
+    return None, None
+
+
+def _with_window_length(summary: dict | None, window: dict | None) -> dict | None:
+    """The summary with ``window_s``, how long the measured repetitions ran,
+    for records saved before harness.ab.measured stored it: the engine's
+    window is exact; an estimated one is the repetition time plus the slack."""
+    if not summary or not window or "window_s" in summary or "start_s" not in window:
+        return summary
+    length = window["end_s"] - window["start_s"]
+    if str(window.get("source", "")).startswith("estimated"):
+        length -= ab.ESTIMATE_SLACK_S
+    return dict(summary, window_s=round(length, 3))
 
 
 def _trace_figure(name: str, title: str, trace: dict, power_limit, window: dict | None = None) -> Figure:
@@ -282,7 +291,8 @@ def _bench_measures(rec: dict, facts: dict, figures: dict) -> list[tuple[dict, M
         if not test or not isinstance(tok, (int, float)):
             continue
         rt = _rate(rec, test, float(tok), facts, r.get("gb_s"))
-        summary, trace, scope = _nvml_for(rec, r)
+        summary, trace = _nvml_for(rec, r)
+        summary = _with_window_length(summary, r.get("nvml_window"))
         fig = None
         if trace:
             own = r.get("nvml_trace") is trace or r.get("nvml") is trace
@@ -292,7 +302,7 @@ def _bench_measures(rec: dict, facts: dict, figures: dict) -> list[tuple[dict, M
                                                   trace, rec.get("power_limit_w"),
                                                   r.get("nvml_window") if own else None))
         diag = dx.diagnose(test, summary, gb_s=rt.gb_s, tflop_s=rt.tflop_s, power_limit_w=rec.get("power_limit_w"),
-                           sm_clock_max_mhz=rec.get("sm_clock_max_mhz"), scope=scope)
+                           sm_clock_max_mhz=rec.get("sm_clock_max_mhz"), windowed=bool(r.get("nvml_window")))
         samples = r.get("samples_tok_s") or []
         out.append((rec, Measure(engine_name(rec), test, float(tok), r.get("tok_s_sd"), len(samples), _date(rec),
                                  rec.get("gpu"), rec.get("driver"), _build(rec), _settings(rec), _file(rec),
@@ -384,8 +394,8 @@ def _ab(records: list[dict], facts: dict, figures: dict) -> tuple[list[ABTest], 
                     fig = f"trace-{_stem(rec)}-r{_safe(str(rnd.get('round')))}-{_safe(arm)}.png"
                     figures.setdefault(fig, _trace_figure(fig, f"{model} A/B round {rnd.get('round')} arm {arm}{cold}",
                                                           trace, rec.get("power_limit_w"), run.get("nvml_window")))
-                scope = "" if run.get("nvml_window") else "(trace covers the whole run)"
-                d = dx.diagnose(test, run.get("nvml"), gb_s=rt.gb_s, tflop_s=rt.tflop_s, scope=scope)
+                d = dx.diagnose(test, run.get("nvml"), gb_s=rt.gb_s, tflop_s=rt.tflop_s,
+                                windowed=bool(run.get("nvml_window")))
                 if not rnd.get("cold"):
                     diags.setdefault(arm, []).append(d)
                 who = f"{arm}: {_arm_label(arms.get(arm, {}))}, round {rnd.get('round')}{cold}"

@@ -3,31 +3,44 @@
 ``diagnose(test, summary, gb_s=..., tflop_s=...)`` returns a ``Diagnosis``:
 a label and one sentence carrying the numbers that led to it, e.g.
 
-    decode reads 1121 GB/s = 26% of the 4300 GB/s roofline with the SM clock
-    at 1980 MHz (pinned) and 48% power: launch-latency bound
+    decode reads 1206 GB/s = 28% of the 4300 GB/s roofline with the SM clock
+    at 1980 MHz (pinned) and 44% power, 55% utilisation: launch-latency bound
+
+The summary must cover the measured repetitions only (harness.ab.measured:
+the engine stamps them; llama-bench's are estimated); a trace of the whole
+process is mostly model load and says nothing about the test.
 
 The rules, first match wins (thresholds are the named constants below):
 
 1. no NVML summary (or one with no samples) -> "unknown (no NVML trace)";
-   fewer than MIN_SAMPLES samples -> "unknown (too few NVML samples)".
+   fewer than MIN_SAMPLES samples -> "unknown (too few NVML samples)";
+   a summary of the whole run rather than the measured window -> "unknown
+   (whole-run trace)"; a window shorter than MIN_WINDOW_S -> "unknown
+   (window shorter than NVML's averaging)": NVML averages power over ~1 s
+   and utilisation over 1/6-1 s, so a 0.2 s prefill test cannot be read.
 2. decode at >= MEMORY_BOUND_FRAC of the measured HBM roofline
    -> "memory-bandwidth bound" (nothing else can make it faster).
 3. SM clock bimodal, or its median below CLOCK_LOW_FRAC of the maximum,
    with mean power below LOW_POWER_FRAC of the limit -> "host-sync starved":
    the GPU idles between host round-trips, the boost governor drops the
    clock, and every kernel then runs slower too.
-4. prefill with utilisation >= HIGH_UTIL_PCT and power >= HIGH_POWER_FRAC
+4. prefill with utilisation >= BUSY_UTIL_PCT and power >= HIGH_POWER_FRAC
    -> "compute bound".
-5. SM clock median >= CLOCK_PINNED_FRAC of the maximum, not bimodal, power
-   below LOW_POWER_FRAC -> "launch-latency bound": the GPU never idles long
-   enough to drop its clock, yet draws little power: many small kernels
-   with gaps and tails rather than saturated SMs or HBM.
-6. anything else -> "unclassified", with the same numbers.
+5. clock pinned (median >= CLOCK_PINNED_FRAC of the maximum, not bimodal),
+   utilisation below BUSY_UTIL_PCT and power below LOW_POWER_FRAC
+   -> "launch-latency bound": the GPU sits idle between kernels (launch
+   gaps, host work per token) too briefly for the clock to drop.
+6. clock pinned and utilisation >= BUSY_UTIL_PCT, below the roofline
+   -> "kernel-latency bound": a kernel is resident all the time, yet the
+   kernels move far less than the HBM can: each is too short or too serial
+   (ramp-up and tail of every launch, little work in flight) to fill it.
+7. anything else -> "unclassified", with the same numbers.
 
-NVML's utilisation is the fraction of time *any* kernel was resident, so a
-stream of tiny latency-bound kernels reads ~100% as well as a saturating
-GEMM does; it therefore only confirms compute-bound prefill (rule 4) and is
-reported, not required, for launch-latency bound runs (rule 5).
+Calibrated on the H200 traces of 2026-11-29 (measured windows): Anvil's
+graph decode (tg128, 29-31% of the roofline) pins the clock at 1980 MHz
+with 99% utilisation and 65-67% power (rule 6); llama.cpp's decode pins it
+with 55-58% utilisation and 44-46% power (rule 5); both engines' pp512
+windows last 0.2-0.4 s (rule 1).
 """
 
 from __future__ import annotations
@@ -56,7 +69,12 @@ LOW_POWER_FRAC = 0.55
 # Prefill drawing >= 70% of the limit (490 W) with a kernel resident >= 90%
 # of the time: tensor cores busy. A power-capped GEMM sits at ~100%.
 HIGH_POWER_FRAC = 0.70
-HIGH_UTIL_PCT = 90.0
+# "Busy": a kernel resident >= 90% of the time. Graph-replayed decode reads
+# 99%; decode with host work between tokens (llama.cpp) 55-58%.
+BUSY_UTIL_PCT = 90.0
+# NVML averages power over ~1 s and utilisation over 1/6-1 s: a shorter
+# measured window reads mostly what came before it.
+MIN_WINDOW_S = 1.0
 # A summary of fewer samples says too little (the sampler takes one at
 # entry, one at exit, and one per 25 ms between).
 MIN_SAMPLES = 3
@@ -71,20 +89,27 @@ MEMORY = "memory-bandwidth bound"
 HOST_SYNC = "host-sync starved"
 COMPUTE = "compute bound"
 LAUNCH = "launch-latency bound"
+KERNEL = "kernel-latency bound"
 UNCLASSIFIED = "unclassified"
-LABELS = (MEMORY, HOST_SYNC, COMPUTE, LAUNCH, UNCLASSIFIED, UNKNOWN, TOO_SHORT)
+WHOLE_RUN = "unknown (whole-run trace)"
+SHORT_WINDOW = "unknown (window shorter than NVML's averaging)"
+LABELS = (MEMORY, HOST_SYNC, COMPUTE, LAUNCH, KERNEL, UNCLASSIFIED, UNKNOWN, TOO_SHORT, WHOLE_RUN, SHORT_WINDOW)
 
 # the rules as the report prints them (the scoreboard's "How runs are diagnosed")
 RULES = (
     (MEMORY, f"decode reads >= {MEMORY_BOUND_FRAC:.0%} of the {MEASURED_HBM_GBS:.0f} GB/s measured HBM roofline"),
     (HOST_SYNC, f"SM clock bimodal or its median < {CLOCK_LOW_FRAC:.0%} of the maximum, "
                 f"with mean power < {LOW_POWER_FRAC:.0%} of the limit"),
-    (COMPUTE, f"prefill with GPU utilisation >= {HIGH_UTIL_PCT:.0f}% and power >= {HIGH_POWER_FRAC:.0%} of the limit"),
-    (LAUNCH, f"SM clock median >= {CLOCK_PINNED_FRAC:.0%} of the maximum (pinned at boost) and "
-             f"power < {LOW_POWER_FRAC:.0%} of the limit (utilisation is reported, not required: "
-             f"NVML counts any resident kernel as busy)"),
+    (COMPUTE, f"prefill with GPU utilisation >= {BUSY_UTIL_PCT:.0f}% and power >= {HIGH_POWER_FRAC:.0%} of the limit"),
+    (LAUNCH, f"SM clock median >= {CLOCK_PINNED_FRAC:.0%} of the maximum (pinned at boost), utilisation "
+             f"< {BUSY_UTIL_PCT:.0f}% and power < {LOW_POWER_FRAC:.0%} of the limit: idle gaps between kernels"),
+    (KERNEL, f"SM clock pinned and utilisation >= {BUSY_UTIL_PCT:.0f}%, yet below the roofline: "
+             f"kernels resident all the time but too short or serial to fill the HBM"),
     (UNCLASSIFIED, "none of the above"),
     (UNKNOWN, f"no NVML summary for the run, or fewer than {MIN_SAMPLES} samples"),
+    (WHOLE_RUN, "the NVML summary covers the whole process (model load included), not the measured repetitions"),
+    (SHORT_WINDOW, f"the measured repetitions lasted < {MIN_WINDOW_S:.0f} s, shorter than NVML's power and "
+                   f"utilisation averaging"),
 )
 
 
@@ -96,7 +121,8 @@ class Diagnosis:
     @property
     def css(self) -> str:
         """A class name for the label's badge."""
-        return {MEMORY: "memory", HOST_SYNC: "hostsync", COMPUTE: "compute", LAUNCH: "launch"}.get(
+        return {MEMORY: "memory", HOST_SYNC: "hostsync", COMPUTE: "compute", LAUNCH: "launch",
+                KERNEL: "kernel"}.get(
             self.label, "unknown")
 
 
@@ -188,12 +214,13 @@ def power_fraction(summary: dict, power_limit_w: float | None = None) -> float |
 
 def diagnose(test: str, summary: dict | None, *, gb_s: float | None = None, tflop_s: float | None = None,
              power_limit_w: float | None = None, sm_clock_max_mhz: float | None = None,
-             scope: str = "") -> Diagnosis:
+             scope: str = "", windowed: bool = True) -> Diagnosis:
     """Classify one run of ``test`` (``pp512``, ``tg128``, ...). ``summary`` is
     harness.nvml.summarize()'s dict (or None); ``gb_s`` the achieved decode
     bandwidth, ``tflop_s`` the estimated prefill throughput; the limits fill
     in fractions a summary lacks. ``scope`` is appended to the sentence
-    (e.g. "(trace covers the whole run)")."""
+    (e.g. "(trace covers the whole run)"); ``windowed`` False says the
+    summary is of the whole process, not of the measured repetitions."""
     rate = _rate_phrase(test, gb_s, tflop_s)
     tail = f" {scope}" if scope else ""
     decode = test.startswith("tg")
@@ -203,6 +230,14 @@ def diagnose(test: str, summary: dict | None, *, gb_s: float | None = None, tflo
     n = int(summary["n_samples"])
     if n < MIN_SAMPLES:
         return Diagnosis(TOO_SHORT, f"{rate}; only {n} NVML sample{'s' if n != 1 else ''}{tail}")
+    if not windowed:
+        return Diagnosis(WHOLE_RUN, f"{rate}; the NVML trace covers the whole run, model load included, "
+                                    f"not the measured repetitions{tail}")
+    duration = _num(summary, "window_s")
+    duration = _num(summary, "duration_s") if duration is None else duration
+    if duration is not None and duration < MIN_WINDOW_S:
+        return Diagnosis(SHORT_WINDOW, f"{rate}; the measured repetitions lasted {duration:.2f} s, shorter than "
+                                       f"NVML's ~{MIN_WINDOW_S:.0f} s power and utilisation averaging{tail}")
 
     clk, clk_ref = clock_fraction(summary, sm_clock_max_mhz)
     pwr = power_fraction(summary, power_limit_w)
@@ -237,11 +272,14 @@ def diagnose(test: str, summary: dict | None, *, gb_s: float | None = None, tflo
     low_power = pwr is not None and pwr < LOW_POWER_FRAC
     if low_power and (bimodal or (clk is not None and clk < CLOCK_LOW_FRAC)):
         return verdict(HOST_SYNC)
-    if (test.startswith("pp") and util is not None and util >= HIGH_UTIL_PCT
-            and pwr is not None and pwr >= HIGH_POWER_FRAC):
+    busy = util is not None and util >= BUSY_UTIL_PCT
+    if test.startswith("pp") and busy and pwr is not None and pwr >= HIGH_POWER_FRAC:
         return verdict(COMPUTE)
-    if low_power and not bimodal and clk is not None and clk >= CLOCK_PINNED_FRAC:
+    pinned = not bimodal and clk is not None and clk >= CLOCK_PINNED_FRAC
+    if pinned and low_power and not busy:
         return verdict(LAUNCH)
+    if pinned and busy:
+        return verdict(KERNEL)
     return verdict(UNCLASSIFIED)
 
 

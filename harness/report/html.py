@@ -116,7 +116,7 @@ td.hist { font-variant-numeric: tabular-nums; min-width: 200px; }
          background: #eee; }
 .badge.ok { background: #dcf5e3; } .badge.bad { background: #fde2e1; }
 .badge.memory { background: #dcf5e3; } .badge.compute { background: #dceaf5; }
-.badge.launch { background: #fff1c2; } .badge.hostsync { background: #fde2e1; } .badge.unknown { background: #eee; }
+.badge.launch { background: #fff1c2; } .badge.kernel { background: #ffe0b8; } .badge.hostsync { background: #fde2e1; } .badge.unknown { background: #eee; }
 .meter { display: inline-block; width: 60px; height: 7px; background: #eee; margin-left: 6px; vertical-align: middle; }
 .meter span { display: block; height: 100%; background: #d9541e; }
 img.fig { max-width: 100%; border: 1px solid #eee; } img.thumb { width: 240px; border: 1px solid #eee; }
