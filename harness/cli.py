@@ -237,7 +237,8 @@ def cmd_bench(args) -> int:
         path = _model_file(name)
         recs = []
         for runner in arms:
-            rec = ab.bench_record(runner, path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions)
+            rec = ab.bench_record(runner, path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
+                                  pp_reps=args.pp_repetitions)
             rec.update(_model_identity(name))
             rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench"))
             recs.append(rec)
@@ -313,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("-p", "--n-prompt", type=int, default=512)
     b.add_argument("-n", "--n-gen", type=int, default=128)
     b.add_argument("-r", "--repetitions", type=int, default=5)
+    b.add_argument("--pp-repetitions", type=int, default=None,
+                   help="repetitions of the prefill test (default: -r); ~40 make its NVML window long enough "
+                        "to diagnose")
     b.set_defaults(func=cmd_bench)
 
     d = sub.add_parser("doctor", help="what this machine can do, with fixes")

@@ -118,8 +118,9 @@ def test_bench_record_samples_each_test_in_its_own_process(tmp_path):
     class Runner(FakeRunner):
         def run(self, model, n_prompt, n_gen, reps):
             self.calls += 1
-            tests = ([{"test": f"pp{n_prompt}", "samples_tok_s": [9.0], "tok_s_mean": 9.0, "tok_s_sd": 0.0}] if n_prompt
-                     else [{"test": f"tg{n_gen}", "samples_tok_s": [2.0], "tok_s_mean": 2.0, "tok_s_sd": 0.0}])
+            tests = ([{"test": f"pp{n_prompt}", "samples_tok_s": [9.0] * reps, "tok_s_mean": 9.0, "tok_s_sd": 0.0}]
+                     if n_prompt else
+                     [{"test": f"tg{n_gen}", "samples_tok_s": [2.0] * reps, "tok_s_mean": 2.0, "tok_s_sd": 0.0}])
             return RunResult(tests={t["test"]: t["samples_tok_s"] for t in tests}, tokens=[1, 2] if n_gen else None,
                              raw={"engine": "anvil", "results": tests, "tokens": [1, 2] if n_gen else []},
                              wall_s=0.1, cmd=["fake", str(n_prompt), str(n_gen)], returncode=0)
@@ -129,3 +130,6 @@ def test_bench_record_samples_each_test_in_its_own_process(tmp_path):
     assert r.calls == 2 and [x["test"] for x in rec["results"]] == ["pp8", "tg4"]
     assert all("nvml" in x for x in rec["results"]) and rec["tokens"] == [1, 2]
     assert rec["settings"]["n_prompt"] == 8 and rec["settings"]["n_gen"] == 4
+    # the prefill test can be repeated more often (a window NVML can read)
+    rec = ab.bench_record(r, tmp_path / "m.gguf", n_prompt=8, n_gen=4, reps=2, pp_reps=7)
+    assert [len(x["samples_tok_s"]) for x in rec["results"]] == [7, 2] and rec["settings"]["pp_reps"] == 7
