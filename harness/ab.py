@@ -229,11 +229,11 @@ def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int, p
     ``pp_reps`` repeats the prefill test more often than ``reps``: five
     512-token prefills last ~0.15 s, too short for NVML's ~1 s averaging."""
     rec, tests = None, []
-    for p, n, r in ((n_prompt, 0, pp_reps or reps), (0, n_gen, reps)):
+    for p, n, test_reps in ((n_prompt, 0, pp_reps or reps), (0, n_gen, reps)):
         if not (p or n):
             continue
         with nvml.Sampler() as sampler:
-            res = runner.run(model, n_prompt=p, n_gen=n, reps=r)
+            res = runner.run(model, n_prompt=p, n_gen=n, reps=test_reps)
             exit_unix = time.time()
         raw = dict(res.raw)
         for r in raw.get("results", []):
