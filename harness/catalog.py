@@ -22,6 +22,9 @@ DEFAULT_PROMPTS = [
 ]
 
 
+TIERS = ("cpu", "gpu")
+
+
 @dataclass(frozen=True)
 class Entry:
     name: str
@@ -36,13 +39,25 @@ class Entry:
     # |engine - llama.cpp| bound on the stored top-k logits, with its reason
     logit_tol: float = 0.0
     # llama.cpp top-2 margin below which a greedy flip is a near-tie (calibrated),
-    # and its value for the CUDA engine where that one was calibrated apart
+    # its value for the CUDA engine where that one was calibrated apart, and,
+    # for a cpu-tier model also checked against llama.cpp with CUDA, its value there
     near_tie: float = 0.0
     near_tie_cuda: float = 0.0
+    near_tie_gpu: float = 0.0
+    # the reference sets the model is checked against (references/<tier>/):
+    # its own tier, and "gpu" too for a small real model run on the H200
+    references: tuple[str, ...] = ()
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def threshold(self, backend: str) -> float:
-        """The near-tie threshold calibrated for ``backend``."""
+    @property
+    def reference_tiers(self) -> tuple[str, ...]:
+        return self.references or (self.tier,)
+
+    def threshold(self, backend: str, reference_tier: str | None = None) -> float:
+        """The near-tie threshold calibrated for ``backend`` against the
+        references of ``reference_tier`` (default: the model's own tier)."""
+        if (reference_tier or self.tier) != self.tier:
+            return self.near_tie_gpu
         return self.near_tie_cuda if backend == "cuda" and self.near_tie_cuda > 0 else self.near_tie
 
 
@@ -55,9 +70,16 @@ def load(path: Path | None = None) -> dict[str, Entry]:
                               arch=e["arch"], preset=e.get("preset"), seed=int(e.get("seed", 0)),
                               prompts=tuple(e.get("prompts", DEFAULT_PROMPTS)), n_steps=int(e.get("n_steps", 32)),
                               logit_tol=float(e.get("logit_tol", 0.0)), near_tie=float(e.get("near_tie", 0.0)),
-                              near_tie_cuda=float(e.get("near_tie_cuda", 0.0)), raw=e)
+                              near_tie_cuda=float(e.get("near_tie_cuda", 0.0)),
+                              near_tie_gpu=float(e.get("near_tie_gpu", 0.0)),
+                              references=tuple(e.get("references", ())), raw=e)
         except KeyError as k:
             raise AnvilError(f"{path or fetch.CATALOG}: model '{name}' lacks the key {k}") from None
+        ent = out[name]
+        if ent.tier not in TIERS or not set(ent.reference_tiers) <= set(TIERS) or ent.tier not in ent.reference_tiers:
+            raise AnvilError(f"{path or fetch.CATALOG}: model '{name}': tier must be one of {', '.join(TIERS)} and "
+                             f"references a list of them that includes it (got tier {ent.tier!r}, "
+                             f"references {list(ent.reference_tiers)})")
     return out
 
 

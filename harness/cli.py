@@ -79,7 +79,7 @@ def cmd_reference(args) -> int:
     from . import catalog, refs
 
     cat = catalog.load()
-    names = [args.model] if args.model else [n for n, e in cat.items() if e.tier == args.tier]
+    names = [args.model] if args.model else [n for n, e in cat.items() if args.tier in e.reference_tiers]
     settings = CPU_SETTINGS if args.tier == "cpu" else GPU_SETTINGS
     for name in names:
         e = catalog.entry(name, cat)
@@ -109,36 +109,44 @@ def cmd_validate(args) -> int:
         backend = "cuda" if gpu_available() else "numpy"
     tiers = [args.tier] if args.tier else (["cpu", "gpu"] if backend == "cuda" else ["cpu"])
     cat = catalog.load()
-    names = [args.model] if args.model else [n for n, e in cat.items() if e.tier in tiers]
+    # (model, reference set) pairs: a small real model can have cpu- and gpu-tier references
+    if args.model:
+        e = catalog.entry(args.model, cat)
+        pairs = [(args.model, t) for t in e.reference_tiers if t in tiers] or [(args.model, e.tier)]
+    else:
+        pairs = [(n, t) for n, e in cat.items() for t in e.reference_tiers if t in tiers]
     plan = []
-    for name in names:  # check every reference exists before the long part
+    for name, tier in pairs:  # check every reference exists before the long part
         e = catalog.entry(name, cat)
-        path = refs.reference_path(name, e.tier)
+        path = refs.reference_path(name, tier)
         if not path.exists():
             raise AnvilError(f"{name}: no llama.cpp reference at {path}; make it with "
-                             f"`harness reference --tier {e.tier} --model {name}` (needs llama-cpp-python)")
+                             f"`harness reference --tier {tier} --model {name}` (needs llama-cpp-python"
+                             f"{', built with CUDA, on the GPU' if tier == 'gpu' else ''})")
         ref = refs.load(path)
         if ref.model_sha256 != e.sha256:
             raise AnvilError(f"{path} was made from a different file than the catalog pins for {name}; "
-                             f"regenerate it with `harness reference --tier {e.tier} --model {name} --force`")
-        if e.threshold(backend) <= 0 and not args.calibrate:  # calibrating: every flip counts as drift
-            raise AnvilError(f"catalog: {name} has no near_tie threshold for the {backend} backend; calibrate "
-                             f"with `harness validate-catalog --model {name} --backend {backend} --calibrate`")
-        plan.append((e, ref))
+                             f"regenerate it with `harness reference --tier {tier} --model {name} --force`")
+        if e.threshold(backend, tier) <= 0 and not args.calibrate:  # calibrating: every flip counts as drift
+            key = "near_tie_gpu" if tier != e.tier else "near_tie"
+            raise AnvilError(f"catalog: {name} has no {key} threshold for its {tier}-tier references; calibrate "
+                             f"with `harness validate-catalog --model {name} --tier {tier} --backend {backend} "
+                             f"--calibrate`")
+        plan.append((e, ref, tier))
 
     import engine
     from tqdm import tqdm
 
     results = []
-    total = sum(len(ref.cases) for _, ref in plan)
+    total = sum(len(ref.cases) for _, ref, _ in plan)
     with tqdm(total=total, desc="validate", unit="prompt", disable=args.json or not sys.stderr.isatty()) as bar:
-        for e, ref in plan:
+        for e, ref, tier in plan:
             bar.set_postfix_str(e.name)
             path = catalog.model_path(e.name, catalog=cat, progress=not args.json)
             # the KV cache type llama.cpp used for the reference (f32 on the CPU tier, f16 on the GPU)
             options = {"kv_f16": ref.settings.get("type_k") != "f32"} if backend == "cuda" else {}
             model = engine.load(path, backend=backend, **options)
-            results.append(validate.validate_model(model, e, ref, backend, progress=lambda: bar.update(1)))
+            results.append(validate.validate_model(model, e, ref, backend, progress=lambda: bar.update(1), tier=tier))
             del model
             if not args.json and not sys.stderr.isatty():
                 r = results[-1]

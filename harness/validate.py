@@ -81,10 +81,13 @@ def is_near_tie(flip, near_tie: float) -> bool:
     return flip.ref_margin < near_tie and (flip.ref_in_engine_top2 or engine_gap_to_ref < near_tie)
 
 
-def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: str, progress=None) -> ModelResult:
+def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: str, progress=None,
+                   tier: str | None = None) -> ModelResult:
+    """``model`` against ``ref``, the model's references of ``tier`` (default: its own tier)."""
     t0 = time.perf_counter()
-    near_tie = entry.threshold(backend)
-    out = ModelResult(entry.name, entry.tier, backend, near_tie)
+    tier = tier or entry.tier
+    near_tie = entry.threshold(backend, tier)
+    out = ModelResult(entry.name, tier, backend, near_tie)
     for i, case in enumerate(ref.cases):
         r = compare_case(model, case)
         out.cases.append(r)

@@ -241,7 +241,7 @@ def test_parity_latest_validate_per_model(store):
     old = build_report([r for r in results.load_all(store) if r.get("date", "") < "2026-11-02"])
     assert {p.model: p.ok for p in old.parity} == {"alpha-8b": True, "beta-3b": False}
     assert "DRIFT" in render_html(old)
-    assert "parity (cuda): exact" in render_html(rep)
+    assert "parity (cuda, gpu refs): exact" in render_html(rep)
 
 
 def test_ab_verdicts_statistics_and_traces(store, tmp_path):

@@ -111,3 +111,48 @@ def test_threshold_per_backend():
     # every catalog model has a threshold for each backend it runs on
     for name, e in catalog.load().items():
         assert e.threshold("cuda") > 0 and (e.tier == "gpu" or e.threshold("numpy") > 0), name
+
+
+def test_a_model_checked_against_two_reference_sets(tmp_path, monkeypatch, capsys):
+    """A small real model can carry cpu-tier references (CI) and gpu-tier ones
+    (llama.cpp with CUDA): each pair is validated with its own threshold."""
+    import shutil
+
+    from harness import cli, results
+
+    for tier in ("cpu", "gpu"):  # the gpu set here is a copy: the mechanism, not the numbers
+        (tmp_path / "refs" / tier).mkdir(parents=True)
+        shutil.copy(refs.reference_path(MODEL, "cpu"), tmp_path / "refs" / tier / f"{MODEL}.json")
+    monkeypatch.setattr(refs, "REFERENCES_DIR", tmp_path / "refs")
+    monkeypatch.setattr(results, "DEFAULT_DIR", tmp_path / "results")
+    real = catalog.load
+
+    def load(path=None, near_tie_gpu=0.05):
+        cat = real(path)
+        cat[MODEL] = dataclasses.replace(cat[MODEL], references=("cpu", "gpu"), near_tie_gpu=near_tie_gpu)
+        return cat
+
+    monkeypatch.setattr(catalog, "load", load)
+    e = catalog.entry(MODEL, load())
+    assert e.reference_tiers == ("cpu", "gpu") and e.threshold("cuda", "gpu") == 0.05
+    assert e.threshold("numpy", "cpu") == e.near_tie
+    assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy", "--tier", "gpu", "--save"]) == 0
+    assert "| tiny-llama-f32 | gpu | numpy | exact | 96/96 |" in capsys.readouterr().out
+    (rec,) = results.load_all(tmp_path / "results", kind="validate")
+    assert [(r["tier"], r["near_tie"]) for r in rec["results"]] == [("gpu", 0.05)]
+    # the NumPy default checks the cpu tier only
+    assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy"]) == 0
+    assert "| tiny-llama-f32 | cpu | numpy |" in capsys.readouterr().out
+    # no gpu threshold yet: a clear error naming the key and how to calibrate it
+    monkeypatch.setattr(catalog, "load", lambda path=None: load(path, near_tie_gpu=0.0))
+    assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy", "--tier", "gpu"]) == 1
+    err = capsys.readouterr().err
+    assert "near_tie_gpu" in err and "--calibrate" in err
+
+
+def test_catalog_tiers_are_checked(tmp_path):
+    bad = tmp_path / "catalog.toml"
+    bad.write_text('[models.m]\nsource = "synth"\npreset = "tiny-llama"\ntier = "cpu"\narch = "llama"\n'
+                   'references = ["gpu"]\n')
+    with pytest.raises(catalog.AnvilError, match="references a list of them that includes it"):
+        catalog.load(bad)

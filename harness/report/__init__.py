@@ -362,7 +362,7 @@ def _parity(records: list[dict]) -> list[Parity]:
             model = model_name({"model_name": e["model"]})
             prov = (f"{g('gpu') or 'no GPU recorded'}, driver {g('driver') or '?'}, {_date(rec) or '?'}, "
                     f"build {_build(rec)}; {_file(rec)}")
-            latest[(model, str(g("backend")))] = Parity(
+            latest[(model, str(g("tier")), str(g("backend")))] = Parity(
                 model, str(g("tier") or "?"), str(g("backend") or "?"), status, bool(passed),
                 f"{e.get('matched', '?')}/{e.get('steps', '?')}", e.get("max_logit_diff"), e.get("near_tie"), prov)
     return [latest[k] for k in sorted(latest)]

@@ -141,7 +141,7 @@ FLOPs per token).</p>
 {% for m in r.models %}
 <section class="model" id="model-{{ m.name|slug }}">
 <h3>{{ m.name }}
-{% for p in m.parity %} <span class="badge {{ 'ok' if p.ok else 'bad' }}" title="{{ p.provenance }}">parity ({{ p.backend }}): {{ p.status }}</span>{% endfor %}</h3>
+{% for p in m.parity %} <span class="badge {{ 'ok' if p.ok else 'bad' }}" title="{{ p.provenance }}">parity ({{ p.backend }}, {{ p.tier }} refs): {{ p.status }}</span>{% endfor %}</h3>
 {% if m.rows %}
 <table class="scores"><thead><tr><th>test</th><th>Anvil t/s</th><th>llama.cpp t/s</th><th>Anvil ÷ llama.cpp</th>
 <th>Anvil vs roofline</th><th>llama.cpp vs roofline</th><th>Anvil diagnosis</th><th>provenance</th></tr></thead><tbody>

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs on the GPU host: everything the scoreboard needs from one sitting.
+# Builds llama.cpp with CUDA in the background (~5 min, from the carried
+# llama-cpp-python sdist) while the CUDA engine is validated on the catalog
+# models present, then benchmarks Anvil beside llama-bench on the gpu-tier
+# models, recording peak GPU memory per process. New result records come
+# back in $OUT/results.tgz (unpack in the repository root and commit).
+# Carry: .gpu/whl, .gpu/vocab, .gpu/llamacpp (scripts/gpu/llamacpp.sh says
+# how they are made). A real model too big for one call travels in parts:
+# split -b 60000000 it into .gpu/g1, .gpu/g2, ..., carry one per call while
+# the machine is warm, and `cat` the parts into $ANVIL_MODELS_DIR/<name>/.
+# Usage: bash scripts/gpu/scoreboard.sh [MODEL...]   (default: the gpu tier)
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+T0=$(date +%s)
+models=${*:-qwen3-8b llama3-8b}
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl >/dev/null 2>&1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ANVIL_MODELS_DIR=${ANVIL_MODELS_DIR:-/tmp/models}
+export ANVIL_CACHE_DIR=/tmp/anvil-kernels
+mkdir -p $ANVIL_MODELS_DIR/vocab && cp -n .gpu/vocab/*.gguf $ANVIL_MODELS_DIR/vocab/
+touch /tmp/scoreboard-start
+bench=/tmp/llamacpp/build/bin/llama-bench
+[ -x $bench ] || (nice -n 15 bash .gpu/llamacpp/build-llamacpp.sh .gpu/llamacpp/llama-cpp-python.tar.gz \
+  > "$OUT/build.txt" 2>&1 &)
+nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader
+tiny=$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth' and e.tier == 'cpu'))")
+python3 -m harness.cli models -q $tiny $models > "$OUT/models.txt" 2>&1 || tail -3 "$OUT/models.txt"
+# every cpu-tier model whose file is here (the real ones only if carried: the host is offline), then the gpu tier
+present=$(python3 -c "
+from harness import catalog, fetch
+print(' '.join(n for n, e in catalog.load().items() if e.tier == 'cpu' and
+               (e.source == 'synth' or (fetch.models_dir() / n / e.raw['filename']).exists())))")
+for m in $present $models; do
+  python3 -m harness.cli validate-catalog --backend cuda --model "$m" --save --calibrate > "$OUT/val-$m.txt" 2>&1 \
+    || echo "$m: validation FAILED"
+done
+grep -h "| cuda |" "$OUT"/val-*.txt
+while [ ! -x $bench ] && [ $(( $(date +%s) - T0 )) -lt 420 ]; do sleep 5; done
+sleep 15  # the build's last steps (the wheel) after the binary appears
+nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem.csv" &
+smi=$!
+python3 -m harness.cli bench --llamacpp llama-bench:$bench --pp-repetitions 40 --model $models 2>&1 | tail -12
+kill $smi
+python3 - "$OUT/mem.csv" <<'PY'
+import sys
+mem = [int(f[1]) for f in (l.split(",") for l in open(sys.argv[1])) if len(f) == 2 and f[1].strip().isdigit()]
+base, segs, cur = min(mem, default=0), [], []
+for m in mem + [0]:
+    if m > base + 200:
+        cur.append(m)
+    elif cur:
+        segs.append(max(cur)); cur = []
+print("peak MiB per benchmark process, in run order (per model: Anvil pp, Anvil tg, llama.cpp pp, llama.cpp tg):", segs)
+PY
+find reports/results -newer /tmp/scoreboard-start -name '*.json' | xargs tar czf "$OUT/results.tgz"
+echo "done at +$(( $(date +%s) - T0 )) s"
