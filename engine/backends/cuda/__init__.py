@@ -7,7 +7,10 @@ cuBLAS on the tensor cores, so no dequantised copy of the model is kept.
 
 Decode runs as one CUDA graph per sequence step: the token id, its position
 and the KV length live in device memory, the graph's last kernel advances
-them, and the host only reads back the chosen token.
+them, and the host only reads back the chosen token. Every kernel is
+launched with programmatic dependent launch on Hopper (device.py,
+kernels/common.cuh): it may start while the previous one finishes, and the
+matrix-vector kernels fetch their weights before waiting for their input.
 """
 
 from __future__ import annotations
