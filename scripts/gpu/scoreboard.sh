@@ -6,9 +6,8 @@
 # models, recording peak GPU memory per process. New result records come
 # back in $OUT/results.tgz (unpack in the repository root and commit).
 # Carry: .gpu/whl, .gpu/vocab, .gpu/llamacpp (scripts/gpu/llamacpp.sh says
-# how they are made). A real model too big for one call travels in parts:
-# split -b 60000000 it into .gpu/g1, .gpu/g2, ..., carry one per call while
-# the machine is warm, and `cat` the parts into $ANVIL_MODELS_DIR/<name>/.
+# how they are made). A real model too big for one call travels in pieces
+# first (scripts/gpu/split-model.sh prints the calls).
 # Usage: bash scripts/gpu/scoreboard.sh [MODEL...]   (default: the gpu tier)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
