@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from .errors import AnvilError, run_command
+from .errors import AnvilError, count_int, positive_int, run_command
 
 
 def _token_ids(text: str) -> list[int]:
@@ -24,16 +24,6 @@ def _token_ids(text: str) -> list[int]:
     return ids
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m engine", description="Anvil inference engine")
     sub = p.add_subparsers(dest="command", required=True)
@@ -42,18 +32,18 @@ def build_parser() -> argparse.ArgumentParser:
     prompt = g.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="prompt text (tokenized with the model's own tokenizer)")
     prompt.add_argument("--prompt-ids", type=_token_ids, help="prompt token ids, e.g. 1,504,3458")
-    g.add_argument("-n", "--n-predict", type=_positive, default=32, help="tokens to generate (default 32)")
-    g.add_argument("--ctx", type=_positive, default=None, help="context length (default: min(4096, trained))")
+    g.add_argument("-n", "--n-predict", type=positive_int, default=32, help="tokens to generate (default 32)")
+    g.add_argument("--ctx", type=positive_int, default=None, help="context length (default: min(4096, trained))")
     _backend_args(g)
     g.add_argument("--stop-at-eos", action="store_true", help="stop at the end-of-sequence token")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
     b = sub.add_parser("bench", help="llama-bench style pp/tg throughput")
     b.add_argument("model", help="path to a GGUF file")
-    b.add_argument("-p", "--n-prompt", type=int, default=512, help="prefill test length (0 = skip; default 512)")
-    b.add_argument("-n", "--n-gen", type=int, default=128, help="decode test length (0 = skip; default 128)")
-    b.add_argument("-r", "--repetitions", type=_positive, default=5)
-    b.add_argument("--ctx", type=_positive, default=None, help="context length (default: min(4096, trained))")
+    b.add_argument("-p", "--n-prompt", type=count_int, default=512, help="prefill test length (0 = skip; default 512)")
+    b.add_argument("-n", "--n-gen", type=count_int, default=128, help="decode test length (0 = skip; default 128)")
+    b.add_argument("-r", "--repetitions", type=positive_int, default=5)
+    b.add_argument("--ctx", type=positive_int, default=None, help="context length (default: min(4096, trained))")
     _backend_args(b)
     b.add_argument("--json", action="store_true", help="print the result record as JSON")
     return p

@@ -34,3 +34,22 @@ def run_command(command, args) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _int_at_least(low: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = low - 1
+        if n < low:
+            import argparse
+
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return n
+    return parse
+
+
+# argparse types shared by the engine's and the harness's command lines
+positive_int = _int_at_least(1, "a positive integer")
+count_int = _int_at_least(0, "a non-negative integer")

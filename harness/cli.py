@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.errors import AnvilError, run_command
+from engine.errors import AnvilError, count_int, positive_int, run_command
 
 
 def cmd_models(args) -> int:
@@ -306,10 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("base", help="base arm: an engine wheel, 'installed', llama-bench:PATH or llama-cpp-python[:SITE]")
     a.add_argument("candidate", help="candidate arm (same forms)")
     a.add_argument("--model", default="qwen3-8b", help="catalog model name or a .gguf path (default qwen3-8b)")
-    a.add_argument("--rounds", type=int, default=8, help="measured rounds (one more cold round is run and dropped)")
-    a.add_argument("-p", "--n-prompt", type=int, default=512)
-    a.add_argument("-n", "--n-gen", type=int, default=128)
-    a.add_argument("-r", "--repetitions", type=int, default=3, help="repetitions inside each run")
+    a.add_argument("--rounds", type=positive_int, default=8, help="measured rounds (one more cold round is run and dropped)")
+    a.add_argument("-p", "--n-prompt", type=count_int, default=512)
+    a.add_argument("-n", "--n-gen", type=count_int, default=128)
+    a.add_argument("-r", "--repetitions", type=positive_int, default=3, help="repetitions inside each run")
     a.add_argument("--factor", type=float, default=1.05, help="smallest ratio that counts as a change (asv)")
     a.add_argument("--allow-same", action="store_true", help="allow two identical builds")
     a.add_argument("--allow-token-diff", action="store_true", help="do not fail when greedy tokens differ")
@@ -319,10 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--engine", default="installed", help="'installed' (default) or an engine wheel")
     b.add_argument("--llamacpp", help="llama-bench:PATH or llama-cpp-python[:SITE] for a llama.cpp arm")
     b.add_argument("--model", nargs="+", default=["qwen3-8b"], help="catalog model names or .gguf paths")
-    b.add_argument("-p", "--n-prompt", type=int, default=512)
-    b.add_argument("-n", "--n-gen", type=int, default=128)
-    b.add_argument("-r", "--repetitions", type=int, default=5)
-    b.add_argument("--pp-repetitions", type=int, default=None,
+    b.add_argument("-p", "--n-prompt", type=count_int, default=512)
+    b.add_argument("-n", "--n-gen", type=count_int, default=128)
+    b.add_argument("-r", "--repetitions", type=positive_int, default=5)
+    b.add_argument("--pp-repetitions", type=positive_int, default=None,
                    help="repetitions of the prefill test (default: -r); ~40 make its NVML window long enough "
                         "to diagnose")
     b.set_defaults(func=cmd_bench)

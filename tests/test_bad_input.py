@@ -161,3 +161,17 @@ def test_bad_prompt_ids_option(tmp_path):
     r = subprocess.run([sys.executable, "-m", "engine", "generate", str(p), "--prompt-ids", "1,x"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "--prompt-ids" in r.stderr
+
+
+@pytest.mark.parametrize("cmd", [
+    ["engine", "bench", "m.gguf", "-r", "0"],
+    ["engine", "bench", "m.gguf", "-p", "-5"],
+    ["harness.cli", "bench", "--pp-repetitions", "0"],
+    ["harness.cli", "bench", "-n", "x"],
+    ["harness.cli", "ab", "a.whl", "b.whl", "--rounds", "-1"],
+])
+def test_bad_counts_are_usage_errors(cmd):
+    """Repetitions, rounds and test lengths are checked where they are typed,
+    not in a benchmark child process minutes later."""
+    r = subprocess.run([sys.executable, "-m", *cmd], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "expected a" in r.stderr
