@@ -81,7 +81,8 @@ def measured(sampler: nvml.Sampler, tests: list[dict], exit_unix: float) -> tupl
     trimmed to the samples with the GPU busy."""
     trace, t0 = sampler.trace, sampler.t0_unix
     spans = [r.get("window_unix") for r in tests]
-    if spans and all(spans):
+    stamped = bool(spans) and all(spans)
+    if stamped:
         start, end = min(w[0] for w in spans), max(w[1] for w in spans)
         info = {"source": "engine timestamps"}
         sub = nvml.window(trace, start - t0, end - t0)
@@ -100,7 +101,7 @@ def measured(sampler: nvml.Sampler, tests: list[dict], exit_unix: float) -> tupl
     info.update(start_s=round(start - t0, 3), end_s=round(end - t0, 3))
     summary = nvml.summarize(sub, sampler.static)
     # how long the measured repetitions ran (the estimate: their own times)
-    summary["window_s"] = round(end - start if spans and all(spans) else busy_s, 3)
+    summary["window_s"] = round(end - start if stamped else busy_s, 3)
     return summary, info
 
 

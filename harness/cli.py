@@ -177,25 +177,19 @@ def cmd_validate(args) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
-def _model_file(name_or_path: str) -> Path:
+def _model(name_or_path: str) -> tuple[Path, dict]:
+    """A catalog model (fetched or generated) or a .gguf path, and what result
+    records say about it: its name and, for a catalog model, the sha256 the
+    catalog pins (catalog.model_path has verified the file)."""
     from . import catalog
 
     p = Path(name_or_path)
     if p.suffix == ".gguf":
         if not p.is_file():
             raise AnvilError(f"{p}: no such model file")
-        return p
-    return catalog.model_path(name_or_path)
-
-
-def _model_identity(name_or_path: str) -> dict:
-    """What result records say about the model: its catalog name and the
-    sha256 the catalog pins (catalog.model_path has verified the file)."""
-    from . import catalog
-
-    if Path(name_or_path).suffix == ".gguf":
-        return {"model_name": Path(name_or_path).stem}
-    return {"model_name": name_or_path, "model_sha256": catalog.entry(name_or_path).sha256 or None}
+        return p, {"model_name": p.stem}
+    return catalog.model_path(name_or_path), {"model_name": name_or_path,
+                                              "model_sha256": catalog.entry(name_or_path).sha256 or None}
 
 
 def _workdir() -> Path:
@@ -209,9 +203,10 @@ def _workdir() -> Path:
 def cmd_ab(args) -> int:
     from . import ab
 
-    cfg = ab.ABConfig(model=_model_file(args.model), n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
+    path, identity = _model(args.model)
+    cfg = ab.ABConfig(model=path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
                       rounds=args.rounds, factor=args.factor, allow_same=args.allow_same,
-                      allow_token_diff=args.allow_token_diff, identity=_model_identity(args.model))
+                      allow_token_diff=args.allow_token_diff, identity=identity)
     total = 2 * (cfg.rounds + 1)
     done = [0]
 
@@ -242,12 +237,12 @@ def cmd_bench(args) -> int:
         runner.prepare()
     rows = []
     for name in args.model:
-        path = _model_file(name)
+        path, identity = _model(name)
         recs = []
         for runner in arms:
             rec = ab.bench_record(runner, path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
                                   pp_reps=args.pp_repetitions)
-            rec.update(_model_identity(name))
+            rec.update(identity)
             rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench"))
             recs.append(rec)
         rows.append((name, recs))
