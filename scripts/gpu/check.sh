@@ -6,11 +6,7 @@
 set -uo pipefail
 what=${1:-all}
 sel=${2:-}   # optional pytest -k expression
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl 2>&1 | tail -1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-export ANVIL_MODELS_DIR=/tmp/models ANVIL_CACHE_DIR=/tmp/anvil-kernels
-mkdir -p $ANVIL_MODELS_DIR/vocab && cp -n .gpu/vocab/*.gguf $ANVIL_MODELS_DIR/vocab/
+source scripts/gpu/host-env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv | tee $OUT/gpu.txt
 tiny="tiny-llama tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-llama-f32 tiny-qwen2-f32 tiny-qwen3-f32 tiny-gemma3-f32"
 python3 -m harness.cli models -q $tiny > $OUT/models.txt 2>&1 || cat $OUT/models.txt

@@ -5,13 +5,9 @@
 # Carry: .gpu (whl/, vocab/, llamacpp/ from ../shared/gpuhost/llamacpp-sdist.sh).
 # Usage: bash scripts/gpu/llamacpp.sh MODEL...   (results in $OUT)
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 models=${*:-qwen3-8b}
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl 2>&1 | tail -1
+source scripts/gpu/host-env.sh
 [ -x /tmp/llamacpp/build/bin/llama-bench ] || bash .gpu/llamacpp/build-llamacpp.sh .gpu/llamacpp/llama-cpp-python.tar.gz
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/tmp/llamacpp/build/bin:${LD_LIBRARY_PATH:-}
-export ANVIL_MODELS_DIR=/tmp/models ANVIL_CACHE_DIR=/tmp/anvil-kernels
-mkdir -p $ANVIL_MODELS_DIR/vocab && cp -n .gpu/vocab/*.gguf $ANVIL_MODELS_DIR/vocab/
 for m in $models; do
   path=$(python3 -m harness.cli models -q "$m" | awk '{print $4}')
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$OUT/mem-llamabench-$m.txt" &

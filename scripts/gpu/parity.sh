@@ -3,13 +3,9 @@
 # llama.cpp references, and compare the CUDA engine with them (greedy, then
 # teacher-forced where tokens differ). Carry: .gpu. Usage: parity.sh MODEL...
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 models=${*:-qwen3-8b}
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl >/dev/null 2>&1
+source scripts/gpu/host-env.sh
 [ -x /tmp/llamacpp/build/bin/llama-bench ] || bash .gpu/llamacpp/build-llamacpp.sh .gpu/llamacpp/llama-cpp-python.tar.gz | tail -2
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/tmp/llamacpp/build/bin:${LD_LIBRARY_PATH:-}
-export ANVIL_MODELS_DIR=/tmp/models ANVIL_CACHE_DIR=/tmp/anvil-kernels
-mkdir -p $ANVIL_MODELS_DIR/vocab && cp .gpu/vocab/*.gguf $ANVIL_MODELS_DIR/vocab/
 for m in $models; do
   python3 -m harness.cli models -q "$m" > /dev/null
   timeout 240 python3 -X faulthandler -m harness.cli reference --tier gpu --model "$m" --force 2>&1 | tail -25

@@ -10,13 +10,9 @@
 # first (scripts/gpu/split-model.sh prints the calls).
 # Usage: bash scripts/gpu/scoreboard.sh [MODEL...]   (default: the gpu tier)
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 T0=$(date +%s)
 models=${*:-qwen3-8b llama3-8b}
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ANVIL_MODELS_DIR=${ANVIL_MODELS_DIR:-/tmp/models}
-export ANVIL_CACHE_DIR=/tmp/anvil-kernels
-mkdir -p $ANVIL_MODELS_DIR/vocab && cp -n .gpu/vocab/*.gguf $ANVIL_MODELS_DIR/vocab/
+source scripts/gpu/host-env.sh
 touch /tmp/scoreboard-start
 bench=/tmp/llamacpp/build/bin/llama-bench
 [ -x $bench ] || (nice -n 15 bash .gpu/llamacpp/build-llamacpp.sh .gpu/llamacpp/llama-cpp-python.tar.gz \
