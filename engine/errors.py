@@ -6,6 +6,8 @@ tensor or value at fault. The CLIs print that line and exit non-zero, with no
 traceback; anything else escaping is a bug in Anvil.
 """
 
+import argparse
+
 
 class AnvilError(Exception):
     """A problem with the user's input, reported as one line."""
@@ -43,8 +45,6 @@ def _int_at_least(low: int, what: str):
         except ValueError:
             n = low - 1
         if n < low:
-            import argparse
-
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
         return n
     return parse
