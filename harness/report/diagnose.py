@@ -214,30 +214,28 @@ def power_fraction(summary: dict, power_limit_w: float | None = None) -> float |
 
 def diagnose(test: str, summary: dict | None, *, gb_s: float | None = None, tflop_s: float | None = None,
              power_limit_w: float | None = None, sm_clock_max_mhz: float | None = None,
-             scope: str = "", windowed: bool = True) -> Diagnosis:
+             windowed: bool = True) -> Diagnosis:
     """Classify one run of ``test`` (``pp512``, ``tg128``, ...). ``summary`` is
     harness.nvml.summarize()'s dict (or None); ``gb_s`` the achieved decode
     bandwidth, ``tflop_s`` the estimated prefill throughput; the limits fill
-    in fractions a summary lacks. ``scope`` is appended to the sentence
-    (e.g. "(trace covers the whole run)"); ``windowed`` False says the
-    summary is of the whole process, not of the measured repetitions."""
+    in fractions a summary lacks. ``windowed`` False says the summary is of
+    the whole process, not of the measured repetitions."""
     rate = _rate_phrase(test, gb_s, tflop_s)
-    tail = f" {scope}" if scope else ""
     decode = test.startswith("tg")
     if not summary or summary.get("available") is False or not summary.get("n_samples"):
         why = summary.get("reason") if summary else None
-        return Diagnosis(UNKNOWN, f"{rate}; no NVML trace{f' ({why})' if why else ''}{tail}")
+        return Diagnosis(UNKNOWN, f"{rate}; no NVML trace{f' ({why})' if why else ''}")
     n = int(summary["n_samples"])
     if n < MIN_SAMPLES:
-        return Diagnosis(TOO_SHORT, f"{rate}; only {n} NVML sample{'s' if n != 1 else ''}{tail}")
+        return Diagnosis(TOO_SHORT, f"{rate}; only {n} NVML sample{'s' if n != 1 else ''}")
     if not windowed:
         return Diagnosis(WHOLE_RUN, f"{rate}; the NVML trace covers the whole run, model load included, "
-                                    f"not the measured repetitions{tail}")
+                                    f"not the measured repetitions")
     duration = _num(summary, "window_s")
     duration = _num(summary, "duration_s") if duration is None else duration
     if duration is not None and duration < MIN_WINDOW_S:
         return Diagnosis(SHORT_WINDOW, f"{rate}; the measured repetitions lasted {duration:.2f} s, shorter than "
-                                       f"NVML's ~{MIN_WINDOW_S:.0f} s power and utilisation averaging{tail}")
+                                       f"NVML's ~{MIN_WINDOW_S:.0f} s power and utilisation averaging")
 
     clk, clk_ref = clock_fraction(summary, sm_clock_max_mhz)
     pwr = power_fraction(summary, power_limit_w)
@@ -265,7 +263,7 @@ def diagnose(test: str, summary: dict | None, *, gb_s: float | None = None, tflo
         evidence += f" (clock events: {', '.join(sorted(reasons))})"
 
     def verdict(label: str) -> Diagnosis:
-        return Diagnosis(label, f"{rate} with {evidence}: {label}{tail}")
+        return Diagnosis(label, f"{rate} with {evidence}: {label}")
 
     if decode and gb_s is not None and gb_s / MEASURED_HBM_GBS >= MEMORY_BOUND_FRAC:
         return verdict(MEMORY)
