@@ -53,12 +53,19 @@ class Entry:
     def reference_tiers(self) -> tuple[str, ...]:
         return self.references or (self.tier,)
 
+    def threshold_key(self, backend: str, reference_tier: str | None = None) -> str:
+        """The catalog key holding the near-tie threshold for ``backend``
+        against the references of ``reference_tier`` (default: the model's own)."""
+        if (reference_tier or self.tier) != self.tier:
+            return "near_tie_gpu"
+        return "near_tie_cuda" if backend == "cuda" and self.tier == "cpu" else "near_tie"
+
     def threshold(self, backend: str, reference_tier: str | None = None) -> float:
         """The near-tie threshold calibrated for ``backend`` against the
-        references of ``reference_tier`` (default: the model's own tier)."""
-        if (reference_tier or self.tier) != self.tier:
-            return self.near_tie_gpu
-        return self.near_tie_cuda if backend == "cuda" and self.near_tie_cuda > 0 else self.near_tie
+        references of ``reference_tier``; near_tie where the CUDA engine has
+        no value of its own."""
+        key = self.threshold_key(backend, reference_tier)
+        return (self.near_tie_cuda or self.near_tie) if key == "near_tie_cuda" else getattr(self, key)
 
 
 def load(path: Path | None = None) -> dict[str, Entry]:

@@ -128,7 +128,7 @@ def cmd_validate(args) -> int:
             raise AnvilError(f"{path} was made from a different file than the catalog pins for {name}; "
                              f"regenerate it with `harness reference --tier {tier} --model {name} --force`")
         if e.threshold(backend, tier) <= 0 and not args.calibrate:  # calibrating: every flip counts as drift
-            key = "near_tie_gpu" if tier != e.tier else "near_tie"
+            key = e.threshold_key(backend, tier)
             raise AnvilError(f"catalog: {name} has no {key} threshold for its {tier}-tier references; calibrate "
                              f"with `harness validate-catalog --model {name} --tier {tier} --backend {backend} "
                              f"--calibrate`")
@@ -170,10 +170,10 @@ def cmd_validate(args) -> int:
                "results": [r.to_json() for r in results]}
         print(f"saved {store.save(rec, 'validate')}", file=sys.stderr)
     if args.calibrate:
-        print("\nnear_tie calibration (1.25 x max |margin shift|):", file=sys.stderr)
-        key = "near_tie" if backend == "numpy" else f"near_tie (or near_tie_{backend} on the cpu tier)"
-        for name, (t, n) in validate.calibrate(results).items():
-            print(f"  {name}: {key} = {t:.3g}   # over {n} steps", file=sys.stderr)
+        print("\nnear-tie calibration (1.25 x max |margin shift|), catalog keys:", file=sys.stderr)
+        for (name, tier), (t, n) in validate.calibrate(results).items():
+            key = catalog.entry(name, cat).threshold_key(backend, tier)
+            print(f"  {name} ({tier}-tier references): {key} = {t:.3g}   # over {n} steps", file=sys.stderr)
     return 0 if all(r.passed for r in results) else 1
 
 

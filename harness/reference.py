@@ -65,6 +65,11 @@ def make_reference(model_name: str, model_path: Path, sha256: str, prompts: list
                    settings: dict, top_k: int = 16, progress=None) -> Reference:
     llama_cpp = _import_llama_cpp()
     s = settings
+    if s["n_gpu_layers"] != 0 and not llama_cpp.llama_supports_gpu_offload():
+        # a CPU-only build ignores n_gpu_layers: its numbers would pass for CUDA ones
+        raise AnvilError(f"{model_name}: the gpu tier needs llama-cpp-python built with CUDA; this one "
+                         f"({llama_cpp.__version__}) cannot offload to a GPU. Rebuild it with "
+                         "CMAKE_ARGS='-DGGML_CUDA=on' (scripts/gpu/llamacpp.sh does it on the GPU host)")
     llm = llama_cpp.Llama(
         model_path=str(model_path), n_gpu_layers=s["n_gpu_layers"], n_ctx=s["n_ctx"], n_batch=s["n_batch"],
         n_ubatch=s["n_ubatch"], n_threads=s["n_threads"], n_threads_batch=s["n_threads"],

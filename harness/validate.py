@@ -98,12 +98,13 @@ def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: st
     return out
 
 
-def calibrate(results: list[ModelResult]) -> dict[str, tuple[float, int]]:
-    """Per model: suggested near_tie and the number of steps it rests on."""
+def calibrate(results: list[ModelResult]) -> dict[tuple[str, str], tuple[float, int]]:
+    """Per (model, reference tier): suggested near-tie threshold and the
+    number of steps it rests on."""
     out = {}
     for r in results:
         shifts = np.abs(np.concatenate([c.margin_shifts for c in r.cases]))
-        out[r.model] = (max(MIN_NEAR_TIE, float(shifts.max()) * CALIBRATION_HEADROOM), int(shifts.size))
+        out[(r.model, r.tier)] = (max(MIN_NEAR_TIE, float(shifts.max()) * CALIBRATION_HEADROOM), int(shifts.size))
     return out
 
 

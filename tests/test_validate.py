@@ -148,6 +148,11 @@ def test_a_model_checked_against_two_reference_sets(tmp_path, monkeypatch, capsy
     assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy", "--tier", "gpu"]) == 1
     err = capsys.readouterr().err
     assert "near_tie_gpu" in err and "--calibrate" in err
+    # calibrating both reference sets names each pair's own catalog key
+    assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy", "--tier", "cpu", "--calibrate"]) == 0
+    assert "tiny-llama-f32 (cpu-tier references): near_tie = " in capsys.readouterr().err
+    assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy", "--tier", "gpu", "--calibrate"]) == 0
+    assert "tiny-llama-f32 (gpu-tier references): near_tie_gpu = " in capsys.readouterr().err
 
 
 def test_catalog_tiers_are_checked(tmp_path):
@@ -156,3 +161,17 @@ def test_catalog_tiers_are_checked(tmp_path):
                    'references = ["gpu"]\n')
     with pytest.raises(catalog.AnvilError, match="references a list of them that includes it"):
         catalog.load(bad)
+
+
+def test_gpu_references_refuse_a_cpu_only_llama_cpp(monkeypatch):
+    """A llama.cpp build without CUDA ignores n_gpu_layers: its output must
+    not be stored as a gpu-tier (llama.cpp CUDA) reference."""
+    import types
+
+    from harness import reference
+
+    fake = types.SimpleNamespace(__version__="0.0-test", llama_supports_gpu_offload=lambda: False,
+                                 Llama=lambda **kw: pytest.fail("llama.cpp should not have been started"))
+    monkeypatch.setattr(reference, "llama_cpp", fake)
+    with pytest.raises(reference.AnvilError, match="built with CUDA"):
+        reference.make_reference("m", "m.gguf", "", ["hi"], 2, settings=reference.GPU_SETTINGS)

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs on the GPU host: the correctness gate of one sitting, in stages.
+#   build     start building llama-cpp-python with CUDA in the background
+#             (~5 min; it outlives this call while the machine stays warm)
+#   refs      wait for that build; make the catalog's synthetic models and the
+#             llama.cpp CUDA references (references/gpu/) still missing for
+#             the models present (real ones only if carried: the host is offline)
+#   validate  harness validate-catalog --backend cuda over every tier
+#             (--save --calibrate); new references and records -> $OUT/results.tgz
+# Default: all three. Carry .gpu/whl, .gpu/llamacpp (build), .gpu/vocab
+# (synthetic models' tokenizers); real models travel in pieces first
+# (scripts/gpu/split-model.sh).
+# Usage: bash scripts/gpu/validate.sh [build|refs|validate]...
+set -uo pipefail
+source scripts/gpu/host-env.sh
+stages=${*:-build refs validate}
+T0=$(date +%s)
+rc_file=/tmp/llamacpp-build.rc
+[ -e /tmp/validate-start ] || touch /tmp/validate-start  # results newer than this come back
+
+for stage in $stages; do case $stage in
+build)
+  if [ ! -e /tmp/llamacpp-build.log ]; then
+    # from a copy under /tmp: later calls replace the working tree mid-build
+    cp -r .gpu/llamacpp /tmp/llamacpp-carried
+    setsid bash -c "bash /tmp/llamacpp-carried/build-llamacpp.sh /tmp/llamacpp-carried/llama-cpp-python.tar.gz \
+      > /tmp/llamacpp-build.log 2>&1; echo \$? > $rc_file" < /dev/null > /dev/null 2>&1 &
+    echo "llama.cpp build started"
+  fi ;;
+refs)
+  synth=$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth'))")
+  python3 -m harness.cli models -q $synth > "$OUT/models.txt" 2>&1 || tail -3 "$OUT/models.txt"
+  while [ ! -e $rc_file ] && [ $(( $(date +%s) - T0 )) -lt 480 ]; do sleep 5; done
+  [ "$(cat $rc_file 2>/dev/null)" = 0 ] || { echo "llama.cpp build failed or unfinished:"; tail -20 /tmp/llamacpp-build.log; exit 1; }
+  missing=$(python3 -c "
+from harness import catalog, fetch, refs
+for n, e in catalog.load().items():
+    f = catalog.synth_path(e) if e.source == 'synth' else fetch.models_dir() / n / e.raw['filename']
+    if 'gpu' in e.reference_tiers and not refs.reference_path(n, 'gpu').exists() and f.exists():
+        print(n)")
+  for m in $missing; do
+    python3 -m harness.cli reference --tier gpu --model "$m" 2>&1 | tail -3
+  done ;;
+validate)
+  python3 -m harness.cli validate-catalog --backend cuda --save --calibrate > "$OUT/validate.txt" 2>&1
+  echo "validate-catalog --backend cuda: exit $?"
+  grep -E "^\| |near_tie" "$OUT/validate.txt"
+  find references/gpu reports/results -newer /tmp/validate-start -name '*.json' | xargs -r tar czf "$OUT/results.tgz"
+  echo "results.tgz: unpack in the repository root and commit" ;;
+*) echo "unknown stage $stage (build, refs, validate)"; exit 2 ;;
+esac; done
+echo "stages [$stages] done in $(( $(date +%s) - T0 )) s"
