@@ -81,6 +81,8 @@ def cmd_reference(args) -> int:
     cat = catalog.load()
     names = [args.model] if args.model else [n for n, e in cat.items() if args.tier in e.reference_tiers]
     settings = CPU_SETTINGS if args.tier == "cpu" else GPU_SETTINGS
+    if args.variation:
+        return _reference_variation(cat, names, args.tier, args.save)
     for name in names:
         e = catalog.entry(name, cat)
         out = refs.reference_path(name, args.tier)
@@ -94,6 +96,48 @@ def cmd_reference(args) -> int:
         ref = make_reference(name, path, e.sha256, list(e.prompts), e.n_steps, settings=settings)
         refs.save(ref, out)
         print(f"wrote {out}")
+    return 0
+
+
+def _reference_variation(cat, names: list[str], tier: str, save: bool) -> int:
+    """llama.cpp against its own references under settings that should not
+    matter (reference.VARIANTS), measured as validate-catalog measures the
+    engine: the noise floor the near-tie thresholds are read against."""
+    from . import catalog, refs, validate
+    from .reference import CPU_SETTINGS, GPU_SETTINGS, VARIANTS, LlamaCppModel, device_description
+
+    results = []
+    for name in names:
+        e = catalog.entry(name, cat)
+        path = refs.reference_path(name, tier)
+        if not path.exists():
+            raise AnvilError(f"{name}: no {tier}-tier reference at {path} to measure llama.cpp against; "
+                             f"make it first with `harness reference --tier {tier} --model {name}`")
+        ref = refs.load(path)
+        model_path = catalog.model_path(name, catalog=cat)
+        for variant, change in VARIANTS.items():
+            print(f"{name}: llama.cpp {variant} vs its {tier}-tier reference...", file=sys.stderr)
+            llm = LlamaCppModel(model_path, {**ref.settings, **change})
+            results.append((variant, llm.settings, validate.validate_model(llm, e, ref, f"llama.cpp {variant}",
+                                                                            tier=tier)))
+            del llm
+    print(validate.format_table([r for _, _, r in results]))
+    print("\nmax |margin shift| (what --calibrate multiplies by 1.25 for an engine):")
+    for variant, _, r in results:
+        print(f"  {r.model} ({tier}-tier references), llama.cpp {variant}: {r.max_margin_shift:.3g} "
+              f"over {r.steps} steps")
+    if save:
+        import time
+
+        from engine.bench import build_hash
+
+        from . import results as store
+
+        rec = {"engine": "llama.cpp", "build": build_hash(), "backend": "llama.cpp", "tiers": [tier],
+               "device": device_description(CPU_SETTINGS if tier == "cpu" else GPU_SETTINGS),
+               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "results": [{**r.to_json(), "variant": v, "settings": st} for v, st, r in results]}
+        print(f"saved {store.save(rec, 'variation')}", file=sys.stderr)
     return 0
 
 
@@ -284,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--model", help="one catalog model (default: every model of the tier)")
     r.add_argument("--tier", choices=["cpu", "gpu"], default="cpu")
     r.add_argument("--force", action="store_true", help="replace a reference made from a different model file")
+    r.add_argument("--variation", action="store_true",
+                   help="instead: measure llama.cpp against its existing references under other settings "
+                        "(flash attention on, one-token batches), the noise floor for near-tie thresholds")
+    r.add_argument("--save", action="store_true", help="with --variation: append the measurement to reports/results")
     r.set_defaults(func=cmd_reference)
 
     v = sub.add_parser("validate-catalog", help="greedy parity of the engine with llama.cpp over the catalog")

@@ -13,6 +13,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 try:
     # First, before NumPy: llama.cpp's CUDA build segfaults in Llama() when
@@ -61,20 +62,61 @@ def device_description(settings: dict) -> str:
     return f"gpu: {info['gpu']}, driver {info['driver']}" if info.get("gpu") else f"gpu: unknown ({info.get('nvml')})"
 
 
-def make_reference(model_name: str, model_path: Path, sha256: str, prompts: list[str], n_steps: int, *,
-                   settings: dict, top_k: int = 16, progress=None) -> Reference:
+# llama.cpp's own spread (architectures.md §8): settings a correct engine
+# cannot be expected to follow, each run teacher-forced on a reference's
+# tokens and measured exactly as the engine is. flash-attn: the other
+# attention path (FA kernels instead of KQ/softmax/PV matmuls); ubatch-1:
+# the prompt fed one token at a time (decode kernels instead of prefill ones).
+VARIANTS = {"flash-attn": {"flash_attn": True}, "ubatch-1": {"n_batch": 1, "n_ubatch": 1}}
+
+
+def _open(model_path: Path, s: dict):
     llama_cpp = _import_llama_cpp()
-    s = settings
     if s["n_gpu_layers"] != 0 and not llama_cpp.llama_supports_gpu_offload():
         # a CPU-only build ignores n_gpu_layers: its numbers would pass for CUDA ones
-        raise AnvilError(f"{model_name}: the gpu tier needs llama-cpp-python built with CUDA; this one "
+        raise AnvilError(f"{Path(model_path).name}: the gpu tier needs llama-cpp-python built with CUDA; this one "
                          f"({llama_cpp.__version__}) cannot offload to a GPU. Rebuild it with "
                          "CMAKE_ARGS='-DGGML_CUDA=on' (scripts/gpu/llamacpp.sh does it on the GPU host)")
-    llm = llama_cpp.Llama(
+    return llama_cpp.Llama(
         model_path=str(model_path), n_gpu_layers=s["n_gpu_layers"], n_ctx=s["n_ctx"], n_batch=s["n_batch"],
         n_ubatch=s["n_ubatch"], n_threads=s["n_threads"], n_threads_batch=s["n_threads"],
         flash_attn=s["flash_attn"], type_k=GGML_TYPES[s["type_k"]], type_v=GGML_TYPES[s["type_v"]],
         swa_full=s["swa_full"], logits_all=False, seed=0, verbose=False)
+
+
+def _last_logits(llm) -> np.ndarray:
+    # logits_all=False: llama.cpp computes only the last token's row; the
+    # high-level Llama.scores is no longer filled then, so read it directly
+    ptr = llm._ctx.get_logits_ith(-1)
+    if not ptr:  # NULL: llama.cpp kept no logits for the last token
+        raise AnvilError("llama.cpp returned no logits for the last token")
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).copy()
+
+
+class LlamaCppModel:
+    """llama.cpp in process, shaped like an engine model (reset, forward ->
+    the last token's logits), so the engine's own comparison code can hold
+    llama.cpp under other settings against a reference."""
+
+    def __init__(self, model_path: Path, settings: dict):
+        self.path, self.settings = Path(model_path), settings
+        self.llm = _open(model_path, settings)
+        self.n_ctx = settings["n_ctx"]
+        self.config = SimpleNamespace(eos_token_id=self.llm.token_eos())
+
+    def reset(self) -> None:
+        self.llm.reset()
+
+    def forward(self, tokens) -> np.ndarray:
+        self.llm.eval([int(t) for t in tokens])
+        return _last_logits(self.llm)
+
+
+def make_reference(model_name: str, model_path: Path, sha256: str, prompts: list[str], n_steps: int, *,
+                   settings: dict, top_k: int = 16, progress=None) -> Reference:
+    llama_cpp = _import_llama_cpp()
+    s = settings
+    llm = _open(model_path, s)
     ref = Reference(
         model=model_name, model_file=Path(model_path).name, model_sha256=sha256,
         llama_cpp={"package": "llama-cpp-python", "version": llama_cpp.__version__,
@@ -97,12 +139,7 @@ def _greedy_case(llm, prompt: str, prompt_ids: list[int], n_steps: int, top_k: i
     llm.eval(prompt_ids)
     tokens, top_ids, top_logits = [], [], []
     for step in range(n_steps):
-        # logits_all=False: llama.cpp computes only the last token's row; the
-        # high-level Llama.scores is no longer filled then, so read it directly
-        ptr = llm._ctx.get_logits_ith(-1)
-        if not ptr:  # NULL: llama.cpp kept no logits for the last token
-            raise AnvilError(f"llama.cpp returned no logits at step {step} of prompt {prompt!r}")
-        logits = np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).copy()
+        logits = _last_logits(llm)
         # stable sort on -logit keeps the lowest id first among equal logits
         order = np.argsort(-logits, kind="stable")[:top_k]
         token = int(order[0])

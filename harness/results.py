@@ -36,7 +36,7 @@ import pandas as pd
 from engine.errors import AnvilError
 
 SCHEMA_VERSION = 1
-KINDS = ("bench", "ab", "validate")
+KINDS = ("bench", "ab", "validate", "variation")
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "reports" / "results"
 
 # What makes two measurements the same benchmark: the WORK done, not how an

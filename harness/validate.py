@@ -60,6 +60,11 @@ class ModelResult:
         return max((c.max_logit_diff for c in self.cases), default=0.0)
 
     @property
+    def max_margin_shift(self) -> float:
+        """The largest change of llama.cpp's top-1/top-2 margin as this model sees it."""
+        return max((abs(m) for c in self.cases for m in c.margin_shifts), default=0.0)
+
+    @property
     def mode(self) -> str:
         return "exact" if all(c.mode == "exact" for c in self.cases) else "teacher-forced"
 
@@ -70,7 +75,7 @@ class ModelResult:
     def to_json(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "cases"}
         d.update(mode=self.mode, steps=self.steps, matched=self.matched, flips=self.n_flips,
-                 max_logit_diff=self.max_logit_diff, passed=self.passed,
+                 max_logit_diff=self.max_logit_diff, max_margin_shift=self.max_margin_shift, passed=self.passed,
                  cases=[{k: v for k, v in asdict(c).items() if k not in ("logit_diffs", "margin_shifts")}
                         for c in self.cases])
         return d
@@ -101,11 +106,8 @@ def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: st
 def calibrate(results: list[ModelResult]) -> dict[tuple[str, str], tuple[float, int]]:
     """Per (model, reference tier): suggested near-tie threshold and the
     number of steps it rests on."""
-    out = {}
-    for r in results:
-        shifts = np.abs(np.concatenate([c.margin_shifts for c in r.cases]))
-        out[(r.model, r.tier)] = (max(MIN_NEAR_TIE, float(shifts.max()) * CALIBRATION_HEADROOM), int(shifts.size))
-    return out
+    return {(r.model, r.tier): (max(MIN_NEAR_TIE, r.max_margin_shift * CALIBRATION_HEADROOM), r.steps)
+            for r in results}
 
 
 def format_table(results: list[ModelResult]) -> str:

@@ -5,12 +5,14 @@
 #   refs      wait for that build; make the catalog's synthetic models and the
 #             llama.cpp CUDA references (references/gpu/) still missing for
 #             the models present (real ones only if carried: the host is offline)
-#   validate  harness validate-catalog --backend cuda over every tier
-#             (--save --calibrate); new references and records -> $OUT/results.tgz
-# Default: all three. Carry .gpu/whl, .gpu/llamacpp (build), .gpu/vocab
-# (synthetic models' tokenizers); real models travel in pieces first
-# (scripts/gpu/split-model.sh).
-# Usage: bash scripts/gpu/validate.sh [build|refs|validate]...
+#   validate  harness validate-catalog --backend cuda over every tier (--save --calibrate)
+#   variation llama.cpp CUDA against its own gpu-tier references with other
+#             settings (harness reference --variation --save): its noise floor
+# New references and result records come back in $OUT/results.tgz (unpack in
+# the repository root and commit). Default: build refs validate.
+# Carry .gpu/whl, .gpu/llamacpp (build), .gpu/vocab (synthetic models'
+# tokenizers); real models travel in pieces first (scripts/gpu/split-model.sh).
+# Usage: bash scripts/gpu/validate.sh [build|refs|validate|variation]...
 set -uo pipefail
 source scripts/gpu/host-env.sh
 stages=${*:-build refs validate}
@@ -44,9 +46,12 @@ for n, e in catalog.load().items():
 validate)
   python3 -m harness.cli validate-catalog --backend cuda --save --calibrate > "$OUT/validate.txt" 2>&1
   echo "validate-catalog --backend cuda: exit $?"
-  grep -E "^\| |near_tie" "$OUT/validate.txt"
-  find references/gpu reports/results -newer /tmp/validate-start -name '*.json' | xargs -r tar czf "$OUT/results.tgz"
-  echo "results.tgz: unpack in the repository root and commit" ;;
-*) echo "unknown stage $stage (build, refs, validate)"; exit 2 ;;
+  grep -E "^\| |near_tie" "$OUT/validate.txt" ;;
+variation)
+  python3 -m harness.cli reference --variation --tier gpu --save > "$OUT/variation.txt" 2>&1
+  echo "reference --variation --tier gpu: exit $?"
+  grep -E "^\| |over .* steps" "$OUT/variation.txt" ;;
+*) echo "unknown stage $stage (build, refs, validate, variation)"; exit 2 ;;
 esac; done
+find references/gpu reports/results -newer /tmp/validate-start -name '*.json' | xargs -r tar czf "$OUT/results.tgz"
 echo "stages [$stages] done in $(( $(date +%s) - T0 )) s"
