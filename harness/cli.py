@@ -103,9 +103,16 @@ def _reference_variation(cat, names: list[str], tier: str, save: bool) -> int:
     """llama.cpp against its own references under settings that should not
     matter (reference.VARIANTS), measured as validate-catalog measures the
     engine: the noise floor the near-tie thresholds are read against."""
+    import time
+
+    from engine.bench import build_hash
+
     from . import catalog, refs, validate
+    from . import results as store
     from .reference import CPU_SETTINGS, GPU_SETTINGS, VARIANTS, LlamaCppModel, device_description
 
+    # before llama.cpp starts: NVML and the GPU as they are, whatever it leaves behind
+    device = device_description(CPU_SETTINGS if tier == "cpu" else GPU_SETTINGS)
     results = []
     for name in names:
         e = catalog.entry(name, cat)
@@ -118,23 +125,18 @@ def _reference_variation(cat, names: list[str], tier: str, save: bool) -> int:
         for variant, change in VARIANTS.items():
             print(f"{name}: llama.cpp {variant} vs its {tier}-tier reference...", file=sys.stderr)
             llm = LlamaCppModel(model_path, {**ref.settings, **change})
-            results.append((variant, llm.settings, validate.validate_model(llm, e, ref, f"llama.cpp {variant}",
-                                                                            tier=tier)))
-            del llm
+            try:
+                results.append((variant, llm.settings, validate.validate_model(llm, e, ref, f"llama.cpp {variant}",
+                                                                                tier=tier)))
+            finally:
+                llm.close()
     print(validate.format_table([r for _, _, r in results]))
     print("\nmax |margin shift| (what --calibrate multiplies by 1.25 for an engine):")
     for variant, _, r in results:
         print(f"  {r.model} ({tier}-tier references), llama.cpp {variant}: {r.max_margin_shift:.3g} "
               f"over {r.steps} steps")
     if save:
-        import time
-
-        from engine.bench import build_hash
-
-        from . import results as store
-
-        rec = {"engine": "llama.cpp", "build": build_hash(), "backend": "llama.cpp", "tiers": [tier],
-               "device": device_description(CPU_SETTINGS if tier == "cpu" else GPU_SETTINGS),
+        rec = {"engine": "llama.cpp", "build": build_hash(), "backend": "llama.cpp", "tiers": [tier], "device": device,
                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "results": [{**r.to_json(), "variant": v, "settings": st} for v, st, r in results]}
         print(f"saved {store.save(rec, 'variation')}", file=sys.stderr)

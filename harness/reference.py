@@ -111,6 +111,11 @@ class LlamaCppModel:
         self.llm.eval([int(t) for t in tokens])
         return _last_logits(self.llm)
 
+    def close(self) -> None:
+        # now, not whenever the garbage collector gets to it: a CUDA build
+        # aborted (free(): invalid pointer) with several instances left to it
+        self.llm.close()
+
 
 def make_reference(model_name: str, model_path: Path, sha256: str, prompts: list[str], n_steps: int, *,
                    settings: dict, top_k: int = 16, progress=None) -> Reference:
@@ -131,6 +136,7 @@ def make_reference(model_name: str, model_path: Path, sha256: str, prompts: list
         ref.cases.append(_greedy_case(llm, prompt, prompt_ids, n_steps, top_k))
         if progress:
             progress()
+    llm.close()
     return ref
 
 

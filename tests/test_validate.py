@@ -4,6 +4,7 @@ only as a near-tie under the threshold."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import subprocess
 import sys
 
@@ -175,3 +176,20 @@ def test_gpu_references_refuse_a_cpu_only_llama_cpp(monkeypatch):
     monkeypatch.setattr(reference, "llama_cpp", fake)
     with pytest.raises(reference.AnvilError, match="built with CUDA"):
         reference.make_reference("m", "m.gguf", "", ["hi"], 2, settings=reference.GPU_SETTINGS)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                    reason="llama-cpp-python not installed (pip install -e '.[reference]')")
+def test_llama_cpp_variation_is_measured_like_the_engine(tmp_path, monkeypatch):
+    """`harness reference --variation`: llama.cpp under other settings, held
+    against its own reference by the engine's comparison code."""
+    from harness import cli, results
+
+    monkeypatch.setattr(results, "DEFAULT_DIR", tmp_path)
+    assert cli.main(["reference", "--variation", "--model", MODEL, "--save"]) == 0
+    (rec,) = results.load_all(tmp_path, kind="variation")
+    by = {r["variant"]: r for r in rec["results"]}
+    assert set(by) == {"flash-attn", "ubatch-1"} and rec["device"].startswith("cpu:")
+    assert by["flash-attn"]["settings"]["flash_attn"] is True and by["ubatch-1"]["settings"]["n_ubatch"] == 1
+    # F32 weights: on the CPU, one-token batches change nothing; the FA path rounds through f16
+    assert by["ubatch-1"]["max_logit_diff"] < 1e-3 < by["flash-attn"]["max_logit_diff"] < 0.1

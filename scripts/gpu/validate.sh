@@ -48,8 +48,10 @@ validate)
   echo "validate-catalog --backend cuda: exit $?"
   grep -E "^\| |near_tie" "$OUT/validate.txt" ;;
 variation)
-  python3 -m harness.cli reference --variation --tier gpu --save > "$OUT/variation.txt" 2>&1
-  echo "reference --variation --tier gpu: exit $?"
+  for m in $(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if 'gpu' in e.reference_tiers))"); do
+    python3 -m harness.cli reference --variation --tier gpu --model "$m" --save >> "$OUT/variation.txt" 2>&1
+    echo "reference --variation --tier gpu --model $m: exit $?"
+  done
   grep -E "^\| |over .* steps" "$OUT/variation.txt" ;;
 *) echo "unknown stage $stage (build, refs, validate, variation)"; exit 2 ;;
 esac; done
