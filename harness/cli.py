@@ -111,9 +111,7 @@ def _reference_variation(cat, names: list[str], tier: str, save: bool) -> int:
     from . import results as store
     from .reference import CPU_SETTINGS, GPU_SETTINGS, VARIANTS, LlamaCppModel, device_description
 
-    # before llama.cpp starts: NVML and the GPU as they are, whatever it leaves behind
-    device = device_description(CPU_SETTINGS if tier == "cpu" else GPU_SETTINGS)
-    results = []
+    device, results = None, []
     for name in names:
         e = catalog.entry(name, cat)
         path = refs.reference_path(name, tier)
@@ -125,6 +123,9 @@ def _reference_variation(cat, names: list[str], tier: str, save: bool) -> int:
         for variant, change in VARIANTS.items():
             print(f"{name}: llama.cpp {variant} vs its {tier}-tier reference...", file=sys.stderr)
             llm = LlamaCppModel(model_path, {**ref.settings, **change})
+            # asked while llama.cpp holds the GPU, as make_reference does: with none
+            # alive, NVML in this process aborted a CUDA build (free(): invalid pointer)
+            device = device or device_description(CPU_SETTINGS if tier == "cpu" else GPU_SETTINGS)
             try:
                 results.append((variant, llm.settings, validate.validate_model(llm, e, ref, f"llama.cpp {variant}",
                                                                                 tier=tier)))

@@ -30,10 +30,13 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 
 from engine.errors import AnvilError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 KINDS = ("bench", "ab", "validate", "variation")
@@ -194,9 +197,13 @@ def comparable(rec_a: dict, rec_b: dict, test: str | None = None) -> bool:
     return bool(shared) and all(spec_hash(rec_a, t) == spec_hash(rec_b, t) for t in shared)
 
 
-def to_frame(records: list[dict]) -> pd.DataFrame:
+def to_frame(records: list[dict]) -> "pd.DataFrame":
     """One row per (bench record, test); other kinds are ignored. Columns:
     FRAME_COLUMNS, then ``nvml_<key>`` for each scalar of a test's ``nvml`` summary."""
+    # here, not at the top: the store is also used beside a CUDA build of
+    # llama.cpp in process, and importing pandas after it aborts (free(): invalid pointer)
+    import pandas as pd
+
     rows = []
     for rec in records:
         if rec.get("kind", "bench") != "bench":

@@ -244,6 +244,23 @@ def test_parity_latest_validate_per_model(store):
     assert "parity (cuda, gpu refs): exact" in render_html(rep)
 
 
+def test_parity_shows_llama_cpps_own_spread(store):
+    """A variation record (llama.cpp against its own references under other
+    settings) sits beside the engine's margin shift for the same model and tier."""
+    v = ModelResult("beta-3b", "gpu", "llama.cpp flash-attn", 0.05,
+                    cases=[CaseResult("p0", 32, 3, "teacher-forced", margin_shifts=[0.1, -0.6])])
+    u = ModelResult("beta-3b", "gpu", "llama.cpp ubatch-1", 0.05,
+                    cases=[CaseResult("p0", 32, 32, "exact", margin_shifts=[0.2])])
+    results.save({"engine": "llama.cpp", "date": "2026-11-21T09:00:00Z", "tiers": ["gpu"],
+                  "results": [{**v.to_json(), "variant": "flash-attn"}, {**u.to_json(), "variant": "ubatch-1"}]},
+                 "variation", store)
+    rep = build_report(results.load_all(store))
+    by = {p.model: p for p in rep.parity}
+    assert by["beta-3b"].llama_spread == "flash-attn 0.6, ubatch-1 0.2" and by["alpha-8b"].llama_spread is None
+    assert by["beta-3b"].margin_shift == 0.0  # the engine record's own (its cases carry no shifts)
+    assert "flash-attn 0.6, ubatch-1 0.2" in render_html(rep) and "flash-attn 0.6" in render_md(rep)
+
+
 def test_ab_verdicts_statistics_and_traces(store, tmp_path):
     recs = results.load_all(store)
     rep = build_report(recs)

@@ -100,6 +100,11 @@ class Parity:
     max_logit_diff: float | None
     near_tie: float | None
     provenance: str
+    # largest change of llama.cpp's top-1/top-2 margin as the engine sees it, and
+    # as llama.cpp itself sees it under other settings (harness reference
+    # --variation): "flash-attn 2.14, ubatch-1 1.25". The threshold is read against both.
+    margin_shift: float | None = None
+    llama_spread: str | None = None
 
 
 @dataclass(frozen=True)
@@ -345,7 +350,20 @@ def _validate_entries(rec: dict) -> list[dict]:
     return [rec] if rec.get("model") and ("passed" in rec or "mode" in rec) else []
 
 
-def _parity(records: list[dict]) -> list[Parity]:
+def _llama_spread(records: list[dict]) -> dict[tuple[str, str], str]:
+    """(model, reference tier) -> llama.cpp's own max margin shift per variant,
+    from the latest variation record of each."""
+    latest: dict[tuple, dict[str, float]] = {}
+    for rec in sorted(records, key=_order):
+        for e in _validate_entries(rec):
+            if e.get("variant") and e.get("max_margin_shift") is not None:
+                key = (model_name({"model_name": e["model"]}), str(e.get("tier")))
+                latest.setdefault(key, {})[e["variant"]] = e["max_margin_shift"]
+    return {k: ", ".join(f"{v} {x:.3g}" for v, x in sorted(by.items())) for k, by in latest.items()}
+
+
+def _parity(records: list[dict], variation: list[dict] = ()) -> list[Parity]:
+    spread = _llama_spread(list(variation))
     latest: dict[tuple, Parity] = {}
     for rec in sorted(records, key=_order):
         for e in _validate_entries(rec):
@@ -364,7 +382,8 @@ def _parity(records: list[dict]) -> list[Parity]:
                     f"build {_build(rec)}; {_file(rec)}")
             latest[(model, str(g("tier")), str(g("backend")))] = Parity(
                 model, str(g("tier") or "?"), str(g("backend") or "?"), status, bool(passed),
-                f"{e.get('matched', '?')}/{e.get('steps', '?')}", e.get("max_logit_diff"), e.get("near_tie"), prov)
+                f"{e.get('matched', '?')}/{e.get('steps', '?')}", e.get("max_logit_diff"), e.get("near_tie"), prov,
+                e.get("max_margin_shift"), spread.get((model, str(g("tier")))))
     return [latest[k] for k in sorted(latest)]
 
 
@@ -454,7 +473,7 @@ def build_report(records: list[dict]) -> Report:
     figures: dict[str, Figure] = {}
     measures = [rm for rec in bench for rm in _bench_measures(rec, facts, figures)]
     rows, hist = _rows_and_history(measures)
-    parity = _parity([r for r in records if kind(r) == "validate"])
+    parity = _parity([r for r in records if kind(r) == "validate"], [r for r in records if kind(r) == "variation"])
     ab_tests, ab_runs = _ab([r for r in records if kind(r) == "ab"], facts, figures)
 
     runs = [Run("bench", "", row.model, m.engine, m.test, m.diagnosis, m.figure, m.provenance)

@@ -179,13 +179,17 @@ FLOPs per token).</p>
 </section>
 
 <section id="parity"><h2>Parity with llama.cpp</h2>
+<p class="muted">Margin shift: the largest change of llama.cpp's top-1/top-2 logit margin as the engine sees it; beside it,
+the same measure for llama.cpp itself under other settings (flash attention on, one-token batches), its own noise floor.
+A flip counts as a near-tie only where llama.cpp's margin is below the threshold (calibrated as 1.25 × the engine's shift).</p>
 <table><thead><tr><th>model</th><th>tier</th><th>backend</th><th>result</th><th>matched/steps</th><th>max Δlogit</th>
-<th>near-tie threshold</th><th>provenance</th></tr></thead><tbody>
+<th>margin shift</th><th>llama.cpp's own</th><th>near-tie threshold</th><th>provenance</th></tr></thead><tbody>
 {% for p in r.parity %}
 <tr><td>{{ p.model }}</td><td>{{ p.tier }}</td><td>{{ p.backend }}</td><td><span class="badge {{ 'ok' if p.ok else 'bad' }}">{{ p.status }}</span></td>
 <td class="num">{{ p.matched }}</td><td class="num">{{ '%.4f'|format(p.max_logit_diff) if p.max_logit_diff is not none else '—' }}</td>
+<td class="num">{{ '%.3g'|format(p.margin_shift) if p.margin_shift is not none else '—' }}</td><td>{{ p.llama_spread or '—' }}</td>
 <td class="num">{{ p.near_tie if p.near_tie is not none else '—' }}</td><td class="prov">{{ p.provenance }}</td></tr>
-{% else %}<tr><td colspan="8" class="muted">No validate records yet (<code>harness validate-catalog</code>).</td></tr>{% endfor %}
+{% else %}<tr><td colspan="10" class="muted">No validate records yet (<code>harness validate-catalog</code>).</td></tr>{% endfor %}
 </tbody></table>
 </section>
 
@@ -321,9 +325,12 @@ def render_md(report) -> str:
                          fmt_ratio(h.gain) if h.n_records > 1 else "—",
                          str(h.n_records)] for h in r.history], "No bench records yet.")
     lines += ["", "## Parity with llama.cpp", ""]
-    lines += _md_table(["model", "tier", "backend", "result", "matched/steps", "max Δlogit", "provenance"],
+    lines += _md_table(["model", "tier", "backend", "result", "matched/steps", "max Δlogit", "margin shift",
+                        "llama.cpp's own", "provenance"],
                        [[p.model, p.tier, p.backend, p.status, p.matched,
-                         f"{p.max_logit_diff:.4f}" if p.max_logit_diff is not None else "—", p.provenance]
+                         f"{p.max_logit_diff:.4f}" if p.max_logit_diff is not None else "—",
+                         f"{p.margin_shift:.3g}" if p.margin_shift is not None else "—", p.llama_spread or "—",
+                         p.provenance]
                         for p in r.parity], "No validate records yet.")
     lines += ["", "## A/B comparisons", ""]
     lines += _md_table(["date", "model", "test", "A", "B", "A median", "B median", "B/A [95% CI]", "p", "wins B:A",
