@@ -5,8 +5,10 @@ Tolerances, on the largest |logit difference| of a step:
   weights and keep fp32 activations, so only summation order and fast-math
   exp/sin differ: 2e-3 on F32-weight models and 2e-2 on quantised ones (larger
   logits, longer sums);
-- prefill: activations and dequantised weights go to bf16 for the tensor-core
-  GEMM (8 significant bits, like llama.cpp's 8-bit activations): 0.35 logits.
+- prefill: F32 weights run an fp32 GEMM, so F32-weight models are held to the
+  decode tolerance; quantised weights are dequantised to bf16 and the
+  activations rounded to bf16 for the tensor-core GEMM (8 significant bits,
+  like llama.cpp's 8-bit activations): 0.35 logits.
 Greedy tokens must agree wherever the NumPy engine's top-2 margin exceeds
 twice the tolerance.
 """
@@ -71,7 +73,8 @@ def test_prefill_matches_numpy(name, engines):
     ref.reset(), gpu.reset()
     lr, lg = ref.forward(PROMPT), gpu.forward(PROMPT)
     assert np.isfinite(lg).all()
-    assert np.abs(lg - lr).max() <= 0.35
+    tol = _decode_tol(name) if name.endswith("-f32") else 0.35
+    assert np.abs(lg - lr).max() <= tol, float(np.abs(lg - lr).max())
 
 
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-gemma3"])

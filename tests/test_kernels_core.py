@@ -36,7 +36,8 @@ SEED = int(os.environ.get("ANVIL_KERNELS_SEED", secrets.randbelow(2**32)))
 KERNELS = {
     "norm.cu": ["rms_norm", "add_rms_norm"],
     "rope.cu": ["rope_norm", "rope_neox"],
-    "elementwise.cu": ["silu_mul", "gelu_tanh_mul", "add", "scale", "softcap", "f32_to_bf16", "bias_add_rows"],
+    "elementwise.cu": ["silu_mul", "gelu_tanh_mul", "add", "scale", "softcap", "f32_to_bf16", "f32_to_f16",
+                       "bias_add_rows"],
     "argmax.cu": ["argmax", "argmax_partial", "argmax_final"],
 }
 ATTN_KERNELS = ["kv_store", "attention_decode", "attention_combine", "attention_prefill"]
@@ -197,6 +198,7 @@ def test_launchers_match_kernels():
     core_ops.scale(fd, x, 0.5)
     core_ops.softcap(fd, x, 30.0)
     core_ops.f32_to_bf16(fd, x, fd.empty((T, n), np.uint16))
+    core_ops.f32_to_f16(fd, x, fd.empty((T, n), np.float16))
     core_ops.bias_add_rows(fd, x, w)
     core_ops.argmax(fd, fd.empty((1000,)), fd.empty((1,), i32))
     core_ops.argmax(fd, fd.empty((151936,)), fd.empty((1,), i32))
@@ -563,6 +565,23 @@ def test_f32_to_bf16(dev, n):
     dy = poisoned(dev, (n,), np.uint16)
     core_ops.f32_to_bf16(dev, dev.upload(x), dy)
     np.testing.assert_array_equal(dy.numpy(), bf16_bits(x), err_msg=f"f32_to_bf16 (seed {SEED})")
+
+
+@gpu
+@pytest.mark.parametrize("n", EW_SIZES)
+def test_f32_to_f16(dev, n):
+    """Bit-exact against NumPy's round-to-nearest-even cast, overflow to inf and subnormals included."""
+    r = rng("f16", n)
+    x = (r.standard_normal(n) * 10.0 ** r.integers(-8, 5, n)).astype(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 65504.0, 65520.0, -7.0e4, 6.0e-8,
+                        np.float32(1.0 + 2.0 ** -11),                   # tie, even mantissa: rounds down
+                        np.float32(1.0 + 3 * 2.0 ** -11)], np.float32)  # tie, odd mantissa: rounds up
+    x[: min(n, special.size)] = special[: min(n, special.size)]
+    dy = poisoned(dev, (n,), np.float16)
+    core_ops.f32_to_f16(dev, dev.upload(x), dy)
+    with np.errstate(over="ignore"):  # the cast overflows to inf on purpose
+        want = x.astype(np.float16)
+    np.testing.assert_array_equal(dy.numpy().view(np.uint16), want.view(np.uint16), err_msg=f"f32_to_f16 (seed {SEED})")
 
 
 @gpu

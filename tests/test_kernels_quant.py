@@ -215,3 +215,33 @@ def test_gemv(dev, t):
             pytest.fail(f"gemv {t.name} [{n_out} x {n_in}] rows={rows} add={mode} (seed {SEED}): "
                         f"{int(bad.sum())} of {n_out} rows off, first row {i}: {got[i]!r} vs {ref[i]!r} "
                         f"(atol {atol[i]:.3g})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_prefill_gemm_precision(dev, dtype):
+    """The prefill GEMM (cublas.gemm) against float64 products of the same
+    rounded inputs: fp32 accumulation for every input type, and an F32
+    weight stays fp32 (TF32's 10-bit inputs err ~10x past this bound)."""
+    from engine.backends.cuda.cublas import Cublas
+
+    g = np.random.default_rng(7)
+    T, n_in, n_out = 37, 512, 300
+    x = g.standard_normal((T, n_in)).astype(np.float32)
+    w = g.standard_normal((n_out, n_in)).astype(np.float32)
+    if dtype == "f16":
+        xs, ws = x.astype(np.float16), w.astype(np.float16)
+    elif dtype == "bf16":
+        xs, ws = bf16_rne(x), bf16_rne(w)
+    else:
+        xs, ws = x, w
+    as64 = (lambda a: a.astype(np.float64)) if dtype != "bf16" else \
+        (lambda a: (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64))
+    want = as64(xs) @ as64(ws).T
+    y = dev.empty((T, n_out))
+    Cublas(dev.stream).gemm(dev.upload(xs), dev.upload(ws), y, T, n_in, n_out, dtype)
+    dev.synchronize()
+    # fp32 accumulation over 512 terms stays near 2^-24 x sqrt(n) of |x|·|w|; 2^-16 leaves room
+    bound = 2.0 ** -16 * (np.abs(as64(xs)) @ np.abs(as64(ws)).T)
+    err = np.abs(y.numpy() - want)
+    assert (err <= bound).all(), f"{dtype}: max error {err.max():.3g}, bound there {bound.flat[err.argmax()]:.3g}"

@@ -105,24 +105,47 @@ extern "C" __global__ void softcap(float* x, float cap, int n) {
     map1_inplace(x, n, Softcap{cap, 1.0f / cap});
 }
 
-// Round-to-nearest-even fp32 -> bf16 (input of bf16 tensor-core GEMMs).
-extern "C" __global__ void f32_to_bf16(const float* x, __nv_bfloat16* y, int n) {
-    KERNEL_START();
+// Round-to-nearest-even fp32 -> bf16 / f16 (inputs of 16-bit tensor-core GEMMs).
+struct ToBf16 {
+    typedef __nv_bfloat16 T;
+    typedef __nv_bfloat162 T2;
+    static __device__ T2 two(float a, float b) { return __floats2bfloat162_rn(a, b); }
+    static __device__ T one(float a) { return __float2bfloat16_rn(a); }
+};
+struct ToF16 {
+    typedef __half T;
+    typedef __half2 T2;
+    static __device__ T2 two(float a, float b) { return __floats2half2_rn(a, b); }
+    static __device__ T one(float a) { return __float2half_rn(a); }
+};
+
+template <typename To>
+__device__ void f32_to_16bit(const float* x, typename To::T* y, int n) {
     const int tid = blockIdx.x * blockDim.x + threadIdx.x;
     const int stride = gridDim.x * blockDim.x;
     int done = 0;
-    // float4 in, 4 bf16 (8 bytes) out: needs x 16-byte and y 8-byte aligned.
+    // float4 in, 4 16-bit values (8 bytes) out: needs x 16-byte and y 8-byte aligned.
     if (((reinterpret_cast<size_t>(x) & 15) | (reinterpret_cast<size_t>(y) & 7)) == 0) {
         const float4* x4 = reinterpret_cast<const float4*>(x);
-        __nv_bfloat162* y2 = reinterpret_cast<__nv_bfloat162*>(y);
+        typename To::T2* y2 = reinterpret_cast<typename To::T2*>(y);
         for (int i = tid; i < n / 4; i += stride) {
             const float4 v = x4[i];
-            y2[2 * i] = __floats2bfloat162_rn(v.x, v.y);
-            y2[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+            y2[2 * i] = To::two(v.x, v.y);
+            y2[2 * i + 1] = To::two(v.z, v.w);
         }
         done = n / 4 * 4;
     }
-    for (int i = done + tid; i < n; i += stride) y[i] = __float2bfloat16_rn(x[i]);
+    for (int i = done + tid; i < n; i += stride) y[i] = To::one(x[i]);
+}
+
+extern "C" __global__ void f32_to_bf16(const float* x, __nv_bfloat16* y, int n) {
+    KERNEL_START();
+    f32_to_16bit<ToBf16>(x, y, n);
+}
+
+extern "C" __global__ void f32_to_f16(const float* x, __half* y, int n) {
+    KERNEL_START();
+    f32_to_16bit<ToF16>(x, y, n);
 }
 
 // y[r, :] += b for each of `rows` rows of length n. grid (ceil(n/1024), rows)

@@ -1,9 +1,10 @@
 """The CUDA backend: quantised weights on the GPU, NVRTC kernels, graph decode.
 
 Weights are uploaded in their GGUF block form and read directly by the
-matrix-vector kernels (decode); prefill dequantises one weight at a time to
-bf16 into a scratch buffer and multiplies all prompt tokens at once with
-cuBLAS on the tensor cores, so no dequantised copy of the model is kept.
+matrix-vector kernels (decode); prefill multiplies all prompt tokens at once
+with cuBLAS: float weights as stored (F32 in fp32, F16 with f16 activations),
+quantised ones dequantised one at a time to bf16 into a scratch buffer for
+the tensor cores, so no dequantised copy of the model is kept.
 
 Decode runs as one CUDA graph per sequence step: the token id, its position
 and the KV length live in device memory, the graph's last kernel advances
@@ -132,11 +133,18 @@ class Ops:
             # the kernel adds one vector to its output: a bias or the residual
             self.q.gemv(self.dev, w.data, w.qtype, x, y, w.n_in, w.n_out, add=bias if add is None else add)
             return y
-        wb = self._bf16_scratch(w.n_out * w.n_in).reshape(w.n_out, w.n_in)
-        self.q.dequant_bf16(self.dev, w.data, w.qtype, wb, w.n_out, w.n_in)
-        xb = self._empty((T, w.n_in), np.uint16)  # bf16 bits
-        self.core.f32_to_bf16(self.dev, x, xb)
-        self.b.cublas.gemm_bf16(xb, wb, y, T, w.n_in, w.n_out)
+        if w.qtype == QType.F32:  # the file's own precision: an fp32 GEMM, nothing rounded
+            self.b.cublas.gemm(x, w.data, y, T, w.n_in, w.n_out, "f32")
+        elif w.qtype == QType.F16:  # f16 weights as stored, activations rounded to f16
+            xh = self._empty((T, w.n_in), np.float16)
+            self.core.f32_to_f16(self.dev, x, xh)
+            self.b.cublas.gemm(xh, w.data, y, T, w.n_in, w.n_out, "f16")
+        else:  # BF16 as stored, quantised types dequantised to bf16 (exactly, for BF16)
+            wb = self._bf16_scratch(w.n_out * w.n_in).reshape(w.n_out, w.n_in)
+            self.q.dequant_bf16(self.dev, w.data, w.qtype, wb, w.n_out, w.n_in)
+            xb = self._empty((T, w.n_in), np.uint16)  # bf16 bits
+            self.core.f32_to_bf16(self.dev, x, xb)
+            self.b.cublas.gemm(xb, wb, y, T, w.n_in, w.n_out, "bf16")
         if bias is not None:
             self.core.bias_add_rows(self.dev, y, bias)
         if add is not None:

@@ -279,6 +279,13 @@ def f32_to_bf16(dev: Device, x: DArray, y: DArray) -> None:
     _ew_launch(dev, "f32_to_bf16", x.size, [x, y, x.size])
 
 
+def f32_to_f16(dev: Device, x: DArray, y: DArray) -> None:
+    """y (float16, or any 2-byte dtype) = f16(x), round to nearest even."""
+    _check_f32(x)
+    assert y.size == x.size and np.dtype(y.dtype).itemsize == 2
+    _ew_launch(dev, "f32_to_f16", x.size, [x, y, x.size])
+
+
 def bias_add_rows(dev: Device, y: DArray, b: DArray) -> None:
     """y[r, :] += b for every row of y (row length b.size)."""
     _check_f32(y, b)

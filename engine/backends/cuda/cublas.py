@@ -1,10 +1,12 @@
 """The one cuBLAS call the prefill needs, through ctypes.
 
-Prefill multiplies all prompt tokens by each weight at once, a GEMM, on the
-tensor cores: the quantised weight is dequantised to bf16 into a scratch
-buffer, the activations are cast to bf16, and ``cublasGemmEx`` accumulates
-in fp32. The library comes from NVIDIA's ``nvidia-cublas`` wheel or the CUDA
-toolkit, located by ``cuda.pathfinder``.
+Prefill multiplies all prompt tokens by each weight at once, a GEMM, with
+``cublasGemmEx`` accumulating in fp32. Inputs keep the weight's own
+precision where it is a float type: F32 weights run in fp32 (no TF32), F16
+weights with f16 activations, and BF16 and every quantised type with bf16
+(quantised weights dequantised into a scratch buffer). The library comes from
+NVIDIA's ``nvidia-cublas`` wheel or the CUDA toolkit, located by
+``cuda.pathfinder``.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from ...errors import AnvilError
 from .device import DArray
 
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
-CUDA_R_32F, CUDA_R_16BF = 0, 14
-CUBLAS_COMPUTE_32F = 68
+CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
+CUBLAS_COMPUTE_32F = 68  # fp32 accumulation; fp32 inputs stay fp32 (no TF32 unless asked)
+DATA_TYPES = {"f32": CUDA_R_32F, "f16": CUDA_R_16F, "bf16": CUDA_R_16BF}
 CUBLAS_GEMM_DEFAULT = -1
 
 
@@ -50,16 +53,18 @@ class Cublas:
         self.lib = lib
         self._one, self._zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
-    def gemm_bf16(self, x: DArray, w: DArray, y: DArray, T: int, n_in: int, n_out: int) -> None:
-        """``y[T, n_out] = x[T, n_in] · w[n_out, n_in]ᵀ``, bf16 inputs, fp32 out.
+    def gemm(self, x: DArray, w: DArray, y: DArray, T: int, n_in: int, n_out: int, dtype: str = "bf16") -> None:
+        """``y[T, n_out] = x[T, n_in] · w[n_out, n_in]ᵀ``: x and w both of
+        ``dtype`` (f32, f16 or bf16), fp32 accumulation and output.
 
         cuBLAS is column-major: row-major ``y`` is column-major ``yᵀ``
         ``[n_out, T] = w · xᵀ``, i.e. op(A)=Wᵀ-as-stored (A = w, lda = n_in,
         transposed) times B = x (ldb = n_in).
         """
+        t = DATA_TYPES[dtype]
         _check(self.lib.cublasGemmEx(
             self.handle, CUBLAS_OP_T, CUBLAS_OP_N, n_out, T, n_in,
-            ctypes.byref(self._one), ctypes.c_void_p(w.ptr), CUDA_R_16BF, n_in,
-            ctypes.c_void_p(x.ptr), CUDA_R_16BF, n_in,
+            ctypes.byref(self._one), ctypes.c_void_p(w.ptr), t, n_in,
+            ctypes.c_void_p(x.ptr), t, n_in,
             ctypes.byref(self._zero), ctypes.c_void_p(y.ptr), CUDA_R_32F, n_out,
-            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), "cublasGemmEx")
+            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), f"cublasGemmEx ({dtype})")
