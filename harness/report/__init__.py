@@ -378,8 +378,8 @@ def _parity(records: list[dict], variation: list[dict] = ()) -> list[Parity]:
                 status = f"teacher-forced: {near} near-tie flip{'s' if near != 1 else ''}"
             g = lambda k: e.get(k, rec.get(k))  # noqa: E731  (entry first, then its record)
             model = model_name({"model_name": e["model"]})
-            prov = (f"{g('gpu') or 'no GPU recorded'}, driver {g('driver') or '?'}, {_date(rec) or '?'}, "
-                    f"build {_build(rec)}; {_file(rec)}")
+            where = f"{g('gpu')}, driver {g('driver') or '?'}" if g("gpu") else "no GPU (CPU run)"
+            prov = f"{where}, {_date(rec) or '?'}, build {_build(rec)}; {_file(rec)}"
             latest[(model, str(g("tier")), str(g("backend")))] = Parity(
                 model, str(g("tier") or "?"), str(g("backend") or "?"), status, bool(passed),
                 f"{e.get('matched', '?')}/{e.get('steps', '?')}", e.get("max_logit_diff"), e.get("near_tie"), prov,
