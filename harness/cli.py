@@ -83,6 +83,8 @@ def cmd_reference(args) -> int:
     settings = CPU_SETTINGS if args.tier == "cpu" else GPU_SETTINGS
     if args.variation:
         return _reference_variation(cat, names, args.tier, args.save)
+    if args.save:
+        raise AnvilError("--save goes with --variation (a reference is always written to references/)")
     for name in names:
         e = catalog.entry(name, cat)
         out = refs.reference_path(name, args.tier)
@@ -119,14 +121,16 @@ def _reference_variation(cat, names: list[str], tier: str, save: bool) -> int:
             raise AnvilError(f"{name}: no {tier}-tier reference at {path} to measure llama.cpp against; "
                              f"make it first with `harness reference --tier {tier} --model {name}`")
         ref = refs.load(path)
+        if ref.model_sha256 != e.sha256:  # llama.cpp on another file would pass for its own spread
+            raise AnvilError(f"{path} was made from a different file than the catalog pins for {name}; "
+                             f"regenerate it with `harness reference --tier {tier} --model {name} --force`")
         model_path = catalog.model_path(name, catalog=cat)
         for variant, change in VARIANTS.items():
             print(f"{name}: llama.cpp {variant} vs its {tier}-tier reference...", file=sys.stderr)
             llm = LlamaCppModel(model_path, {**ref.settings, **change})
-            # asked while llama.cpp holds the GPU, as make_reference does: with none
-            # alive, NVML in this process aborted a CUDA build (free(): invalid pointer)
-            device = device or device_description(CPU_SETTINGS if tier == "cpu" else GPU_SETTINGS)
             try:
+                # asked while llama.cpp holds the GPU, as make_reference does
+                device = device or device_description(CPU_SETTINGS if tier == "cpu" else GPU_SETTINGS)
                 results.append((variant, llm.settings, validate.validate_model(llm, e, ref, f"llama.cpp {variant}",
                                                                                 tier=tier)))
             finally:

@@ -122,22 +122,25 @@ def make_reference(model_name: str, model_path: Path, sha256: str, prompts: list
     llama_cpp = _import_llama_cpp()
     s = settings
     llm = _open(model_path, s)
-    ref = Reference(
-        model=model_name, model_file=Path(model_path).name, model_sha256=sha256,
-        llama_cpp={"package": "llama-cpp-python", "version": llama_cpp.__version__,
-                   "system_info": llama_cpp.llama_print_system_info().decode().strip()},
-        settings=dict(s), device=device_description(s),
-        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), top_k=top_k)
-    for prompt in prompts:
-        # add_bos follows the model's own tokenizer.ggml.add_bos_token, as llama.cpp's CLI does
-        prompt_ids = llm.tokenize(prompt.encode(), add_bos=True, special=False)
-        if len(prompt_ids) + n_steps > s["n_ctx"]:
-            raise AnvilError(f"prompt {prompt!r}: {len(prompt_ids)} tokens + {n_steps} steps exceed n_ctx {s['n_ctx']}")
-        ref.cases.append(_greedy_case(llm, prompt, prompt_ids, n_steps, top_k))
-        if progress:
-            progress()
-    llm.close()
-    return ref
+    try:
+        ref = Reference(
+            model=model_name, model_file=Path(model_path).name, model_sha256=sha256,
+            llama_cpp={"package": "llama-cpp-python", "version": llama_cpp.__version__,
+                       "system_info": llama_cpp.llama_print_system_info().decode().strip()},
+            settings=dict(s), device=device_description(s),
+            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), top_k=top_k)
+        for prompt in prompts:
+            # add_bos follows the model's own tokenizer.ggml.add_bos_token, as llama.cpp's CLI does
+            prompt_ids = llm.tokenize(prompt.encode(), add_bos=True, special=False)
+            if len(prompt_ids) + n_steps > s["n_ctx"]:
+                raise AnvilError(f"prompt {prompt!r}: {len(prompt_ids)} tokens + {n_steps} steps exceed "
+                                 f"n_ctx {s['n_ctx']}")
+            ref.cases.append(_greedy_case(llm, prompt, prompt_ids, n_steps, top_k))
+            if progress:
+                progress()
+        return ref
+    finally:
+        llm.close()  # now, not when collected: see LlamaCppModel.close
 
 
 def _greedy_case(llm, prompt: str, prompt_ids: list[int], n_steps: int, top_k: int) -> Case:

@@ -6,9 +6,10 @@ Tolerances, on the largest |logit difference| of a step:
   exp/sin differ: 2e-3 on F32-weight models and 2e-2 on quantised ones (larger
   logits, longer sums);
 - prefill: F32 weights run an fp32 GEMM, so F32-weight models are held to the
-  decode tolerance; quantised weights are dequantised to bf16 and the
-  activations rounded to bf16 for the tensor-core GEMM (8 significant bits,
-  like llama.cpp's 8-bit activations): 0.35 logits.
+  decode tolerance; F16 weights an f16 GEMM (activations rounded to f16), and
+  quantised weights are dequantised to bf16 with the activations rounded to
+  bf16 for the tensor-core GEMM (8 significant bits, like llama.cpp's 8-bit
+  activations): 0.35 logits on the quantised models (tiny-qwen2 mixes in F16).
 Greedy tokens must agree wherever the NumPy engine's top-2 margin exceeds
 twice the tolerance.
 """

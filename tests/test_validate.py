@@ -193,3 +193,22 @@ def test_llama_cpp_variation_is_measured_like_the_engine(tmp_path, monkeypatch):
     assert by["flash-attn"]["settings"]["flash_attn"] is True and by["ubatch-1"]["settings"]["n_ubatch"] == 1
     # F32 weights: on the CPU, one-token batches change nothing; the FA path rounds through f16
     assert by["ubatch-1"]["max_logit_diff"] < 1e-3 < by["flash-attn"]["max_logit_diff"] < 0.1
+
+
+def test_variation_refuses_a_reference_of_another_file(monkeypatch, capsys):
+    """llama.cpp run on a new file against outputs of an old one would pass
+    for its own spread: refused, as validate-catalog refuses it."""
+    from harness import cli
+
+    real = catalog.load
+
+    def load(path=None):
+        cat = real(path)
+        cat[MODEL] = dataclasses.replace(cat[MODEL], sha256="0" * 64)
+        return cat
+
+    monkeypatch.setattr(catalog, "load", load)
+    assert cli.main(["reference", "--variation", "--model", MODEL]) == 1
+    assert "different file than the catalog pins" in capsys.readouterr().err
+    assert cli.main(["reference", "--model", MODEL, "--save"]) == 1
+    assert "--save goes with --variation" in capsys.readouterr().err

@@ -378,7 +378,8 @@ def _parity(records: list[dict], variation: list[dict] = ()) -> list[Parity]:
                 status = f"teacher-forced: {near} near-tie flip{'s' if near != 1 else ''}"
             g = lambda k: e.get(k, rec.get(k))  # noqa: E731  (entry first, then its record)
             model = model_name({"model_name": e["model"]})
-            where = f"{g('gpu')}, driver {g('driver') or '?'}" if g("gpu") else "no GPU (CPU run)"
+            where = (f"{g('gpu')}, driver {g('driver') or '?'}" if g("gpu") else
+                     "GPU not recorded" if g("backend") == "cuda" else "CPU run")
             prov = f"{where}, {_date(rec) or '?'}, build {_build(rec)}; {_file(rec)}"
             latest[(model, str(g("tier")), str(g("backend")))] = Parity(
                 model, str(g("tier") or "?"), str(g("backend") or "?"), status, bool(passed),

@@ -10,18 +10,22 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from harness import catalog, fetch  # noqa: E402
-
 STASH = Path("/tmp/parts")
 
 
 def main() -> None:
+    # first, before anything that could fail: this call's piece is gone with the call
     for piece in sorted(Path(".gpu/parts").glob("*/p*/piece.*")):
         dest = STASH / piece.parent.parent.name / piece.name
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if not dest.exists():
-            shutil.copyfile(piece, dest)
+        if not dest.exists() or dest.stat().st_size != piece.stat().st_size:
+            tmp = dest.with_name(".copying-" + dest.name)  # not matched by piece.*
+            shutil.copyfile(piece, tmp)
+            tmp.replace(dest)
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from harness import catalog, fetch
+
     cat = catalog.load()
     for d in sorted(p for p in STASH.glob("*") if p.is_dir() and p.name in cat):
         e = cat[d.name]
@@ -44,7 +48,7 @@ def main() -> None:
         else:
             tmp.unlink()
             print(f"join_parts: {d.name}: {len(pieces)} pieces here ({', '.join(p.name for p in pieces)}), "
-                  "not complete yet")
+                  "not the catalog's file yet (a piece missing, or a wrong one among them)")
 
 
 if __name__ == "__main__":

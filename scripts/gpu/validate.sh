@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU host: the correctness gate of one sitting, in stages.
 #   build     start building llama-cpp-python with CUDA in the background
-#             (~5 min; it outlives this call while the machine stays warm)
-#   refs      wait for that build; make the catalog's synthetic models and the
+#             (~5 min; it outlives this call while the machine stays warm;
+#             nothing to do once built, a failed build starts again)
+#   refs      wait for that build (started now if it was not); make the catalog's synthetic models and the
 #             llama.cpp CUDA references (references/gpu/) still missing for
 #             the models present (real ones only if carried: the host is offline)
 #   validate  harness validate-catalog --backend cuda over every tier (--save --calibrate)
@@ -18,22 +19,38 @@ source scripts/gpu/host-env.sh
 stages=${*:-build refs validate}
 T0=$(date +%s)
 rc_file=/tmp/llamacpp-build.rc
-[ -e /tmp/validate-start ] || touch /tmp/validate-start  # results newer than this come back
+mark=$(mktemp /tmp/validate-start.XXXXXX)  # this call's new references and records come back
+collect() {
+  find references/gpu reports/results -newer "$mark" -name '*.json' | xargs -r tar czf "$OUT/results.tgz"
+  echo "stages [$stages] done in $(( $(date +%s) - T0 )) s"
+}
+trap collect EXIT
+
+llamacpp_ready() {
+  python3 -c "import llama_cpp, sys; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)" 2>/dev/null
+}
+
+start_build() {  # unless built, or building; a failed build starts again
+  llamacpp_ready && return
+  [ -e /tmp/llamacpp-build.log ] && [ ! -e $rc_file ] && return
+  [ -d .gpu/llamacpp ] || { echo "no llama.cpp build here and .gpu/llamacpp not carried"; exit 1; }
+  rm -rf /tmp/llamacpp-carried $rc_file
+  # from a copy under /tmp: later calls replace the working tree mid-build
+  cp -r .gpu/llamacpp /tmp/llamacpp-carried
+  setsid bash -c "bash /tmp/llamacpp-carried/build-llamacpp.sh /tmp/llamacpp-carried/llama-cpp-python.tar.gz \
+    > /tmp/llamacpp-build.log 2>&1; echo \$? > $rc_file" < /dev/null > /dev/null 2>&1 &
+  echo "llama.cpp build started"
+}
 
 for stage in $stages; do case $stage in
 build)
-  if [ ! -e /tmp/llamacpp-build.log ]; then
-    # from a copy under /tmp: later calls replace the working tree mid-build
-    cp -r .gpu/llamacpp /tmp/llamacpp-carried
-    setsid bash -c "bash /tmp/llamacpp-carried/build-llamacpp.sh /tmp/llamacpp-carried/llama-cpp-python.tar.gz \
-      > /tmp/llamacpp-build.log 2>&1; echo \$? > $rc_file" < /dev/null > /dev/null 2>&1 &
-    echo "llama.cpp build started"
-  fi ;;
+  start_build ;;
 refs)
+  start_build
   synth=$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth'))")
   python3 -m harness.cli models -q $synth > "$OUT/models.txt" 2>&1 || tail -3 "$OUT/models.txt"
-  while [ ! -e $rc_file ] && [ $(( $(date +%s) - T0 )) -lt 480 ]; do sleep 5; done
-  [ "$(cat $rc_file 2>/dev/null)" = 0 ] || { echo "llama.cpp build failed or unfinished:"; tail -20 /tmp/llamacpp-build.log; exit 1; }
+  while ! llamacpp_ready && [ ! -e $rc_file ] && [ $(( $(date +%s) - T0 )) -lt 480 ]; do sleep 5; done
+  llamacpp_ready || { echo "llama.cpp build failed or unfinished:"; tail -20 /tmp/llamacpp-build.log; exit 1; }
   missing=$(python3 -c "
 from harness import catalog, fetch, refs
 for n, e in catalog.load().items():
@@ -55,5 +72,3 @@ variation)
   grep -E "^\| |over .* steps" "$OUT/variation.txt" ;;
 *) echo "unknown stage $stage (build, refs, validate, variation)"; exit 2 ;;
 esac; done
-find references/gpu reports/results -newer /tmp/validate-start -name '*.json' | xargs -r tar czf "$OUT/results.tgz"
-echo "stages [$stages] done in $(( $(date +%s) - T0 )) s"

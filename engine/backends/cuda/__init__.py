@@ -139,7 +139,7 @@ class Ops:
             xh = self._empty((T, w.n_in), np.float16)
             self.core.f32_to_f16(self.dev, x, xh)
             self.b.cublas.gemm(xh, w.data, y, T, w.n_in, w.n_out, "f16")
-        else:  # BF16 as stored, quantised types dequantised to bf16 (exactly, for BF16)
+        else:  # quantised types dequantised to bf16; BF16 copied through the same path, bit for bit
             wb = self._bf16_scratch(w.n_out * w.n_in).reshape(w.n_out, w.n_in)
             self.q.dequant_bf16(self.dev, w.data, w.qtype, wb, w.n_out, w.n_in)
             xb = self._empty((T, w.n_in), np.uint16)  # bf16 bits
