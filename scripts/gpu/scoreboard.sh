@@ -15,8 +15,7 @@ models=${*:-qwen3-8b llama3-8b}
 source scripts/gpu/host-env.sh
 touch /tmp/scoreboard-start
 bench=/tmp/llamacpp/build/bin/llama-bench
-[ -x $bench ] || (nice -n 15 bash .gpu/llamacpp/build-llamacpp.sh .gpu/llamacpp/llama-cpp-python.tar.gz \
-  > "$OUT/build.txt" 2>&1 &)
+llamacpp_build || exit 1
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader
 tiny=$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth' and e.tier == 'cpu'))")
 python3 -m harness.cli models -q $tiny $models > "$OUT/models.txt" 2>&1 || tail -3 "$OUT/models.txt"
@@ -30,8 +29,7 @@ for m in $present $models; do
     || echo "$m: validation FAILED"
 done
 grep -h "| cuda |" "$OUT"/val-*.txt
-while [ ! -x $bench ] && [ $(( $(date +%s) - T0 )) -lt 420 ]; do sleep 5; done
-sleep 15  # the build's last steps (the wheel) after the binary appears
+llamacpp_wait $(( 420 - ($(date +%s) - T0) )) || exit 1
 nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem.csv" &
 smi=$!
 python3 -m harness.cli bench --llamacpp llama-bench:$bench --pp-repetitions 40 --model $models 2>&1 | tail -12

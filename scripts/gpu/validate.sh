@@ -18,7 +18,6 @@ set -uo pipefail
 source scripts/gpu/host-env.sh
 stages=${*:-build refs validate}
 T0=$(date +%s)
-rc_file=/tmp/llamacpp-build.rc
 mark=$(mktemp /tmp/validate-start.XXXXXX)  # this call's new references and records come back
 collect() {
   find references/gpu reports/results -newer "$mark" -name '*.json' | xargs -r tar czf "$OUT/results.tgz"
@@ -26,31 +25,14 @@ collect() {
 }
 trap collect EXIT
 
-llamacpp_ready() {
-  python3 -c "import llama_cpp, sys; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)" 2>/dev/null
-}
-
-start_build() {  # unless built, or building; a failed build starts again
-  llamacpp_ready && return
-  [ -e /tmp/llamacpp-build.log ] && [ ! -e $rc_file ] && return
-  [ -d .gpu/llamacpp ] || { echo "no llama.cpp build here and .gpu/llamacpp not carried"; exit 1; }
-  rm -rf /tmp/llamacpp-carried $rc_file
-  # from a copy under /tmp: later calls replace the working tree mid-build
-  cp -r .gpu/llamacpp /tmp/llamacpp-carried
-  setsid bash -c "bash /tmp/llamacpp-carried/build-llamacpp.sh /tmp/llamacpp-carried/llama-cpp-python.tar.gz \
-    > /tmp/llamacpp-build.log 2>&1; echo \$? > $rc_file" < /dev/null > /dev/null 2>&1 &
-  echo "llama.cpp build started"
-}
-
 for stage in $stages; do case $stage in
 build)
-  start_build ;;
+  llamacpp_build || exit 1 ;;
 refs)
-  start_build
+  llamacpp_build || exit 1
   synth=$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth'))")
   python3 -m harness.cli models -q $synth > "$OUT/models.txt" 2>&1 || tail -3 "$OUT/models.txt"
-  while ! llamacpp_ready && [ ! -e $rc_file ] && [ $(( $(date +%s) - T0 )) -lt 480 ]; do sleep 5; done
-  llamacpp_ready || { echo "llama.cpp build failed or unfinished:"; tail -20 /tmp/llamacpp-build.log; exit 1; }
+  llamacpp_wait 480 || exit 1
   missing=$(python3 -c "
 from harness import catalog, fetch, refs
 for n, e in catalog.load().items():
