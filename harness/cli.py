@@ -101,6 +101,22 @@ def cmd_reference(args) -> int:
     return 0
 
 
+def _reference_for(e, tier: str):
+    """The model's llama.cpp references of ``tier``, made from the very file the catalog pins."""
+    from . import refs
+
+    path = refs.reference_path(e.name, tier)
+    if not path.exists():
+        raise AnvilError(f"{e.name}: no llama.cpp reference at {path}; make it with "
+                         f"`harness reference --tier {tier} --model {e.name}` (needs llama-cpp-python"
+                         f"{', built with CUDA, on the GPU' if tier == 'gpu' else ''})")
+    ref = refs.load(path)
+    if ref.model_sha256 != e.sha256:
+        raise AnvilError(f"{path} was made from a different file than the catalog pins for {e.name}; "
+                         f"regenerate it with `harness reference --tier {tier} --model {e.name} --force`")
+    return ref
+
+
 def _reference_variation(cat, names: list[str], tier: str, save: bool) -> int:
     """llama.cpp against its own references under settings that should not
     matter (reference.VARIANTS), measured as validate-catalog measures the
@@ -109,21 +125,14 @@ def _reference_variation(cat, names: list[str], tier: str, save: bool) -> int:
 
     from engine.bench import build_hash
 
-    from . import catalog, refs, validate
+    from . import catalog, validate
     from . import results as store
     from .reference import CPU_SETTINGS, GPU_SETTINGS, VARIANTS, LlamaCppModel, device_description
 
     device, results = None, []
     for name in names:
         e = catalog.entry(name, cat)
-        path = refs.reference_path(name, tier)
-        if not path.exists():
-            raise AnvilError(f"{name}: no {tier}-tier reference at {path} to measure llama.cpp against; "
-                             f"make it first with `harness reference --tier {tier} --model {name}`")
-        ref = refs.load(path)
-        if ref.model_sha256 != e.sha256:  # llama.cpp on another file would pass for its own spread
-            raise AnvilError(f"{path} was made from a different file than the catalog pins for {name}; "
-                             f"regenerate it with `harness reference --tier {tier} --model {name} --force`")
+        ref = _reference_for(e, tier)  # on another file, llama.cpp would pass for its own spread
         model_path = catalog.model_path(name, catalog=cat)
         for variant, change in VARIANTS.items():
             print(f"{name}: llama.cpp {variant} vs its {tier}-tier reference...", file=sys.stderr)
@@ -151,7 +160,7 @@ def _reference_variation(cat, names: list[str], tier: str, save: bool) -> int:
 def cmd_validate(args) -> int:
     import json
 
-    from . import catalog, refs, validate
+    from . import catalog, validate
 
     backend = args.backend
     if backend == "auto":
@@ -169,15 +178,7 @@ def cmd_validate(args) -> int:
     plan = []
     for name, tier in pairs:  # check every reference exists before the long part
         e = catalog.entry(name, cat)
-        path = refs.reference_path(name, tier)
-        if not path.exists():
-            raise AnvilError(f"{name}: no llama.cpp reference at {path}; make it with "
-                             f"`harness reference --tier {tier} --model {name}` (needs llama-cpp-python"
-                             f"{', built with CUDA, on the GPU' if tier == 'gpu' else ''})")
-        ref = refs.load(path)
-        if ref.model_sha256 != e.sha256:
-            raise AnvilError(f"{path} was made from a different file than the catalog pins for {name}; "
-                             f"regenerate it with `harness reference --tier {tier} --model {name} --force`")
+        ref = _reference_for(e, tier)
         if e.threshold(backend, tier) <= 0 and not args.calibrate:  # calibrating: every flip counts as drift
             key = e.threshold_key(backend, tier)
             raise AnvilError(f"catalog: {name} has no {key} threshold for its {tier}-tier references; calibrate "
