@@ -25,7 +25,6 @@ import hashlib
 import math
 import mmap
 import os
-import secrets
 import struct
 import zlib
 from dataclasses import dataclass, replace
@@ -37,6 +36,8 @@ from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERS
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFValueType as V
 from gguf import LlamaFileType as FT
+
+from .atomic import atomic_open
 
 GAIN = 1.0           # weight std = GAIN/sqrt(fan_in): unit-RMS inputs give O(1) outputs
 EMBD_STD = 1.0       # x0 (the embedded token) has RMS 1, like one layer's contribution
@@ -461,34 +462,19 @@ def write_synthetic(preset: Preset | str, out_path, *, vocab_gguf, seed: int = 0
     header += bytes(pad(len(header)))
 
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Temp file next to the target (os.replace is atomic within a filesystem); O_EXCL with
-    # mode 0o666 so the umask applies as for a normal file (mkstemp would leave 0600).
-    tmp = out.parent / f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     h, total = hashlib.sha256(), 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            def emit(b) -> int:
-                nonlocal total
-                mv = memoryview(b).cast("B")
-                f.write(mv)
-                h.update(mv)
-                total += len(mv)
-                return len(mv)
-            emit(bytes(header))
-            for name, ne, qt, kind, std in plan:
-                n = sum(emit(c) for c in _tensor_chunks(seed, name, ne, qt, kind, std, p))
-                assert n == _nbytes(ne, qt), name
-                emit(bytes(pad(n)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_open(out) as f:
+        def emit(b) -> int:
+            nonlocal total
+            mv = memoryview(b).cast("B")
+            f.write(mv)
+            h.update(mv)
+            total += len(mv)
+            return len(mv)
+        emit(bytes(header))
+        for name, ne, qt, kind, std in plan:
+            n = sum(emit(c) for c in _tensor_chunks(seed, name, ne, qt, kind, std, p))
+            assert n == _nbytes(ne, qt), name
+            emit(bytes(pad(n)))
     return {"path": str(out), "sha256": h.hexdigest(), "bytes": total, "preset": p.name,
             "seed": seed, "n_params": sum(math.prod(ne) for _, ne, *_ in plan)}

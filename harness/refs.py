@@ -22,10 +22,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from engine.atomic import atomic_open
 from engine.errors import AnvilError
 
 SCHEMA_VERSION = 1
@@ -109,15 +109,6 @@ def dumps(obj) -> str:
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(dumps(obj))
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; these files are shared
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    with atomic_open(path, "w") as f:
+        f.write(dumps(obj))
+    return Path(path)

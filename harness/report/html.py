@@ -8,12 +8,12 @@ that points at figures not yet written.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import jinja2
+
+from engine.atomic import atomic_open
 
 from . import diagnose, figures
 
@@ -258,18 +258,8 @@ def render_html(report) -> str:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same directory and os.replace: readers see
-    the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_open(path) as f:
+        f.write(data)
 
 
 def write_html(report, out_dir, name: str = "index.html") -> list[Path]:
