@@ -64,10 +64,10 @@ def greedy(model, prompt_ids, n_steps: int, *, stop_at_eos: bool = False, keep_l
         if step == n_steps - 1 or (stop_at_eos and token == eos):
             break
         feed = forced[step] if forced is not None else token
+        # one decode path for generation, validation and bench: the backend
+        # picks the token itself (on the GPU: the captured graph's argmax)
+        token = model.decode_next(feed, keep_logits=keep_logits)
         if keep_logits:
-            logits = model.forward([feed])
-            token = int(np.argmax(logits))
-        else:  # the backend picks the token itself (on the GPU: no logits copy)
-            token = model.decode_next(feed)
+            logits = model.decode_logits()
     out.decode_s = time.perf_counter() - t0
     return out

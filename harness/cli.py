@@ -4,8 +4,12 @@
     harness synth --preset NAME OUT.gguf      write a random-weight GGUF at a real model shape
     harness reference [--model NAME] [--tier cpu|gpu] [--force]
                                               regenerate llama.cpp references (needs llama-cpp-python)
-    harness validate-catalog [--tier cpu|gpu] [--model NAME] [--backend cuda|numpy] [--json] [--calibrate]
+    harness validate-catalog [--tier cpu|gpu] [--model NAME] [--backend cuda|numpy] [--json] [--save]
                                               greedy parity with llama.cpp; exit 0 only if every model passes
+    harness diff MODEL --prompt TEXT [--backend numpy|cuda] [--against llama.cpp|numpy] [--mutant NAME]
+                                              per-layer, per-op error; marks the first op that diverges
+    harness mutants [--backend cuda|numpy] [--mutant NAME]
+                                              the gate against deliberate engine bugs; exit 0 only if all are caught
     harness ab --rounds 8 BASE CANDIDATE [--model NAME|FILE]
                                               interleaved A/B of two engine wheels (or a llama.cpp arm)
     harness bench [--engine installed|WHEEL] [--llamacpp SPEC] [--model NAME|FILE ...]
@@ -79,88 +83,80 @@ def cmd_reference(args) -> int:
     from . import catalog, refs
 
     cat = catalog.load()
-    names = [args.model] if args.model else [n for n, e in cat.items() if args.tier in e.reference_tiers]
-    settings = CPU_SETTINGS if args.tier == "cpu" else GPU_SETTINGS
+    rset = args.tier
+    names = [args.model] if args.model else [n for n, e in cat.items() if rset in e.reference_sets]
     if args.variation:
-        return _reference_variation(cat, names, args.tier, args.save)
+        return _reference_variation(cat, names, rset, args.save)
     if args.save:
         raise AnvilError("--save goes with --variation (a reference is always written to references/)")
+    settings = GPU_SETTINGS if catalog.REFERENCE_SETS[rset] == "gpu" else CPU_SETTINGS
     for name in names:
         e = catalog.entry(name, cat)
-        out = refs.reference_path(name, args.tier)
+        if rset not in e.reference_sets:
+            raise AnvilError(f"catalog: {name} has no '{rset}' reference set (its references: "
+                             f"{', '.join(e.reference_sets)})")
+        out = refs.reference_path(name, rset)
         if out.exists() and not args.force:
             old = refs.load(out)
             if old.model_sha256 != e.sha256:
                 raise AnvilError(f"{out} was made from a model with sha256 {old.model_sha256}, the catalog now pins "
                                  f"{e.sha256}; pass --force to replace it")
         path = catalog.model_path(name, catalog=cat)
-        print(f"{name}: running llama.cpp ({len(e.prompts)} prompts x {e.n_steps} steps)...", file=sys.stderr)
-        ref = make_reference(name, path, e.sha256, list(e.prompts), e.n_steps, settings=settings)
+        run = catalog.twin_path(name, catalog=cat) if rset == "twin" else path
+        print(f"{name}: running llama.cpp on {run.name} ({len(e.prompts)} prompts x {e.n_steps} steps)...",
+              file=sys.stderr)
+        ref = make_reference(name, run, e.sha256, list(e.prompts), e.n_steps, settings=settings)
+        if rset == "twin":  # judged against the engine on the original file
+            from .fetch import _sha256
+
+            ref.model_file = path.name
+            ref.llama_cpp_input = {"file": run.name, "sha256": _sha256(run, False),
+                                   "made_by": "harness/twin.py: every tensor dequantised to F32 by Anvil"}
         refs.save(ref, out)
         print(f"wrote {out}")
     return 0
 
 
-def _reference_for(e, tier: str):
-    """The model's llama.cpp references of ``tier``, made from the very file the catalog pins."""
-    from . import refs
-
-    path = refs.reference_path(e.name, tier)
-    if not path.exists():
-        raise AnvilError(f"{e.name}: no llama.cpp reference at {path}; make it with "
-                         f"`harness reference --tier {tier} --model {e.name}` (needs llama-cpp-python"
-                         f"{', built with CUDA, on the GPU' if tier == 'gpu' else ''})")
-    ref = refs.load(path)
-    if ref.model_sha256 != e.sha256:
-        raise AnvilError(f"{path} was made from a different file than the catalog pins for {e.name}; "
-                         f"regenerate it with `harness reference --tier {tier} --model {e.name} --force`")
-    return ref
-
-
-def _reference_variation(cat, names: list[str], tier: str, save: bool) -> int:
+def _reference_variation(cat, names: list[str], rset: str, save: bool) -> int:
     """llama.cpp against its own references under settings that should not
-    matter (reference.VARIANTS), measured as validate-catalog measures the
-    engine: the noise floor the near-tie thresholds are read against."""
+    matter (harness/gates.py), measured as validate-catalog measures the
+    engine: the spread the gate's thresholds are set from."""
     import time
 
     from engine.bench import build_hash
 
-    from . import catalog, validate
+    from . import catalog, gates, validate
     from . import results as store
-    from .reference import CPU_SETTINGS, GPU_SETTINGS, VARIANTS, LlamaCppModel, device_description
+    from .reference import CPU_SETTINGS, GPU_SETTINGS, device_description
 
-    device, results = None, []
-    for name in names:
-        e = catalog.entry(name, cat)
-        ref = _reference_for(e, tier)  # on another file, llama.cpp would pass for its own spread
-        model_path = catalog.model_path(name, catalog=cat)
-        for variant, change in VARIANTS.items():
-            print(f"{name}: llama.cpp {variant} vs its {tier}-tier reference...", file=sys.stderr)
-            llm = LlamaCppModel(model_path, {**ref.settings, **change})
-            try:
-                # asked while llama.cpp holds the GPU, as make_reference does
-                device = device or device_description(CPU_SETTINGS if tier == "cpu" else GPU_SETTINGS)
-                results.append((variant, llm.settings, validate.validate_model(llm, e, ref, f"llama.cpp {variant}",
-                                                                                tier=tier)))
-            finally:
-                llm.close()
-    print(validate.format_table([r for _, _, r in results]))
-    print("\nmax |margin shift| (what --calibrate multiplies by 1.25 for an engine):")
-    for variant, _, r in results:
-        print(f"  {r.model} ({tier}-tier references), llama.cpp {variant}: {r.max_margin_shift:.3g} "
-              f"over {r.steps} steps")
+    measured = gates.measure(cat, names, rset)
+    if not measured:
+        raise AnvilError(f"no catalog model among {', '.join(names)} has '{rset}' references")
+    device = device_description(CPU_SETTINGS if catalog.REFERENCE_SETS[rset] == "cpu" else GPU_SETTINGS)
+    print(validate.format_table([r for *_, r in measured]))
+    print(f"\nthresholds from llama.cpp's spread ({gates.HEADROOM} x, KL {gates.HEADROOM}² x) or the stated "
+          f"budget, whichever is larger; nothing is written, edit references/catalog.toml to adopt:")
+    print(gates.format_proposals(cat, measured, rset))
     if save:
-        rec = {"engine": "llama.cpp", "build": build_hash(), "backend": "llama.cpp", "tiers": [tier], "device": device,
-               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "results": [{**r.to_json(), "variant": v, "settings": st} for v, st, r in results]}
+        rec = {"engine": "llama.cpp", "build": build_hash(), "backend": "llama.cpp", "tiers": [rset],
+               "device": device, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "results": [{**r.to_json(), "variant": v, "settings": st} for _, v, st, r in measured]}
         print(f"saved {store.save(rec, 'variation')}", file=sys.stderr)
     return 0
 
 
+def validation_plan(cat, backend: str, tiers: list[str], model: str | None = None):
+    """(entry, reference set) pairs to validate, and the pairs that have no
+    gate for ``backend`` (reported, never silently dropped)."""
+    from . import catalog
+
+    entries = [catalog.entry(model, cat)] if model else list(cat.values())
+    pairs = [(e, s) for e in entries for s in e.reference_sets if catalog.REFERENCE_SETS[s] in tiers]
+    return [(e, s) for e, s in pairs if e.gate(backend, s)], [(e, s) for e, s in pairs if not e.gate(backend, s)]
+
+
 def cmd_validate(args) -> int:
     import json
-
-    from . import catalog, validate
 
     backend = args.backend
     if backend == "auto":
@@ -168,49 +164,39 @@ def cmd_validate(args) -> int:
 
         backend = "cuda" if gpu_available() else "numpy"
     tiers = [args.tier] if args.tier else (["cpu", "gpu"] if backend == "cuda" else ["cpu"])
-    cat = catalog.load()
-    # (model, reference set) pairs: a small real model can have cpu- and gpu-tier references
-    if args.model:
-        e = catalog.entry(args.model, cat)
-        pairs = [(args.model, t) for t in e.reference_tiers if t in tiers] or [(args.model, e.tier)]
-    else:
-        pairs = [(n, t) for n, e in cat.items() for t in e.reference_tiers if t in tiers]
-    plan = []
-    for name, tier in pairs:  # check every reference exists before the long part
-        e = catalog.entry(name, cat)
-        ref = _reference_for(e, tier)
-        if e.threshold(backend, tier) <= 0 and not args.calibrate:  # calibrating: every flip counts as drift
-            key = e.threshold_key(backend, tier)
-            raise AnvilError(f"catalog: {name} has no {key} threshold for its {tier}-tier references; calibrate "
-                             f"with `harness validate-catalog --model {name} --tier {tier} --backend {backend} "
-                             f"--calibrate`")
-        plan.append((e, ref, tier))
+    from . import catalog, refs, validate
 
-    import engine
+    cat = catalog.load()
+    pairs, ungated = validation_plan(cat, backend, tiers, args.model)
+    if not pairs:
+        raise AnvilError(f"nothing to validate: no {'/'.join(tiers)}-tier reference set"
+                         f"{' of ' + args.model if args.model else ''} has thresholds for the {backend} backend "
+                         f"(catalog keys gate.<set>{'' if backend == 'numpy' else '-' + backend})")
+    plan = [(e, refs.for_entry(e, s), s) for e, s in pairs]  # every reference exists, before the long part
+
     from tqdm import tqdm
 
     results = []
     total = sum(len(ref.cases) for _, ref, _ in plan)
     with tqdm(total=total, desc="validate", unit="prompt", disable=args.json or not sys.stderr.isatty()) as bar:
-        for e, ref, tier in plan:
-            bar.set_postfix_str(e.name)
-            path = catalog.model_path(e.name, catalog=cat, progress=not args.json)
-            # the KV cache type llama.cpp used for the reference (f32 on the CPU tier, f16 on the GPU)
-            options = {"kv_f16": ref.settings.get("type_k") != "f32"} if backend == "cuda" else {}
-            model = engine.load(path, backend=backend, **options)
-            results.append(validate.validate_model(model, e, ref, backend, progress=lambda: bar.update(1), tier=tier))
-            del model
+        for e, ref, rset in plan:
+            bar.set_postfix_str(f"{e.name} ({rset})")
+            results.append(validate.run(cat, e, ref, rset, backend, progress=lambda: bar.update(1),
+                                        quiet=args.json))
             if not args.json and not sys.stderr.isatty():
                 r = results[-1]
-                print(f"{e.name}: {'pass' if r.passed else 'DRIFT'} ({r.matched}/{r.steps} matched, "
-                      f"{r.n_flips} flips, {r.seconds:.1f} s)", file=sys.stderr, flush=True)
+                print(f"{e.name} ({rset} references): {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f} s)",
+                      file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=1))
     else:
         print(validate.format_table(results))
-        flips = validate.format_flips(results)
-        if flips:
-            print("\n" + flips)
+        for text in (validate.format_flips(results), validate.format_failures(results)):
+            if text:
+                print("\n" + text)
+        for e, s in ungated:
+            print(f"not judged: {e.name} against its {s} references with the {backend} backend (the catalog has "
+                  f"no gate.{e.gate_key(backend, s)} thresholds)")
     if args.save:
         from engine.bench import build_hash, gpu_info
 
@@ -221,12 +207,86 @@ def cmd_validate(args) -> int:
                "date": __import__("time").strftime("%Y-%m-%dT%H:%M:%SZ", __import__("time").gmtime()),
                "results": [r.to_json() for r in results]}
         print(f"saved {store.save(rec, 'validate')}", file=sys.stderr)
-    if args.calibrate:
-        print("\nnear-tie calibration (1.25 x max |margin shift|), catalog keys:", file=sys.stderr)
-        for (name, tier), (t, n) in validate.calibrate(results).items():
-            key = catalog.entry(name, cat).threshold_key(backend, tier)
-            print(f"  {name} ({tier}-tier references): {key} = {t:.3g}   # over {n} steps", file=sys.stderr)
     return 0 if all(r.passed for r in results) else 1
+
+
+def cmd_diff(args) -> int:
+    from . import reference  # noqa: F401  (first: llama.cpp loads before NumPy)
+
+    from engine.gguf_file import GGUFFile
+    from engine.tokenizer import Tokenizer
+
+    from . import catalog, diff, mutants
+
+    path, _ = _model(args.model)
+    cat = catalog.load()
+    tokens = Tokenizer.from_gguf(GGUFFile(path)).encode(args.prompt)
+    if len(tokens) < 2:
+        raise AnvilError(f"--prompt {args.prompt!r}: {len(tokens)} token(s); give at least two")
+    if args.mutant:
+        if args.against != "llama.cpp":
+            raise AnvilError("--mutant goes with --against llama.cpp (a mutant changes every engine in the process)")
+        if args.mutant not in mutants.BY_NAME:
+            raise AnvilError(f"unknown mutant {args.mutant}; the suite has: {', '.join(mutants.BY_NAME)}")
+    import engine
+
+    model = engine.load(path, backend=args.backend, **({"kv_f16": False} if args.backend == "cuda" else {}))
+    names = list(model.family.llama_cpp_names(model.config))
+    if args.against == "llama.cpp":
+        e = cat.get(args.model)
+        ref_path = catalog.twin_path(args.model, catalog=cat) if e and "twin" in e.reference_sets and not args.no_twin \
+            else path
+        ref = diff.llama_cpp_tensors(ref_path, tokens, {*names, "result_norm", "result_output"},
+                                     reference.CPU_SETTINGS)
+        ref_name = "llama.cpp" + (" (F32 twin)" if ref_path != path else "")
+    else:
+        ref = diff.engine_tensors(engine.load(path, backend="numpy"), tokens)
+        ref_name = "numpy"
+    if args.mutant:
+        mutants.BY_NAME[args.mutant].apply()
+        model = engine.load(path, backend=args.backend, **({"kv_f16": False} if args.backend == "cuda" else {}))
+    test = diff.engine_tensors(model, tokens)
+    rows, first = diff.compare(test, ref, names, model.config.n_layer, args.tol)
+    test_name = args.backend + (f" + {args.mutant}" if args.mutant else "")
+    print(f"{path.name}: {len(tokens)} tokens; normalised error |{test_name} - {ref_name}| / |{ref_name}| per op")
+    print(diff.format_rows(rows, first, args.tol, test_name, ref_name))
+    return 1 if first else 0
+
+
+def cmd_mutants(args) -> int:
+    import time
+
+    from . import catalog, mutants
+
+    backend = args.backend
+    if backend == "auto":
+        from engine.backends.cuda.device import gpu_available
+
+        backend = "cuda" if gpu_available() else "numpy"
+    tiers = [args.tier] if args.tier else (["cpu", "gpu"] if backend == "cuda" else ["cpu"])
+    names = args.mutant or [m.name for m in mutants.MUTANTS]
+    unknown = sorted(set(names) - set(mutants.BY_NAME))
+    if unknown:
+        raise AnvilError(f"unknown mutant(s) {', '.join(unknown)}; the suite has: {', '.join(mutants.BY_NAME)}")
+
+    def progress(row):
+        verdict = f"caught by {row['model']} ({row['references']})" if row["caught"] else "NOT CAUGHT"
+        print(f"{row['mutant']}: {verdict} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
+
+    rows = mutants.run_suite(catalog.load(), names, backend, tiers, progress=progress)
+    print(mutants.format_rows(rows))
+    caught = sum(r["caught"] for r in rows)
+    print(f"caught {caught} of {len(rows)} mutants")
+    if args.save:
+        from engine.bench import build_hash, gpu_info
+
+        from . import results as store
+
+        rec = {"engine": "anvil", "build": build_hash(), "backend": backend, "tiers": tiers,
+               **(gpu_info() if backend == "cuda" else {"gpu": None}),
+               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "caught": caught, "mutants": rows}
+        print(f"saved {store.save(rec, 'mutants')}", file=sys.stderr)
+    return 0 if caught == len(rows) else 1
 
 
 def _model(name_or_path: str) -> tuple[Path, dict]:
@@ -334,11 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("reference", help="regenerate llama.cpp reference outputs")
     r.add_argument("--model", help="one catalog model (default: every model of the tier)")
-    r.add_argument("--tier", choices=["cpu", "gpu"], default="cpu")
+    r.add_argument("--tier", choices=["cpu", "twin", "gpu"], default="cpu",
+                   help="reference set: cpu (llama.cpp CPU on the file), twin (the same on its F32 twin), gpu (CUDA)")
     r.add_argument("--force", action="store_true", help="replace a reference made from a different model file")
     r.add_argument("--variation", action="store_true",
                    help="instead: measure llama.cpp against its existing references under other settings "
-                        "(flash attention on, one-token batches), the noise floor for near-tie thresholds")
+                        "(harness/gates.py) and print the gate thresholds they support beside the catalog's")
     r.add_argument("--save", action="store_true", help="with --variation: append the measurement to reports/results")
     r.set_defaults(func=cmd_reference)
 
@@ -349,9 +410,28 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--backend", choices=["auto", "cuda", "numpy"], default="auto",
                    help="auto (default): cuda when an NVIDIA GPU is usable, else numpy")
     v.add_argument("--json", action="store_true", help="print the results as JSON")
-    v.add_argument("--calibrate", action="store_true", help="also print each model's measured near_tie")
     v.add_argument("--save", action="store_true", help="append the outcome to the results store (reports/results)")
     v.set_defaults(func=cmd_validate)
+
+    df = sub.add_parser("diff", help="the first layer and op where the engine departs from llama.cpp (or NumPy)")
+    df.add_argument("model", help="catalog model name or a .gguf path")
+    df.add_argument("--prompt", required=True, help="text to prefill (at least two tokens)")
+    df.add_argument("--backend", choices=["numpy", "cuda"], default="numpy", help="the engine under test")
+    df.add_argument("--against", choices=["llama.cpp", "numpy"], default="llama.cpp",
+                    help="the reference side: llama.cpp on the CPU (default) or the NumPy engine")
+    df.add_argument("--no-twin", action="store_true",
+                    help="run llama.cpp on the quantised file itself, not its F32 twin (8-bit activation noise)")
+    df.add_argument("--mutant", help="switch on a mutant of `harness mutants` in the engine under test")
+    df.add_argument("--tol", type=float, default=1e-3, help="normalised error that counts as divergence (default 1e-3)")
+    df.set_defaults(func=cmd_diff)
+
+    mu = sub.add_parser("mutants", help="run the gate on deliberately broken engines: every mutant must be caught")
+    mu.add_argument("--mutant", action="append", help="one mutant (repeatable; default: the whole suite)")
+    mu.add_argument("--tier", choices=["cpu", "gpu"], default=None,
+                    help="default: cpu with the NumPy backend, every tier with CUDA")
+    mu.add_argument("--backend", choices=["auto", "cuda", "numpy"], default="auto")
+    mu.add_argument("--save", action="store_true", help="append the outcome to the results store (reports/results)")
+    mu.set_defaults(func=cmd_mutants)
 
     a = sub.add_parser("ab", help="interleaved A/B benchmark of two builds")
     a.add_argument("base", help="base arm: an engine wheel, 'installed', llama-bench:PATH or llama-cpp-python[:SITE]")

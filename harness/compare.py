@@ -1,10 +1,28 @@
 """Compare an engine with a llama.cpp reference, case by case.
 
-Free-running first: the engine decodes greedily from llama.cpp's prompt ids.
-If every token matches, that is an exact pass. Otherwise the case is re-run
-teacher-forced (the engine is fed llama.cpp's tokens) so every step can still
-be compared, and each step where the engine's argmax differs is listed with
-both top-2 margins, to be judged as a near-tie flip or drift.
+Free-running first: the engine decodes greedily from llama.cpp's prompt ids,
+through the same decode path that generation and ``bench`` use. The length
+of the prefix equal to llama.cpp's tokens is the *free-run prefix*. If every
+token matches, the free run's logits are the ones judged. Otherwise the case
+is re-run teacher-forced (the engine is fed llama.cpp's tokens) so every
+step can still be judged, and each step where the engine's argmax differs
+is a *flip*, listed with both top-2 margins, for the gate to call a near-tie
+or drift.
+
+At every judged step the logits are measured against llama.cpp's stored
+top-k (token, logit) pairs:
+
+- logit: max |engine - llama.cpp| over the k tokens;
+- kl: KL(P_llama.cpp || P_engine) of the softmax over those k tokens (each
+  side renormalised over the same ids; llama-perplexity's --kl-divergence
+  measures the full distribution the same way);
+- margin shift: the engine's margin between llama.cpp's top-1 and top-2
+  tokens minus llama.cpp's own. A softcap or a scale bug moves logits
+  monotonically and so never flips a token: only these measures see it.
+
+Degenerate output is named on its own: non-finite logits, a stop token at
+the first step, or a short repetition loop in the engine's choices where
+llama.cpp's tokens have none.
 """
 
 from __future__ import annotations
@@ -16,6 +34,9 @@ import numpy as np
 from engine.generate import greedy
 
 from .refs import Case
+
+LOOP_MAX_PERIOD = 4  # a cycle of up to 4 tokens...
+LOOP_MIN_SPAN = 12  # ...filling at least the last 12 tokens is a loop
 
 
 @dataclass
@@ -32,24 +53,73 @@ class Flip:
 class CaseResult:
     prompt: str
     n_steps: int
-    matched: int  # free-running: leading tokens equal to llama.cpp's
+    matched: int  # free-run prefix: leading tokens equal to llama.cpp's
     mode: str  # "exact" | "teacher-forced"
+    agreement: int = 0  # steps whose engine argmax is llama.cpp's token (of the judged run)
     flips: list[Flip] = field(default_factory=list)
-    max_logit_diff: float = 0.0  # over llama.cpp's stored top-k, every step
-    logit_diffs: list[float] = field(default_factory=list)  # per step
-    # per step: the engine's margin between llama.cpp's top-1 and top-2 tokens
-    # minus llama.cpp's own margin; a flip happens where this is below -margin
+    # per judged step
+    logit_diffs: list[float] = field(default_factory=list)
+    kls: list[float] = field(default_factory=list)
     margin_shifts: list[float] = field(default_factory=list)
+    degenerate: str | None = None  # what was degenerate, if anything
+
+    @property
+    def max_logit_diff(self) -> float:
+        return max(self.logit_diffs, default=0.0)
+
+    @property
+    def max_kl(self) -> float:
+        return max(self.kls, default=0.0)
+
+    @property
+    def max_margin_shift(self) -> float:
+        return max((abs(m) for m in self.margin_shifts), default=0.0)
 
 
-def _logit_diffs(logits: list[np.ndarray], case: Case) -> list[float]:
-    return [float(np.max(np.abs(l[ids] - np.asarray(ref, np.float32))))
-            for l, ids, ref in zip(logits, case.top_ids, case.top_logits)]
+def topk_kl(ref_logits, engine_logits) -> float:
+    """KL(P || Q) of the softmaxes of two logit vectors over the same ids."""
+    p = np.asarray(ref_logits, np.float64)
+    q = np.asarray(engine_logits, np.float64)
+    lp = p - p.max() - np.log(np.sum(np.exp(p - p.max())))
+    lq = q - q.max() - np.log(np.sum(np.exp(q - q.max())))
+    return float(max(0.0, np.sum(np.exp(lp) * (lp - lq))))
 
 
-def _margin_shifts(logits: list[np.ndarray], case: Case) -> list[float]:
-    return [float(l[ids[0]] - l[ids[1]]) - (ref[0] - ref[1])
-            for l, ids, ref in zip(logits, case.top_ids, case.top_logits)]
+def step_measures(logits: np.ndarray, ids, ref) -> tuple[float, float, float]:
+    """(max |Δlogit|, KL, margin shift) of one step against llama.cpp's top-k."""
+    ids = np.asarray(ids)
+    ref = np.asarray(ref, np.float32)
+    mine = logits[ids]
+    return (float(np.max(np.abs(mine - ref))), topk_kl(ref, mine),
+            float(mine[0] - mine[1]) - float(ref[0] - ref[1]))
+
+
+def repetition_loop(tokens: list[int]) -> int:
+    """The period of a cycle of at most LOOP_MAX_PERIOD tokens that fills the
+    last LOOP_MIN_SPAN tokens, or 0."""
+    if len(tokens) < LOOP_MIN_SPAN:
+        return 0
+    tail = tokens[-LOOP_MIN_SPAN:]
+    for p in range(1, LOOP_MAX_PERIOD + 1):
+        if all(tail[i] == tail[i - p] for i in range(p, len(tail))):
+            return p
+    return 0
+
+
+def _degenerate(free, judged, case: Case, eos) -> str | None:
+    for step, logits in enumerate(judged.logits):
+        if not np.all(np.isfinite(logits)):
+            return f"non-finite logits at step {step}"
+    if eos is not None and free.tokens[0] == eos != case.tokens[0]:
+        return f"stop token {eos} at step 0 (llama.cpp: {case.tokens[0]})"
+    # On llama.cpp's own tokens (teacher-forced, where the free run diverged)
+    # a sound engine mostly predicts llama.cpp's next token, so its choices
+    # cannot cycle unless llama.cpp's do; a free run may fall into a loop
+    # after a legitimate near-tie (random-weight models have such attractors).
+    p = repetition_loop(judged.tokens)
+    if p and not repetition_loop(case.tokens):
+        return f"repetition loop of period {p} ({judged.tokens[-p:]}) where llama.cpp has none"
+    return None
 
 
 def compare_case(model, case: Case) -> CaseResult:
@@ -57,17 +127,21 @@ def compare_case(model, case: Case) -> CaseResult:
     free = greedy(model, case.prompt_ids, n, keep_logits=True)
     matched = next((i for i, (a, b) in enumerate(zip(free.tokens, case.tokens)) if a != b), n)
     if matched == n:
-        diffs = _logit_diffs(free.logits, case)
-        return CaseResult(case.prompt, n, matched, "exact", [], max(diffs), diffs, _margin_shifts(free.logits, case))
-
-    forced = greedy(model, case.prompt_ids, n, keep_logits=True, forced=case.tokens)
-    flips = []
-    for step, (tok, logits) in enumerate(zip(forced.tokens, forced.logits)):
+        judged, mode = free, "exact"
+    else:
+        judged, mode = greedy(model, case.prompt_ids, n, keep_logits=True, forced=case.tokens), "teacher-forced"
+    out = CaseResult(case.prompt, n, matched, mode)
+    for step, (tok, logits) in enumerate(zip(judged.tokens, judged.logits)):
         ref_tok = case.tokens[step]
-        if tok != ref_tok:
+        if tok == ref_tok:
+            out.agreement += 1
+        else:
             top2 = np.argsort(-logits, kind="stable")[:2]
-            flips.append(Flip(step, ref_tok, tok, case.margin(step), float(logits[tok] - logits[ref_tok]),
-                              bool(ref_tok in top2)))
-    diffs = _logit_diffs(forced.logits, case)
-    return CaseResult(case.prompt, n, matched, "teacher-forced", flips, max(diffs), diffs,
-                      _margin_shifts(forced.logits, case))
+            out.flips.append(Flip(step, ref_tok, tok, case.margin(step), float(logits[tok] - logits[ref_tok]),
+                                  bool(ref_tok in top2)))
+        d, kl, shift = step_measures(logits, case.top_ids[step], case.top_logits[step])
+        out.logit_diffs.append(d)
+        out.kls.append(kl)
+        out.margin_shifts.append(shift)
+    out.degenerate = _degenerate(free, judged, case, getattr(model.config, "eos_token_id", None))
+    return out

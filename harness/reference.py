@@ -34,7 +34,7 @@ GGML_TYPES = {"f32": 0, "f16": 1}
 # The CPU tier compares against the float32 NumPy engine: F32 KV cache and no
 # flash attention keep llama.cpp's own rounding to its quantised matmuls.
 CPU_SETTINGS = {"n_gpu_layers": 0, "flash_attn": False, "type_k": "f32", "type_v": "f32",
-                "n_ctx": 512, "n_batch": 512, "n_ubatch": 512, "n_threads": 2, "swa_full": True}
+                "n_ctx": 2048, "n_batch": 512, "n_ubatch": 512, "n_threads": 2, "swa_full": True}
 GPU_SETTINGS = {**CPU_SETTINGS, "n_gpu_layers": -1, "type_k": "f16", "type_v": "f16", "n_threads": 8}
 
 
@@ -109,7 +109,14 @@ class LlamaCppModel:
 
     def forward(self, tokens) -> np.ndarray:
         self.llm.eval([int(t) for t in tokens])
-        return _last_logits(self.llm)
+        self._logits = _last_logits(self.llm)
+        return self._logits
+
+    def decode_next(self, token: int, keep_logits: bool = False) -> int:
+        return int(np.argmax(self.forward([token])))
+
+    def decode_logits(self) -> np.ndarray:
+        return self._logits
 
     def close(self) -> None:
         # now, not whenever the garbage collector gets to it: a CUDA build

@@ -1,6 +1,7 @@
 """llama.cpp reference outputs: the format, and loading/saving it.
 
-One JSON file per (model, tier): ``references/<tier>/<model>.json``. It pins
+One JSON file per (model, reference set): ``references/<set>/<model>.json``
+(sets: catalog.REFERENCE_SETS). It pins
 the exact model file (sha256) and every llama.cpp setting that changes its
 numbers, and holds, per prompt, the prompt ids llama.cpp produced, its greedy
 tokens, and per step the top-k (token, logit) pairs, so an engine's
@@ -57,6 +58,9 @@ class Reference:
     top_k: int
     cases: list[Case] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
+    # what llama.cpp ran when it was not the model file itself (the F32
+    # twin): {"file": ..., "sha256": ..., "made_by": ...}
+    llama_cpp_input: dict | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -80,8 +84,8 @@ def _compact(case: dict) -> dict:
     return case
 
 
-def reference_path(model: str, tier: str, root: Path | None = None) -> Path:
-    return (root or REFERENCES_DIR) / tier / f"{model}.json"
+def reference_path(model: str, reference_set: str, root: Path | None = None) -> Path:
+    return (root or REFERENCES_DIR) / reference_set / f"{model}.json"
 
 
 def load(path: str | os.PathLike) -> Reference:
@@ -112,3 +116,18 @@ def write_json_atomic(path: str | os.PathLike, obj) -> Path:
     with atomic_open(path, "w") as f:
         f.write(dumps(obj))
     return Path(path)
+
+
+def for_entry(entry, reference_set: str) -> Reference:
+    """A catalog model's references of ``reference_set``, made from the very
+    file the catalog pins (an entry of ``harness.catalog``)."""
+    path = reference_path(entry.name, reference_set)
+    if not path.exists():
+        raise AnvilError(f"{entry.name}: no llama.cpp reference at {path}; make it with "
+                         f"`harness reference --tier {reference_set} --model {entry.name}` (needs llama-cpp-python"
+                         f"{', built with CUDA, on the GPU' if reference_set == 'gpu' else ''})")
+    ref = load(path)
+    if ref.model_sha256 != entry.sha256:
+        raise AnvilError(f"{path} was made from a different file than the catalog pins for {entry.name}; "
+                         f"regenerate it with `harness reference --tier {reference_set} --model {entry.name} --force`")
+    return ref

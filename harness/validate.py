@@ -1,47 +1,62 @@
 """``harness validate-catalog``: the correctness gate.
 
-For each catalog model and each reference prompt, the engine decodes
-greedily from llama.cpp's prompt ids (``compare.compare_case``):
+For each catalog model, each of its reference sets and each reference
+prompt, the engine decodes greedily from llama.cpp's prompt ids
+(``compare.compare_case``) and is judged at every step. A model passes only
+when every step of every prompt passes every check of its gate
+(``catalog.Gate``, one per model, reference set and backend):
 
-- every token equal to llama.cpp's: **exact** pass;
-- otherwise teacher-forced on llama.cpp's tokens, and every step where the
-  engine's argmax differs is a *flip*. A flip is a **near-tie** only if
-  llama.cpp's own top-2 margin there is below the model's ``near_tie``
-  threshold and the engine nearly chose llama.cpp's token too: it is in the
-  engine's top-2, or within ``near_tie`` of the engine's top logit (a
-  three-way tie, where llama.cpp's token ranks third by a hair). Any other
-  flip is **drift** and fails the model.
+- **drift**: a flip (the engine's argmax is not llama.cpp's token) is
+  tolerated only as a near-tie: llama.cpp's own top-2 margin there is below
+  ``margin``, and the engine nearly chose llama.cpp's token too (it is in
+  the engine's top-2, or within ``margin`` of the engine's top logit: a
+  three-way tie where llama.cpp's token ranks third by a hair);
+- **logit**: max |Δlogit| over llama.cpp's stored top-k within ``logit``;
+- **kl**: the top-k KL divergence within ``kl``;
+- **margin**: the shift of llama.cpp's top-1/top-2 margin within ``margin``;
+- **degenerate**: no non-finite logits, no stop token at step 0, no short
+  repetition loop where llama.cpp has none.
 
-``near_tie`` is calibrated per model (``--calibrate``), and apart for the
-CUDA engine where it differs (``near_tie_cuda``): the largest change
-of llama.cpp's top-1/top-2 margin as the engine sees it, over every step of
-the model's references, times 1.25. Two engines within that noise of each
-other can disagree only where the margin is smaller.
+Thresholds come from measurements that exclude the engine under test
+(``harness reference --variation``: llama.cpp against its own references
+under other settings, and on the dequantised F32 twin) or from a stated
+precision budget; they are written in the catalog with their source and
+never derived from the engine's own runs.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
-
-import numpy as np
 
 from . import catalog, refs
 from .compare import CaseResult, compare_case
 
-CALIBRATION_HEADROOM = 1.25
-MIN_NEAR_TIE = 0.01  # F32-weight models agree to ~1e-5: still allow exact ties in printing precision
+CHECKS = ("drift", "logit", "kl", "margin", "degenerate")
+
+
+@dataclass
+class Failure:
+    case: int
+    step: int | None
+    check: str  # one of CHECKS
+    detail: str
 
 
 @dataclass
 class ModelResult:
     model: str
-    tier: str
+    tier: str  # the reference set judged against (catalog.REFERENCE_SETS)
     backend: str
-    near_tie: float
+    gate: catalog.Gate
     cases: list[CaseResult] = field(default_factory=list)
-    drift: list[tuple[int, int]] = field(default_factory=list)  # (case index, step)
+    failures: list[Failure] = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def near_tie(self) -> float:
+        return self.gate.margin
 
     @property
     def steps(self) -> int:
@@ -49,20 +64,34 @@ class ModelResult:
 
     @property
     def matched(self) -> int:
+        """Steps of the free run equal to llama.cpp's, prompt by prompt up to the first difference."""
         return sum(c.matched for c in self.cases)
+
+    @property
+    def agreement(self) -> int:
+        """Judged steps whose argmax is llama.cpp's token (teacher-forced where the free run diverged)."""
+        return sum(c.agreement for c in self.cases)
 
     @property
     def n_flips(self) -> int:
         return sum(len(c.flips) for c in self.cases)
 
     @property
+    def drift(self) -> list[tuple[int, int]]:
+        return [(f.case, f.step) for f in self.failures if f.check == "drift"]
+
+    @property
     def max_logit_diff(self) -> float:
         return max((c.max_logit_diff for c in self.cases), default=0.0)
 
     @property
+    def max_kl(self) -> float:
+        return max((c.max_kl for c in self.cases), default=0.0)
+
+    @property
     def max_margin_shift(self) -> float:
         """The largest change of llama.cpp's top-1/top-2 margin as this model sees it."""
-        return max((abs(m) for c in self.cases for m in c.margin_shifts), default=0.0)
+        return max((c.max_margin_shift for c in self.cases), default=0.0)
 
     @property
     def mode(self) -> str:
@@ -70,15 +99,21 @@ class ModelResult:
 
     @property
     def passed(self) -> bool:
-        return not self.drift
+        return not self.failures
 
     def to_json(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k != "cases"}
-        d.update(mode=self.mode, steps=self.steps, matched=self.matched, flips=self.n_flips,
-                 max_logit_diff=self.max_logit_diff, max_margin_shift=self.max_margin_shift, passed=self.passed,
-                 cases=[{k: v for k, v in asdict(c).items() if k not in ("logit_diffs", "margin_shifts")}
-                        for c in self.cases])
-        return d
+        finite = lambda v: v if v is None or math.isfinite(v) else None  # noqa: E731  (JSON has no inf)
+        return {"model": self.model, "tier": self.tier, "backend": self.backend,
+                "gate": {k: finite(v) for k, v in asdict(self.gate).items()}, "near_tie": finite(self.near_tie), "mode": self.mode, "steps": self.steps, "matched": self.matched,
+                "agreement": self.agreement, "flips": self.n_flips, "drift": self.drift,
+                "max_logit_diff": self.max_logit_diff, "max_kl": self.max_kl,
+                "max_margin_shift": self.max_margin_shift, "passed": self.passed,
+                "failures": [asdict(f) for f in self.failures], "seconds": self.seconds,
+                "cases": [{"prompt": c.prompt[:80], "n_steps": c.n_steps, "matched": c.matched, "mode": c.mode,
+                           "agreement": c.agreement, "flips": [asdict(f) for f in c.flips],
+                           "max_logit_diff": c.max_logit_diff, "max_kl": c.max_kl,
+                           "max_margin_shift": c.max_margin_shift, "degenerate": c.degenerate}
+                          for c in self.cases]}
 
 
 def is_near_tie(flip, near_tie: float) -> bool:
@@ -86,47 +121,103 @@ def is_near_tie(flip, near_tie: float) -> bool:
     return flip.ref_margin < near_tie and (flip.ref_in_engine_top2 or engine_gap_to_ref < near_tie)
 
 
+def judge(i: int, c: CaseResult, gate: catalog.Gate) -> list[Failure]:
+    """Every check of one case against its gate; the first failing step of
+    each measure (not every step: one line per check says enough)."""
+    out = []
+    if c.degenerate:
+        out.append(Failure(i, None, "degenerate", c.degenerate))
+    for f in c.flips:
+        if not is_near_tie(f, gate.margin):
+            out.append(Failure(i, f.step, "drift",
+                               f"llama.cpp {f.ref_token} vs engine {f.engine_token}: llama.cpp margin "
+                               f"{f.ref_margin:.4g}, engine gap {f.engine_margin:.4g} (near-tie below {gate.margin:g})"))
+    for check, values, bound in (("logit", c.logit_diffs, gate.logit), ("kl", c.kls, gate.kl),
+                                 ("margin", [abs(m) for m in c.margin_shifts], gate.margin)):
+        if bound is None:
+            continue
+        for step, v in enumerate(values):
+            if not v <= bound:  # NaN fails too
+                what = {"logit": "max |Δlogit| over the top-k", "kl": "top-k KL divergence",
+                        "margin": "top-2 margin shift"}[check]
+                out.append(Failure(i, step, check, f"{what} {v:.3g} > {bound:g}"))
+                break
+    return out
+
+
 def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: str, progress=None,
-                   tier: str | None = None) -> ModelResult:
-    """``model`` against ``ref``, the model's references of ``tier`` (default: its own tier)."""
+                   tier: str | None = None, gate: catalog.Gate | None = None) -> ModelResult:
+    """``model`` against ``ref``, the model's references of set ``tier``
+    (default: its own tier), judged by ``gate`` (default: the catalog's)."""
     t0 = time.perf_counter()
     tier = tier or entry.tier
-    near_tie = entry.threshold(backend, tier)
-    out = ModelResult(entry.name, tier, backend, near_tie)
+    gate = gate or entry.gate(backend, tier)
+    if gate is None:
+        raise catalog.AnvilError(f"catalog: {entry.name} has no gate.{entry.gate_key(backend, tier)} thresholds")
+    out = ModelResult(entry.name, tier, backend, gate)
     for i, case in enumerate(ref.cases):
         r = compare_case(model, case)
         out.cases.append(r)
-        out.drift += [(i, f.step) for f in r.flips if not is_near_tie(f, near_tie)]
+        out.failures += judge(i, r, gate)
         if progress:
             progress()
     out.seconds = time.perf_counter() - t0
     return out
 
 
-def calibrate(results: list[ModelResult]) -> dict[tuple[str, str], tuple[float, int]]:
-    """Per (model, reference tier): suggested near-tie threshold and the
-    number of steps it rests on."""
-    return {(r.model, r.tier): (max(MIN_NEAR_TIE, r.max_margin_shift * CALIBRATION_HEADROOM), r.steps)
-            for r in results}
+def run(cat, entry: catalog.Entry, ref: refs.Reference, reference_set: str, backend: str, progress=None,
+        quiet: bool = False) -> ModelResult:
+    """Load the catalog model on ``backend`` as its references were made (the
+    KV cache type llama.cpp used: F32 on the CPU, F16 with CUDA) and validate it."""
+    import engine
+
+    path = catalog.model_path(entry.name, catalog=cat, progress=not quiet)
+    options = {"kv_f16": ref.settings.get("type_k") != "f32"} if backend == "cuda" else {}
+    model = engine.load(path, backend=backend, **options)
+    return validate_model(model, entry, ref, backend, progress=progress, tier=reference_set)
+
+
+def _fmt(v: float | None, bound: float | None) -> str:
+    return f"{v:.3g}" + (f" / {bound:g}" if bound is not None else " (not judged)")
 
 
 def format_table(results: list[ModelResult]) -> str:
-    lines = ["| model | tier | backend | mode | matched/steps | near-tie flips | max Δlogit | verdict | time |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    from .table import markdown
+
+    rows = []
     for r in results:
-        verdict = "pass" if r.passed else f"DRIFT ({len(r.drift)})"
-        lines.append(f"| {r.model} | {r.tier} | {r.backend} | {r.mode} | {r.matched}/{r.steps} | "
-                     f"{r.n_flips - len(r.drift)} | {r.max_logit_diff:.4f} | {verdict} | {r.seconds:.1f} s |")
+        verdict = "pass" if r.passed else "FAIL: " + ", ".join(sorted({f.check for f in r.failures}))
+        rows.append([r.model, r.tier, r.backend, f"{r.matched}/{r.steps}", f"{r.agreement}/{r.steps}",
+                     str(r.n_flips - len(r.drift)), _fmt(r.max_logit_diff, r.gate.logit),
+                     _fmt(r.max_kl, r.gate.kl), _fmt(r.max_margin_shift, r.gate.margin), verdict,
+                     f"{r.seconds:.1f} s"])
+    return markdown(["model", "references", "backend", "free-run prefix", "teacher-forced agreement",
+                     "near-tie flips", "max Δlogit / bound", "max KL / bound", "max margin shift / bound",
+                     "verdict", "time"], rows)
+
+
+def format_failures(results: list[ModelResult]) -> str:
+    """One line per failure: model, reference set, prompt, step, tokens and the check."""
+    lines = []
+    for r in results:
+        for f in r.failures:
+            c = r.cases[f.case]
+            prompt = c.prompt if len(c.prompt) <= 40 else c.prompt[:37] + "..."
+            step = "" if f.step is None else f" step {f.step}"
+            lines.append(f"FAIL {r.model} ({r.tier} references, {r.backend}) prompt {f.case} {prompt!r}{step}: "
+                         f"{f.check}: {f.detail}")
     return "\n".join(lines)
 
 
 def format_flips(results: list[ModelResult]) -> str:
+    """The near-tie flips that passed, for the record."""
     lines = []
     for r in results:
+        drift = set(r.drift)
         for i, c in enumerate(r.cases):
             for f in c.flips:
-                kind = "drift" if (i, f.step) in r.drift else "near-tie"
-                lines.append(f"{r.model} prompt {i} step {f.step}: llama.cpp {f.ref_token} vs engine {f.engine_token}, "
-                             f"llama.cpp margin {f.ref_margin:.4f}, engine gap {f.engine_margin:.4f} "
-                             f"(threshold {r.near_tie:g}) -> {kind}")
+                if (i, f.step) not in drift:
+                    lines.append(f"near-tie {r.model} ({r.tier} references) prompt {i} step {f.step}: llama.cpp "
+                                 f"{f.ref_token} vs engine {f.engine_token}, llama.cpp margin {f.ref_margin:.4f}, "
+                                 f"engine gap {f.engine_margin:.4f} (below {r.near_tie:g})")
     return "\n".join(lines)

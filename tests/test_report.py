@@ -18,7 +18,8 @@ from harness.report import build_report, main_report, render_md, write_html
 from harness.report import diagnose as dx
 from harness.report import figures
 from harness.report.html import render_html
-from harness.validate import ModelResult
+from harness.catalog import Gate
+from harness.validate import Failure, ModelResult
 
 H200 = "NVIDIA H200"
 WEIGHT_BYTES = 4_670_533_632   # qwen3-8b's matrices
@@ -65,11 +66,12 @@ def summary(kind: str) -> dict:
 
 def validate_record(date: str, *, drift: bool = False) -> dict:
     near = Flip(step=3, ref_token=11, engine_token=12, ref_margin=0.004, engine_margin=0.003, ref_in_engine_top2=True)
-    exact = ModelResult("alpha-8b", "gpu", "cuda", 0.05, cases=[CaseResult("p0", 32, 32, "exact")])
-    forced = ModelResult("beta-3b", "gpu", "cuda", 0.05, cases=[CaseResult("p0", 32, 3, "teacher-forced", [near]),
-                                                                CaseResult("p1", 32, 32, "exact")])
+    gate = Gate(margin=0.05, logit=0.5, kl=0.01)
+    exact = ModelResult("alpha-8b", "gpu", "cuda", gate, cases=[CaseResult("p0", 32, 32, "exact", 32)])
+    forced = ModelResult("beta-3b", "gpu", "cuda", gate, cases=[CaseResult("p0", 32, 3, "teacher-forced", 31, [near]),
+                                                                CaseResult("p1", 32, 32, "exact", 32)])
     if drift:
-        forced.drift = [(0, 3)]
+        forced.failures = [Failure(0, 3, "drift", "llama.cpp 11 vs engine 12")]
     return {"models": [exact.to_json(), forced.to_json()], "build": "a1b2c3d4e5f6a7b8", "gpu": H200,
             "driver": "580.159.04", "date": date}
 
@@ -238,18 +240,21 @@ def test_parity_latest_validate_per_model(store):
     assert by["alpha-8b"].status == "exact" and by["alpha-8b"].ok and by["alpha-8b"].matched == "32/32"
     # the later record (no drift) replaces the earlier drifting one
     assert by["beta-3b"].status == "teacher-forced: 1 near-tie flip" and by["beta-3b"].ok
+    # free-run prefix and teacher-forced agreement are separate columns
+    assert by["beta-3b"].matched == "35/64" and by["beta-3b"].agreement == "63/64"
     old = build_report([r for r in results.load_all(store) if r.get("date", "") < "2026-11-02"])
     assert {p.model: p.ok for p in old.parity} == {"alpha-8b": True, "beta-3b": False}
-    assert "DRIFT" in render_html(old)
+    assert "FAIL: drift" in render_html(old)
+    assert "teacher-forced agreement" in render_html(rep) and "free-run prefix" in render_md(rep)
     assert "parity (cuda, gpu refs): exact" in render_html(rep)
 
 
 def test_parity_shows_llama_cpps_own_spread(store):
     """A variation record (llama.cpp against its own references under other
     settings) sits beside the engine's margin shift for the same model and tier."""
-    v = ModelResult("beta-3b", "gpu", "llama.cpp flash-attn", 0.05,
+    v = ModelResult("beta-3b", "gpu", "llama.cpp flash-attn", Gate(float("inf")),
                     cases=[CaseResult("p0", 32, 3, "teacher-forced", margin_shifts=[0.1, -0.6])])
-    u = ModelResult("beta-3b", "gpu", "llama.cpp ubatch-1", 0.05,
+    u = ModelResult("beta-3b", "gpu", "llama.cpp ubatch-1", Gate(float("inf")),
                     cases=[CaseResult("p0", 32, 32, "exact", margin_shifts=[0.2])])
     results.save({"engine": "llama.cpp", "date": "2026-11-21T09:00:00Z", "tiers": ["gpu"],
                   "results": [{**v.to_json(), "variant": "flash-attn"}, {**u.to_json(), "variant": "ubatch-1"}]},

@@ -94,9 +94,9 @@ class Parity:
     model: str
     tier: str
     backend: str
-    status: str  # "exact", "teacher-forced: N near-tie flips", "DRIFT: ..."
+    status: str  # "exact", "teacher-forced: N near-tie flips", "FAIL: <checks>"
     ok: bool
-    matched: str
+    matched: str  # free-run prefix: steps equal to llama.cpp's before the first difference
     max_logit_diff: float | None
     near_tie: float | None
     provenance: str
@@ -105,6 +105,8 @@ class Parity:
     # --variation): "flash-attn 2.14, ubatch-1 1.25". The threshold is read against both.
     margin_shift: float | None = None
     llama_spread: str | None = None
+    agreement: str = "—"  # teacher-forced agreement: judged steps whose argmax is llama.cpp's token
+    max_kl: float | None = None
 
 
 @dataclass(frozen=True)
@@ -370,8 +372,10 @@ def _parity(records: list[dict], variation: list[dict] = ()) -> list[Parity]:
             drift = e.get("drift") or []
             passed = e.get("passed", not drift)
             near = max(0, int(e.get("flips") or 0) - len(drift))
+            failed = sorted({f.get("check", "?") for f in e.get("failures") or [] if isinstance(f, dict)})
             if not passed:
-                status = f"DRIFT: {len(drift)} flip(s) beyond the near-tie threshold"
+                status = (f"FAIL: {', '.join(failed)}" if failed else
+                          f"DRIFT: {len(drift)} flip(s) beyond the near-tie threshold")
             elif e.get("mode") == "exact":
                 status = "exact"
             else:
@@ -384,7 +388,8 @@ def _parity(records: list[dict], variation: list[dict] = ()) -> list[Parity]:
             latest[(model, str(g("tier")), str(g("backend")))] = Parity(
                 model, str(g("tier") or "?"), str(g("backend") or "?"), status, bool(passed),
                 f"{e.get('matched', '?')}/{e.get('steps', '?')}", e.get("max_logit_diff"), e.get("near_tie"), prov,
-                e.get("max_margin_shift"), spread.get((model, str(g("tier")))))
+                e.get("max_margin_shift"), spread.get((model, str(g("tier")))),
+                f"{e['agreement']}/{e.get('steps', '?')}" if "agreement" in e else "—", e.get("max_kl"))
     return [latest[k] for k in sorted(latest)]
 
 

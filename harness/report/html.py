@@ -15,6 +15,7 @@ import jinja2
 
 from engine.atomic import atomic_open
 
+from ..table import markdown
 from . import diagnose, figures
 
 FIGURES_DIR = "figures"
@@ -179,17 +180,22 @@ FLOPs per token).</p>
 </section>
 
 <section id="parity"><h2>Parity with llama.cpp</h2>
-<p class="muted">Margin shift: the largest change of llama.cpp's top-1/top-2 logit margin as the engine sees it; beside it,
-the same measure for llama.cpp itself under other settings (flash attention on, one-token batches), its own noise floor.
-A flip counts as a near-tie only where llama.cpp's margin is below the threshold (calibrated as 1.25 × the engine's shift).</p>
-<table><thead><tr><th>model</th><th>tier</th><th>backend</th><th>result</th><th>matched/steps</th><th>max Δlogit</th>
+<p class="muted">Free-run prefix: the engine's own greedy tokens equal to llama.cpp's, up to the first difference.
+Teacher-forced agreement: steps where the engine, fed llama.cpp's tokens, picks llama.cpp's token. Every step is also
+judged on its logits (max Δlogit and KL over llama.cpp's stored top-k, and the shift of llama.cpp's top-2 margin),
+each against the model's gate in the catalog, set from llama.cpp's own spread (beside it) or a stated precision budget.
+A flip counts as a near-tie only where llama.cpp's margin is below the near-tie threshold.</p>
+<table><thead><tr><th>model</th><th>references</th><th>backend</th><th>result</th><th>free-run prefix</th>
+<th>teacher-forced agreement</th><th>max Δlogit</th><th>max KL</th>
 <th>margin shift</th><th>llama.cpp's own</th><th>near-tie threshold</th><th>provenance</th></tr></thead><tbody>
 {% for p in r.parity %}
 <tr><td>{{ p.model }}</td><td>{{ p.tier }}</td><td>{{ p.backend }}</td><td><span class="badge {{ 'ok' if p.ok else 'bad' }}">{{ p.status }}</span></td>
-<td class="num">{{ p.matched }}</td><td class="num">{{ '%.4f'|format(p.max_logit_diff) if p.max_logit_diff is not none else '—' }}</td>
+<td class="num">{{ p.matched }}</td><td class="num">{{ p.agreement }}</td>
+<td class="num">{{ '%.4f'|format(p.max_logit_diff) if p.max_logit_diff is not none else '—' }}</td>
+<td class="num">{{ '%.3g'|format(p.max_kl) if p.max_kl is not none else '—' }}</td>
 <td class="num">{{ '%.3g'|format(p.margin_shift) if p.margin_shift is not none else '—' }}</td><td>{{ p.llama_spread or '—' }}</td>
 <td class="num">{{ p.near_tie if p.near_tie is not none else '—' }}</td><td class="prov">{{ p.provenance }}</td></tr>
-{% else %}<tr><td colspan="10" class="muted">No validate records yet (<code>harness validate-catalog</code>).</td></tr>{% endfor %}
+{% else %}<tr><td colspan="12" class="muted">No validate records yet (<code>harness validate-catalog</code>).</td></tr>{% endfor %}
 </tbody></table>
 </section>
 
@@ -285,10 +291,7 @@ def write_html(report, out_dir, name: str = "index.html") -> list[Path]:
 # ---- markdown ----------------------------------------------------------------
 
 def _md_table(header: list[str], rows: list[list[str]], empty: str) -> list[str]:
-    cell = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return out if rows else [empty]
+    return markdown(header, rows, empty).split("\n")
 
 
 def _md_prov(m) -> str:
@@ -315,10 +318,11 @@ def render_md(report) -> str:
                          fmt_ratio(h.gain) if h.n_records > 1 else "—",
                          str(h.n_records)] for h in r.history], "No bench records yet.")
     lines += ["", "## Parity with llama.cpp", ""]
-    lines += _md_table(["model", "tier", "backend", "result", "matched/steps", "max Δlogit", "margin shift",
-                        "llama.cpp's own", "provenance"],
-                       [[p.model, p.tier, p.backend, p.status, p.matched,
+    lines += _md_table(["model", "references", "backend", "result", "free-run prefix", "teacher-forced agreement",
+                        "max Δlogit", "max KL", "margin shift", "llama.cpp's own", "provenance"],
+                       [[p.model, p.tier, p.backend, p.status, p.matched, p.agreement,
                          f"{p.max_logit_diff:.4f}" if p.max_logit_diff is not None else "—",
+                         f"{p.max_kl:.3g}" if p.max_kl is not None else "—",
                          f"{p.margin_shift:.3g}" if p.margin_shift is not None else "—", p.llama_spread or "—",
                          p.provenance]
                         for p in r.parity], "No validate records yet.")

@@ -249,6 +249,7 @@ class Backend:
         self.pos = self.dev.empty((1,), np.int32)
         self.next_token = self.dev.empty((1,), np.int32)
         self.graph = None
+        self.logits: DArray | None = None  # the decode step's logits: a fixed workspace address, replay after replay
         self._device_state = None  # (token, pos) the buffers hold for the next step
 
     def upload(self, gf: GGUFFile, name: str):
@@ -277,14 +278,17 @@ class Backend:
         return self.dev.download(x)
 
     # ---- decode ---------------------------------------------------------
-    def decode_next(self, model, token: int, pos: int) -> int:
+    def decode_next(self, model, token: int, pos: int, keep_logits: bool = False) -> int:
         """Run ``token`` at ``pos`` and return the greedy next token.
 
         The first step runs eagerly (compiling/loading every kernel), then the
         same step is captured as a graph; later steps only replay it. The
         graph feeds its own argmax back in, so a plain greedy loop writes
         nothing to the device; a different token (teacher forcing) or a jump
-        in position is written into the static buffers first.
+        in position is written into the static buffers first. The logits
+        stay where the graph wrote them (the workspace is laid out the same
+        on every replay), so ``decode_logits`` reads exactly what the graph's
+        argmax saw, with no extra kernel in the graph.
         """
         if (token, pos) != self._device_state:
             self.dev.upload(np.array([token], np.int32), self.token)
@@ -299,11 +303,14 @@ class Backend:
         self._device_state = (nxt, pos + 1)
         return nxt
 
+    def decode_logits(self) -> np.ndarray:
+        return self.dev.download(self.logits).reshape(-1)
+
     def _decode_body(self, model) -> None:
         from . import core_ops
 
         self.workspace.reset()
-        logits = model.run(self.token, Positions(self.pos, 1))
-        core_ops.argmax(self.dev, logits, self.next_token)
+        self.logits = model.run(self.token, Positions(self.pos, 1))
+        core_ops.argmax(self.dev, self.logits, self.next_token)
         self.dev.launch(self.dev.function("decode.cu", "advance"), (1,), (1,),
                         (self.next_token, self.token, self.pos))

@@ -18,6 +18,7 @@ class Backend:
 
     def __init__(self, cfg: ModelConfig, n_ctx: int):
         self.cfg, self.n_ctx = cfg, n_ctx
+        self._logits: np.ndarray | None = None
 
     def upload(self, gf: GGUFFile, name: str) -> np.ndarray:
         """Weights are dequantised once to float32."""
@@ -31,6 +32,14 @@ class Backend:
 
     def to_host(self, x) -> np.ndarray:
         return x
+
+    def decode_next(self, model, token: int, pos: int, keep_logits: bool = False) -> int:
+        """One decode step: ``token`` at ``pos``; the greedy next token."""
+        self._logits = model.run(*self.inputs(np.array([token]), pos)).reshape(-1)
+        return int(np.argmax(self._logits))
+
+    def decode_logits(self) -> np.ndarray:
+        return self._logits
 
 
 __all__ = ["Backend", "KVCache", "ops"]

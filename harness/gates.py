@@ -1,0 +1,134 @@
+"""Where the gate's thresholds come from: llama.cpp's own spread and stated
+precision budgets, never the engine under test.
+
+``harness reference --variation`` runs llama.cpp against its own references
+under settings a correct engine cannot be expected to follow, each run
+teacher-forced on the reference's tokens and measured exactly as the engine
+is (``validate.validate_model``). Which settings count as noise depends on
+the reference set:
+
+- **cpu on a quantised file**: ``f32-twin``, llama.cpp on the model's F32
+  twin (the same weights, no 8-bit activation rounding), is the exact size
+  of llama.cpp's activation rounding, which the engine does not do; and
+  ``ubatch-1`` (the prompt fed one token at a time: other kernels).
+- **fp32** (the twin set, and the cpu set of an F32 model): ``ubatch-1``
+  and ``threads-1``; both sides compute in fp32, so the spread is tiny and
+  the stated fp32 budget below sets the bound. Flash attention is not noise
+  here: on the CPU it rounds K and V to f16.
+- **gpu** (llama.cpp with CUDA): ``flash-attn`` (the other attention path)
+  and ``ubatch-1``.
+
+A proposal is ``max(HEADROOM x spread, budget)`` per check (KL scales with
+the square of a logit error, so its headroom is squared). It is printed
+beside the catalog's current value, marked where it would loosen the gate;
+nothing is written: a threshold changes only by editing the catalog.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from . import catalog
+
+HEADROOM = 1.25
+
+# fp32 on both sides, only summation order differs: logits of |z| <= ~30
+# accumulate relative rounding of ~1e-6 over a few thousand-term sums per
+# layer; 1e-3 leaves a wide margin and is still 30x under the smallest
+# planted bug seen (RoPE base x1.01: 0.032). The margin shift is a difference
+# of two logits (2x); KL of a perturbation d is ~ var(d)/2.
+FP32_BUDGET = catalog.Gate(margin=2e-3, logit=1e-3, kl=1e-6)
+# llama.cpp's CPU GELU reads an f16 table (GGML_GELU_FP16: input and output
+# rounded to f16, relative 2^-11 each), the engine computes tanh-GELU in
+# fp32: ~5e-4 relative on every FFN activation, ~5e-3 on logits of ~10.
+# 4x that on the logit and the margin; KL ~ var(d)/2.
+GELU_F16_BUDGET = catalog.Gate(margin=0.02, logit=0.02, kl=2e-4)
+MIN_MARGIN = 0.01  # without a budget: a near-tie in a reference's printing precision
+
+FP32_VARIANTS = {"ubatch-1": {"n_batch": 1, "n_ubatch": 1}, "threads-1": {"n_threads": 1}}
+QUANT_VARIANTS = {"f32-twin": "twin", "ubatch-1": {"n_batch": 1, "n_ubatch": 1}}
+GPU_VARIANTS = {"flash-attn": {"flash_attn": True}, "ubatch-1": {"n_batch": 1, "n_ubatch": 1}}
+
+
+def is_fp32(entry: catalog.Entry, reference_set: str) -> bool:
+    """Both sides compute in fp32: llama.cpp on the CPU on F32 weights (the
+    twin, or a model without one: its file is F32 already)."""
+    return reference_set == "twin" or (reference_set == "cpu" and "twin" not in entry.reference_sets)
+
+
+def variants(entry: catalog.Entry, reference_set: str) -> dict:
+    """name -> settings change, or "twin" (run the F32 twin instead)."""
+    if catalog.REFERENCE_SETS[reference_set] == "gpu":
+        return GPU_VARIANTS
+    return FP32_VARIANTS if is_fp32(entry, reference_set) else QUANT_VARIANTS
+
+
+def budget(entry: catalog.Entry, reference_set: str) -> catalog.Gate | None:
+    if not is_fp32(entry, reference_set):
+        return None
+    return GELU_F16_BUDGET if entry.arch == "gemma3" else FP32_BUDGET
+
+
+def propose(entry: catalog.Entry, reference_set: str, spread: list) -> catalog.Gate:
+    """Thresholds from llama.cpp's spread (ModelResults of its variants)."""
+    floor = budget(entry, reference_set) or catalog.Gate(MIN_MARGIN, 0.0, 0.0)
+    margin = max(r.max_margin_shift for r in spread)
+    logit = max(r.max_logit_diff for r in spread)
+    kl = max(r.max_kl for r in spread)
+    return catalog.Gate(margin=_round(max(floor.margin, HEADROOM * margin)),
+                        logit=_round(max(floor.logit, HEADROOM * logit)),
+                        kl=_round(max(floor.kl, HEADROOM ** 2 * kl)))
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.2g}")
+
+
+def measure(cat, names: list[str], reference_set: str):
+    """Run llama.cpp's variants against the references of ``reference_set``:
+    a list of (model, variant, settings, ModelResult)."""
+    from . import refs, validate
+    from .reference import LlamaCppModel
+
+    out = []
+    for name in names:
+        e = catalog.entry(name, cat)
+        if reference_set not in e.reference_sets:
+            continue
+        ref = refs.for_entry(e, reference_set)  # on another file, llama.cpp would pass for its own spread
+        for variant, change in variants(e, reference_set).items():
+            print(f"{name}: llama.cpp {variant} vs its {reference_set} references...", file=sys.stderr, flush=True)
+            on_twin = change == "twin" or reference_set == "twin"
+            path = catalog.twin_path(name, catalog=cat) if on_twin else catalog.model_path(name, catalog=cat)
+            settings = {**ref.settings, **({} if change == "twin" else change)}
+            llm = LlamaCppModel(path, settings)
+            try:
+                # judged with an infinite gate: only the measurements are wanted
+                gate = catalog.Gate(margin=float("inf"))
+                r = validate.validate_model(llm, e, ref, f"llama.cpp {variant}", tier=reference_set, gate=gate)
+            finally:
+                llm.close()
+            out.append((name, variant, settings, r))
+    return out
+
+
+def format_proposals(cat, measured, reference_set: str, backend: str = "numpy") -> str:
+    """Per model: llama.cpp's spread, the proposed gate and the catalog's."""
+    from .table import markdown
+
+    rows = []
+    for name in dict.fromkeys(m for m, *_ in measured):
+        e = catalog.entry(name, cat)
+        spread = [r for m, _, _, r in measured if m == name]
+        new, old = propose(e, reference_set, spread), e.gate(backend, reference_set)
+        for check in ("margin", "logit", "kl"):
+            o, n = (getattr(old, check) if old else None), getattr(new, check)
+            change = "new" if o is None else "LOOSER" if n > o else "tighter" if n < o else "same"
+            src = ", ".join(f"{v} {getattr(r, 'max_' + {'margin': 'margin_shift', 'logit': 'logit_diff', 'kl': 'kl'}[check]):.3g}"
+                            for m, v, _, r in measured if m == name)
+            b = budget(e, reference_set)
+            rows.append([name, f"gate.{e.gate_key(backend, reference_set)}.{check}", src,
+                         "—" if b is None else f"{getattr(b, check):g}", "—" if o is None else f"{o:g}", f"{n:g}",
+                         change])
+    return markdown(["model", "catalog key", "llama.cpp's spread (per variant)", "budget", "catalog now",
+                     "proposed", "change"], rows)

@@ -1,0 +1,311 @@
+"""``harness mutants``: the gate must fail on deliberate engine bugs.
+
+Each mutant is one named, realistic bug, switched on in a fresh process
+(``python -m harness.mutants NAME ...``) by patching the engine before any
+model loads: a changed config field (the bug a wrong GGUF key or a wrong
+default makes), a changed tensor as read from the file, a changed operator,
+or, for a CUDA kernel, a changed kernel source compiled into a cache of its
+own. The child then runs the gate on the catalog models that have the
+feature the mutant breaks, cheapest and sharpest first, and stops at the
+first model the gate fails: the mutant is *caught* there, by the checks
+named. A mutant no model catches is a hole in the gate.
+
+A later architecture adds its mutants here, with the feature predicate that
+says which catalog models can show them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.config import ROPE_NEOX, ROPE_NORM, ModelConfig
+
+# ---- how a mutant changes the engine ----------------------------------------
+
+
+def _config(**changes: Callable[[ModelConfig], object]) -> Callable[[], None]:
+    """Change config fields as ``ModelConfig.from_gguf`` returns them."""
+    def apply():
+        real = ModelConfig.from_gguf.__func__
+
+        def from_gguf(cls, gf):
+            cfg = real(cls, gf)
+            return dataclasses.replace(cfg, **{k: f(cfg) for k, f in changes.items()})
+        ModelConfig.from_gguf = classmethod(from_gguf)
+    return apply
+
+
+def _tensor(pattern: str, change: Callable) -> Callable[[], None]:
+    """Change the bytes of every tensor whose name matches ``pattern`` as the
+    engine reads them from the file (both backends read through ``raw``)."""
+    def apply():
+        from engine.gguf_file import GGUFFile
+
+        real = GGUFFile.raw
+
+        def raw(self, name):
+            data = real(self, name)
+            return change(self, data) if re.fullmatch(pattern, name) else data
+        GGUFFile.raw = raw
+    return apply
+
+
+def _op(numpy_name: str, numpy_op: Callable, cuda: Callable[[], None] | None = None) -> Callable[[], None]:
+    """Replace a NumPy operator; ``cuda`` changes the CUDA backend alike."""
+    def apply():
+        from engine.backends.numpy import ops
+
+        setattr(ops, numpy_name, numpy_op)
+        if cuda is not None:
+            cuda()
+    return apply
+
+
+def _kernel_source(file: str, old: str, new: str) -> Callable[[], None]:
+    """Compile the CUDA kernels from a copy with ``old`` replaced by ``new``
+    in ``file`` (and a kernel cache of their own)."""
+    def apply():
+        import shutil
+        import tempfile
+
+        from engine.backends.cuda import compile as nvrtc
+
+        tmp = tempfile.mkdtemp(prefix="anvil-mutant-")
+        kernels = shutil.copytree(nvrtc.KERNELS_DIR, os.path.join(tmp, "kernels"))
+        path = os.path.join(kernels, file)
+        text = open(path).read()
+        if old not in text:
+            raise RuntimeError(f"mutant: {file} no longer contains {old!r}: update the mutant")
+        open(path, "w").write(text.replace(old, new))
+        nvrtc.KERNELS_DIR = type(nvrtc.KERNELS_DIR)(kernels)
+        os.environ["ANVIL_CACHE_DIR"] = os.path.join(tmp, "cache")
+    return apply
+
+
+def _both(*applies: Callable[[], None]) -> Callable[[], None]:
+    def apply():
+        for a in applies:
+            a()
+    return apply
+
+
+def _regroup_q_heads(gf, data):
+    """Query head rows reordered so that the head in slot j is head
+    (j mod g)·n_kv + j div g: each query head meets KV head h mod n_kv
+    instead of h div g (g = n_head / n_head_kv)."""
+    import numpy as np
+
+    h, hkv = gf.get(f"{gf.get('general.architecture')}.attention.head_count"), \
+        gf.get(f"{gf.get('general.architecture')}.attention.head_count_kv")
+    g = h // hkv
+    perm = np.array([(j % g) * hkv + j // g for j in range(h)])
+    return np.ascontiguousarray(data.reshape(h, -1)[perm]).reshape(data.shape)
+
+
+def _gelu_erf(x):
+    import numpy as np
+    from scipy.special import erf
+
+    return (np.float32(0.5) * x * (np.float32(1) + erf(x / np.float32(np.sqrt(2))))).astype(np.float32)
+
+
+def _first_row_cuda():
+    from engine.backends.cuda import Ops
+
+    Ops.last_row = lambda self, x: x.rows(0, 1)
+
+
+def _drop_attn_norm_weights():
+    from engine.models import weights
+
+    real = weights.load
+
+    def load(gf, cfg, upload):
+        glob, layers = real(gf, cfg, upload)
+        for w in layers:
+            w.attn_norm = None
+        return glob, layers
+    weights.load = load
+
+
+def _rotate(t: tuple) -> tuple:
+    return t[1:] + t[:1]
+
+
+def _global_base(c: ModelConfig) -> tuple:
+    full = [b for b, w in zip(c.rope_base, c.swa_window) if not w]
+    return tuple(full[0] for _ in c.rope_base)
+
+
+# ---- the suite ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug: str  # what a developer got wrong, in words
+    has_feature: Callable[[ModelConfig], bool]  # the models that can show it
+    apply: Callable[[], None]
+
+
+def _any(c):
+    return True
+
+
+def _swa(c):
+    return any(c.swa_window)
+
+
+MUTANTS = [
+    Mutant("rope-base", "RoPE frequency base x1.01", _any,
+           _config(rope_base=lambda c: tuple(b * 1.01 for b in c.rope_base))),
+    Mutant("rope-type", "RoPE pairs swapped: NEOX (i, i+d/2) for NORM (2i, 2i+1) and back", _any,
+           _config(rope_type=lambda c: ROPE_NEOX if c.rope_type == ROPE_NORM else ROPE_NORM)),
+    Mutant("rope-freqs-ignored", "llama-3 rope_freqs frequency divisors not applied", lambda c: c.has_rope_freqs,
+           _config(has_rope_freqs=lambda c: False)),
+    Mutant("rms-eps", "RMSNorm epsilon x100", _any, _config(rms_eps=lambda c: c.rms_eps * 100)),
+    Mutant("attn-scale", "attention scale x1.05", _any, _config(attn_scale=lambda c: c.attn_scale * 1.05)),
+    Mutant("softcap-half", "final logit softcap at half its value", lambda c: c.final_softcap > 0,
+           _config(final_softcap=lambda c: c.final_softcap / 2)),
+    Mutant("softcap-dropped", "final logit softcap not applied", lambda c: c.final_softcap > 0,
+           _config(final_softcap=lambda c: 0.0)),
+    Mutant("softcap-added", "a final logit softcap of 30 where the file has none", lambda c: not c.final_softcap,
+           _config(final_softcap=lambda c: 30.0)),
+    Mutant("swa-window-off-by-one", "sliding window one token wider", _swa,
+           _config(swa_window=lambda c: tuple(w + 1 if w else 0 for w in c.swa_window))),
+    Mutant("swa-off", "sliding-window layers attend to the whole context", _swa,
+           _config(swa_window=lambda c: tuple(0 for _ in c.swa_window))),
+    Mutant("swa-pattern-shifted", "sliding/full layer pattern shifted by one layer",
+           lambda c: _swa(c) and not all(c.swa_window),
+           _config(swa_window=lambda c: _rotate(c.swa_window), rope_base=lambda c: _rotate(c.rope_base),
+                   rope_scale=lambda c: _rotate(c.rope_scale))),
+    Mutant("swa-rope-base", "sliding-window layers rotate with the global RoPE base",
+           lambda c: _swa(c) and len(set(c.rope_base)) > 1, _config(rope_base=_global_base)),
+    Mutant("embd-scale-dropped", "token embedding not scaled by sqrt(n_embd)", lambda c: c.embd_scale != 1.0,
+           _config(embd_scale=lambda c: 1.0)),
+    Mutant("qk-norm-dropped", "per-head Q/K RMSNorm weights not loaded", lambda c: c.qk_norm,
+           _config(qk_norm=lambda c: False)),
+    Mutant("qkv-bias-dropped", "Q/K/V biases not added", lambda c: c.qkv_bias, _config(qkv_bias=lambda c: False)),
+    Mutant("head-tied", "the output head read from token_embd on an untied model", lambda c: not c.tied_output,
+           _config(tied_output=lambda c: True)),
+    Mutant("gqa-mapping", "query head h attends with KV head h mod n_kv instead of h div (n_head/n_kv)",
+           lambda c: c.n_head_kv < c.n_head, _tensor(r"blk\.\d+\.attn_q\.(weight|bias)", _regroup_q_heads)),
+    Mutant("attn-norm-weight-ignored", "the attention RMSNorm's weight not applied", _any, _drop_attn_norm_weights),
+    Mutant("last-row-first", "logits taken from the first prompt token instead of the last", _any,
+           _op("last_row", lambda x: x[:1], _first_row_cuda)),
+    Mutant("gelu-erf", "GELU computed with erf instead of llama.cpp's tanh approximation",
+           lambda c: c.activation == "gelu_tanh",
+           _op("gelu_tanh", _gelu_erf, _kernel_source(
+               "elementwise.cu", "tanhf(SQRT_2_OVER_PI * g * (1.0f + GELU_COEF_A * g * g))",
+               "erff(g * 0.70710678f)"))),
+]
+BY_NAME = {m.name: m for m in MUTANTS}
+
+
+# ---- running them ---------------------------------------------------------------
+
+
+def candidates(cat, mutant: Mutant, backend: str, tiers: list[str]) -> list[tuple[str, str]]:
+    """(model, reference set) pairs the gate runs that have the mutant's
+    feature, sharpest and cheapest first: fp32 comparisons (F32 models, F32
+    twins) catch small bugs that hide under the quantised sets' noise."""
+    from . import catalog, gates
+    from .cli import validation_plan
+
+    pairs, _ = validation_plan(cat, backend, tiers)
+    out = []
+    for e, s in pairs:
+        path = catalog.model_path(e.name, catalog=cat, progress=False)
+        if mutant.has_feature(_config_of(str(path))):
+            out.append((not gates.is_fp32(e, s), path.stat().st_size, e.name, s))
+    return [(name, s) for *_, name, s in sorted(out)]
+
+
+@functools.lru_cache(maxsize=None)
+def _config_of(path: str) -> ModelConfig:
+    from engine.gguf_file import GGUFFile
+
+    return ModelConfig.from_gguf(GGUFFile(path))
+
+
+def run_one(mutant: Mutant, backend: str, pairs: list[tuple[str, str]]) -> dict:
+    """In this process: switch the mutant on, gate each pair until one fails."""
+    from . import catalog, refs, validate
+
+    cat = catalog.load()
+    mutant.apply()
+    tried = []
+    for name, s in pairs:
+        e = catalog.entry(name, cat)
+        r = validate.run(cat, e, refs.for_entry(e, s), s, backend, quiet=True)
+        tried.append(f"{name} ({s})")
+        if not r.passed:
+            return {"mutant": mutant.name, "caught": True, "model": name, "references": s,
+                    "checks": sorted({f.check for f in r.failures}),
+                    "first": validate.format_failures([r]).splitlines()[0], "tried": tried}
+    return {"mutant": mutant.name, "caught": False, "tried": tried}
+
+
+def run_suite(cat, names: list[str], backend: str, tiers: list[str], progress=None) -> list[dict]:
+    rows = []
+    for name in names:
+        m = BY_NAME[name]
+        pairs = candidates(cat, m, backend, tiers)
+        t0 = time.perf_counter()
+        if not pairs:
+            row = {"mutant": name, "caught": False, "tried": [], "error": "no catalog model has this feature"}
+        else:
+            arg = ",".join(f"{n}:{s}" for n, s in pairs)
+            p = subprocess.run([sys.executable, "-m", "harness.mutants", name, "--backend", backend, "--pairs", arg],
+                               capture_output=True, text=True)
+            try:
+                row = json.loads(p.stdout.strip().splitlines()[-1])
+            except (IndexError, json.JSONDecodeError):
+                row = {"mutant": name, "caught": False, "tried": [],
+                       "error": f"the mutant's process failed (exit {p.returncode}): "
+                                f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}"}
+        row.update(bug=m.bug, seconds=round(time.perf_counter() - t0, 1))
+        rows.append(row)
+        if progress:
+            progress(row)
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    from .table import markdown
+
+    table = []
+    for r in rows:
+        if r["caught"]:
+            where, how = f"{r['model']} ({r['references']})", ", ".join(r["checks"])
+        else:
+            where, how = "NOT CAUGHT", r.get("error") or f"passed on {', '.join(r['tried'])}"
+        table.append([r["mutant"], r["bug"], where, how, f"{r['seconds']:.0f} s"])
+    return markdown(["mutant", "bug", "caught by", "checks that failed", "time"], table)
+
+
+def main(argv=None) -> int:
+    """The child: ``python -m harness.mutants NAME --backend B --pairs model:set,...``;
+    prints one JSON line."""
+    p = argparse.ArgumentParser(prog="python -m harness.mutants")
+    p.add_argument("name", choices=sorted(BY_NAME))
+    p.add_argument("--backend", choices=["numpy", "cuda"], default="numpy")
+    p.add_argument("--pairs", required=True, help="model:reference-set,... in the order to try")
+    args = p.parse_args(argv)
+    pairs = [tuple(x.split(":", 1)) for x in args.pairs.split(",")]
+    print(json.dumps(run_one(BY_NAME[args.name], args.backend, pairs)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""`harness mutants`: every planted engine bug must fail the gate (cpu tier,
+NumPy engine: the suite CI runs; `--backend cuda` runs the same on the GPU)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from harness import catalog, mutants
+
+
+def test_the_whole_suite_is_caught(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "mutants"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    n = len(mutants.MUTANTS)
+    assert n >= 15 and f"caught {n} of {n} mutants" in p.stdout
+    for m in mutants.MUTANTS:  # one row per mutant, naming the model and the checks that caught it
+        (row,) = [line for line in p.stdout.splitlines() if line.startswith(f"| {m.name} |")]
+        assert "NOT CAUGHT" not in row and ("(twin)" in row or "(cpu)" in row), row
+
+
+def test_candidates_are_the_models_with_the_feature_sharpest_first():
+    cat = catalog.load()
+    pairs = mutants.candidates(cat, mutants.BY_NAME["qkv-bias-dropped"], "numpy", ["cpu"])
+    assert {n for n, _ in pairs} == {"tiny-qwen2", "tiny-qwen2-f32"}  # the only models with Q/K/V biases
+    assert pairs[0][1] == "twin" or pairs[0][0].endswith("-f32")  # an fp32 comparison first
+    assert [s for _, s in pairs][-1] == "cpu"  # the quantised file's own (noisy) references last
+    softcap = {n for n, _ in mutants.candidates(cat, mutants.BY_NAME["softcap-dropped"], "numpy", ["cpu"])}
+    assert softcap == {"tiny-gemma3", "tiny-gemma3-f32"}  # gemma3-270m's file has no softcap
+
+
+def test_an_uncaught_mutant_fails_the_command(monkeypatch, capsys):
+    from harness import cli
+
+    noop = mutants.Mutant("no-op", "changes nothing", lambda c: c.arch == "qwen2", lambda: None)
+    monkeypatch.setitem(mutants.BY_NAME, "no-op", noop)
+
+    def in_process(cat, names, backend, tiers, progress=None):
+        # the child process would not know this mutant: run it here
+        rows = []
+        for name in names:
+            row = mutants.run_one(mutants.BY_NAME[name], backend,
+                                  mutants.candidates(cat, mutants.BY_NAME[name], backend, tiers)[:1])
+            row.update(bug=mutants.BY_NAME[name].bug, seconds=0.0)
+            rows.append(row)
+        return rows
+
+    monkeypatch.setattr(mutants, "run_suite", in_process)
+    assert cli.main(["mutants", "--mutant", "no-op", "--backend", "numpy"]) == 1
+    out = capsys.readouterr().out
+    assert "NOT CAUGHT" in out and "caught 0 of 1 mutants" in out
+
+
+def test_kernel_source_mutants_still_apply_and_compile():
+    """A CUDA mutant edits a kernel's source: the text it replaces must still
+    be there, and the result must compile (NVRTC runs without a GPU)."""
+    code = ("from harness.mutants import BY_NAME; BY_NAME['gelu-erf'].apply(); "
+            "from engine.backends.cuda import compile as c; "
+            "assert 'erff(' in (c.KERNELS_DIR / 'elementwise.cu').read_text(); "
+            "print(len(c.compile_cubin('elementwise.cu', 'sm_90')))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0 and int(p.stdout) > 0, p.stderr[-2000:]
