@@ -273,7 +273,10 @@ def cmd_mutants(args) -> int:
         verdict = f"caught by {row['model']} ({row['references']})" if row["caught"] else "NOT CAUGHT"
         print(f"{row['mutant']}: {verdict} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
 
-    rows = mutants.run_suite(catalog.load(), names, backend, tiers, progress=progress)
+    cat = catalog.load()
+    for name in args.model or []:
+        catalog.entry(name, cat)  # an unknown name is an error, not an empty suite
+    rows = mutants.run_suite(cat, names, backend, tiers, models=args.model, progress=progress)
     print(mutants.format_rows(rows))
     caught = sum(r["caught"] for r in rows)
     print(f"caught {caught} of {len(rows)} mutants")
@@ -427,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     mu = sub.add_parser("mutants", help="run the gate on deliberately broken engines: every mutant must be caught")
     mu.add_argument("--mutant", action="append", help="one mutant (repeatable; default: the whole suite)")
+    mu.add_argument("--model", action="append", help="only these catalog models (repeatable; default: all)")
     mu.add_argument("--tier", choices=["cpu", "gpu"], default=None,
                     help="default: cpu with the NumPy backend, every tier with CUDA")
     mu.add_argument("--backend", choices=["auto", "cuda", "numpy"], default="auto")

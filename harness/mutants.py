@@ -215,7 +215,7 @@ BY_NAME = {m.name: m for m in MUTANTS}
 # ---- running them ---------------------------------------------------------------
 
 
-def candidates(cat, mutant: Mutant, backend: str, tiers: list[str]) -> list[tuple[str, str]]:
+def candidates(cat, mutant: Mutant, backend: str, tiers: list[str], models=None) -> list[tuple[str, str]]:
     """(model, reference set) pairs the gate runs that have the mutant's
     feature, sharpest and cheapest first: fp32 comparisons (F32 models, F32
     twins) catch small bugs that hide under the quantised sets' noise."""
@@ -225,6 +225,8 @@ def candidates(cat, mutant: Mutant, backend: str, tiers: list[str]) -> list[tupl
     pairs, _ = validation_plan(cat, backend, tiers)
     out = []
     for e, s in pairs:
+        if models and e.name not in models:
+            continue
         path = catalog.model_path(e.name, catalog=cat, progress=False)
         if mutant.has_feature(_config_of(str(path))):
             out.append((not gates.is_fp32(e, s), path.stat().st_size, e.name, s))
@@ -256,11 +258,11 @@ def run_one(mutant: Mutant, backend: str, pairs: list[tuple[str, str]]) -> dict:
     return {"mutant": mutant.name, "caught": False, "tried": tried}
 
 
-def run_suite(cat, names: list[str], backend: str, tiers: list[str], progress=None) -> list[dict]:
+def run_suite(cat, names: list[str], backend: str, tiers: list[str], models=None, progress=None) -> list[dict]:
     rows = []
     for name in names:
         m = BY_NAME[name]
-        pairs = candidates(cat, m, backend, tiers)
+        pairs = candidates(cat, m, backend, tiers, models)
         t0 = time.perf_counter()
         if not pairs:
             row = {"mutant": name, "caught": False, "tried": [], "error": "no catalog model has this feature"}
