@@ -39,7 +39,9 @@ TIERS = ("cpu", "gpu")
 #   cpu:  llama.cpp on the CPU on the model file (flash attention off, F32 KV)
 #   twin: the same on the model's dequantised F32 twin (harness/twin.py): sharp
 #   gpu:  llama.cpp with CUDA on the model file (F16 KV)
-REFERENCE_SETS = {"cpu": "cpu", "twin": "cpu", "gpu": "gpu"}
+#   oracle: the NumPy engine on the model file, on llama.cpp's prompt ids: the
+#         CUDA engine's reference, free of llama.cpp's noise (made on the CPU)
+REFERENCE_SETS = {"cpu": "cpu", "twin": "cpu", "gpu": "gpu", "oracle": "cpu"}
 BACKENDS = ("numpy", "cuda")
 
 

@@ -102,6 +102,14 @@ def cmd_reference(args) -> int:
                 raise AnvilError(f"{out} was made from a model with sha256 {old.model_sha256}, the catalog now pins "
                                  f"{e.sha256}; pass --force to replace it")
         path = catalog.model_path(name, catalog=cat)
+        if rset == "oracle":
+            from .reference import make_oracle_reference
+
+            print(f"{name}: running the NumPy engine on {path.name} (the cpu references' prompts)...",
+                  file=sys.stderr)
+            refs.save(make_oracle_reference(e, path, refs.for_entry(e, "cpu")), out)
+            print(f"wrote {out}")
+            continue
         run = catalog.twin_path(name, catalog=cat) if rset == "twin" else path
         print(f"{name}: running llama.cpp on {run.name} ({len(e.prompts)} prompts x {e.n_steps} steps)...",
               file=sys.stderr)
@@ -151,7 +159,8 @@ def validation_plan(cat, backend: str, tiers: list[str], model: str | None = Non
     from . import catalog
 
     entries = [catalog.entry(model, cat)] if model else list(cat.values())
-    pairs = [(e, s) for e in entries for s in e.reference_sets if catalog.REFERENCE_SETS[s] in tiers]
+    pairs = [(e, s) for e in entries for s in e.reference_sets if catalog.REFERENCE_SETS[s] in tiers
+             and not (s == "oracle" and backend == "numpy")]  # the NumPy engine is the oracle
     return [(e, s) for e, s in pairs if e.gate(backend, s)], [(e, s) for e, s in pairs if not e.gate(backend, s)]
 
 
@@ -397,8 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("reference", help="regenerate llama.cpp reference outputs")
     r.add_argument("--model", help="one catalog model (default: every model of the tier)")
-    r.add_argument("--tier", choices=["cpu", "twin", "gpu"], default="cpu",
-                   help="reference set: cpu (llama.cpp CPU on the file), twin (the same on its F32 twin), gpu (CUDA)")
+    r.add_argument("--tier", choices=["cpu", "twin", "gpu", "oracle"], default="cpu",
+                   help="reference set: cpu (llama.cpp CPU on the file), twin (the same on its F32 twin), "
+                        "gpu (llama.cpp CUDA), oracle (the NumPy engine: the CUDA engine's reference)")
     r.add_argument("--force", action="store_true", help="replace a reference made from a different model file")
     r.add_argument("--variation", action="store_true",
                    help="instead: measure llama.cpp against its existing references under other settings "

@@ -52,8 +52,9 @@ GPU_VARIANTS = {"flash-attn": {"flash_attn": True}, "ubatch-1": {"n_batch": 1, "
 
 def is_fp32(entry: catalog.Entry, reference_set: str) -> bool:
     """Both sides compute in fp32: llama.cpp on the CPU on F32 weights (the
-    twin, or a model without one: its file is F32 already)."""
-    return reference_set == "twin" or (reference_set == "cpu" and "twin" not in entry.reference_sets)
+    twin, or a model without one: its file is F32 already), or the NumPy
+    oracle on an F32 file."""
+    return reference_set == "twin" or (reference_set in ("cpu", "oracle") and "twin" not in entry.reference_sets)
 
 
 def variants(entry: catalog.Entry, reference_set: str) -> dict:
@@ -112,10 +113,12 @@ def measure(cat, names: list[str], reference_set: str):
     return out
 
 
-def format_proposals(cat, measured, reference_set: str, backend: str = "numpy") -> str:
-    """Per model: llama.cpp's spread, the proposed gate and the catalog's."""
+def format_proposals(cat, measured, reference_set: str) -> str:
+    """Per model: llama.cpp's spread, the proposed gate and the catalog's
+    (for the engine that set is judged with: CUDA for llama.cpp's CUDA references)."""
     from .table import markdown
 
+    backend = "cuda" if catalog.REFERENCE_SETS[reference_set] == "gpu" else "numpy"
     rows = []
     for name in dict.fromkeys(m for m, *_ in measured):
         e = catalog.entry(name, cat)

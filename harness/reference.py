@@ -1,4 +1,5 @@
-"""Make llama.cpp reference outputs with llama-cpp-python, in process.
+"""Make reference outputs: llama.cpp's with llama-cpp-python, in process,
+and the NumPy oracle's (``make_oracle_reference``).
 
 Settings are pinned, not left to defaults, because each changes llama.cpp's
 numbers (architectures.md §8): flash attention off, KV cache type, GPU layers
@@ -166,3 +167,28 @@ def _greedy_case(llm, prompt: str, prompt_ids: list[int], n_steps: int, top_k: i
             llm.eval([token])
     return Case(prompt=prompt, prompt_ids=[int(t) for t in prompt_ids], tokens=tokens,
                 top_ids=top_ids, top_logits=top_logits)
+
+
+def make_oracle_reference(entry, model_path: Path, prompts: Reference, top_k: int = 16) -> Reference:
+    """The NumPy engine's greedy run on the model file, on llama.cpp's prompt
+    ids (``prompts``: the model's cpu references): what the CUDA engine is
+    held to without llama.cpp's noise in between."""
+    import engine
+    from engine.bench import build_hash
+    from engine.generate import greedy
+
+    model = engine.load(model_path, backend="numpy")
+    ref = Reference(
+        model=entry.name, model_file=Path(model_path).name, model_sha256=entry.sha256,
+        llama_cpp={"package": "anvil NumPy engine (the oracle), not llama.cpp", "version": build_hash()},
+        settings={"backend": "numpy", "n_gpu_layers": 0, "flash_attn": False, "type_k": "f32", "type_v": "f32",
+                  "prompt_ids_from": "references/cpu"},
+        device=device_description(CPU_SETTINGS), created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        top_k=top_k)
+    for case in prompts.cases:
+        g = greedy(model, case.prompt_ids, len(case.tokens), keep_logits=True)
+        orders = [np.argsort(-lg, kind="stable")[:top_k] for lg in g.logits]
+        ref.cases.append(Case(prompt=case.prompt, prompt_ids=list(case.prompt_ids), tokens=list(g.tokens),
+                              top_ids=[[int(i) for i in o] for o in orders],
+                              top_logits=[[float(lg[i]) for i in o] for lg, o in zip(g.logits, orders)]))
+    return ref

@@ -16,7 +16,8 @@ import pytest
 from harness import catalog, gates, refs, validate
 
 CAT = catalog.load()
-PAIRS = sorted((n, s) for n, e in CAT.items() for s in e.reference_sets if catalog.REFERENCE_SETS[s] == "cpu")
+PAIRS = sorted((n, s) for n, e in CAT.items() for s in e.reference_sets
+               if catalog.REFERENCE_SETS[s] == "cpu" and s != "oracle")  # the oracle is the NumPy engine
 
 
 @pytest.mark.parametrize("name,rset", PAIRS, ids=[f"{n}-{s}" for n, s in PAIRS])
@@ -50,3 +51,17 @@ def test_prompts_exercise_every_path():
             ref = refs.for_entry(e, rset)
             longest = max(len(c.prompt_ids) for c in ref.cases)
             assert longest > 1024 and longest > 512, (name, rset, longest)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in CAT.items() if "oracle" in e.reference_sets and
+                                        n.startswith("tiny-")))
+def test_the_oracle_references_are_the_numpy_engine(name, loaded_model):
+    """The CUDA engine's reference set is what this NumPy engine computes: a
+    change to the NumPy engine's numbers shows here until `harness reference
+    --tier oracle` makes the set again."""
+    e = CAT[name]
+    ref = refs.for_entry(e, "oracle")
+    assert [c.prompt_ids for c in ref.cases] == [c.prompt_ids for c in refs.for_entry(e, "cpu").cases]
+    assert e.gate("cuda", "oracle") is not None and e.gate("numpy", "oracle") is None
+    r = validate.validate_model(loaded_model(name), e, ref, "numpy", tier="oracle", gate=gates.FP32_BUDGET)
+    assert r.passed and r.mode == "exact", validate.format_failures([r])
