@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SCHEMA_VERSION = 1
-KINDS = ("bench", "ab", "validate", "variation")
+KINDS = ("bench", "ab", "validate", "variation", "mutants")
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "reports" / "results"
 
 # What makes two measurements the same benchmark: the WORK done, not how an
