@@ -69,3 +69,20 @@ def test_engine_against_llama_cpp_and_a_mutant_localised(capsys):
     assert "no op differs by more than 0.001" in capsys.readouterr().out
     assert cli.main(args + ["--mutant", "attn-scale"]) == 1
     assert "first divergence past 0.001: layer 0, kqv_out" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["tiny-llama-f32", "tiny-gemma3-f32"])
+def test_cuda_against_numpy_op_by_op(name, model_path):
+    """The CUDA engine traced like the NumPy one: on F32 weights both compute
+    in fp32 (prefill GEMM in fp32), so no op differs by more than 1e-3, and
+    every named tensor is there on both sides."""
+    import engine
+
+    path = model_path(name)
+    ref = diff.engine_tensors(engine.load(path), PROMPT)
+    cuda = engine.load(path, backend="cuda", kv_f16=False)
+    test = diff.engine_tensors(cuda, PROMPT)
+    assert set(test) == set(ref)
+    rows, first = diff.compare(test, ref, list(cuda.family.llama_cpp_names(cuda.config)), cuda.config.n_layer, 1e-3)
+    assert first is None, diff.format_rows(rows, first, 1e-3, "cuda", "numpy")

@@ -445,3 +445,20 @@ def test_rate_sources():
     assert est.tflop_s == pytest.approx(2 * WEIGHT_BYTES * 8 / dx.Q4_K_M_BITS_PER_WEIGHT * 17804 / 1e12)
     assert "estimated" in est.note
     assert dx.rate("tg128", 1.0).roofline is None and dx.rate("pp512", 1.0).text == ""
+
+
+def test_mutants_section_shows_the_latest_suite_per_backend(tmp_path):
+    rows = [{"mutant": "rope-base", "bug": "RoPE base x1.01", "caught": True, "model": "tiny-llama",
+             "references": "twin", "checks": ["kl", "logit"], "tried": ["tiny-llama (twin)"], "seconds": 3.0},
+            {"mutant": "gelu-erf", "bug": "erf GELU", "caught": False, "tried": ["tiny-gemma3 (twin)"],
+             "seconds": 5.0}]
+    results.save({"engine": "anvil", "backend": "cuda", "gpu": H200, "driver": "580.159.04",
+                  "date": "2026-11-30T09:00:00Z", "build": "a1b2c3d4e5f6a7b8", "caught": 1, "mutants": rows},
+                 "mutants", tmp_path)
+    rep = build_report(results.load_all(tmp_path))
+    (m,) = rep.mutants
+    assert (m.backend, m.caught, m.total) == ("cuda", 1, 2)
+    assert m.rows[0] == ("rope-base", "RoPE base x1.01", "tiny-llama (twin)", "kl, logit")
+    assert m.rows[1][2] == "NOT CAUGHT"
+    html, md = render_html(rep), render_md(rep)
+    assert "caught 1 of 2" in html and "NOT CAUGHT" in html and "cuda engine: caught 1 of 2" in md

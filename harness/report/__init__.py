@@ -161,6 +161,17 @@ class ModelSection:
 
 
 @dataclass(frozen=True)
+class MutantSuite:
+    """The latest ``harness mutants`` record of one backend: every planted bug
+    and where the gate caught it."""
+    backend: str
+    caught: int
+    total: int
+    rows: tuple[tuple[str, str, str, str], ...]  # (mutant, bug, caught by, checks)
+    provenance: str
+
+
+@dataclass(frozen=True)
 class Report:
     models: tuple[ModelSection, ...]
     parity: tuple[Parity, ...]
@@ -170,6 +181,7 @@ class Report:
     sources: tuple[tuple[str, str, str, str, str], ...]  # (file, kind, model, engine, date)
     digest: str  # sha256 over the records' content: which evidence the page shows
     latest_date: str
+    mutants: tuple[MutantSuite, ...] = ()
 
     @property
     def rows(self) -> tuple[Row, ...]:
@@ -470,6 +482,20 @@ def _bar_figures(rows: list[Row], hist: list[History]) -> list[Figure]:
     return out
 
 
+def _mutants(records: list[dict]) -> list[MutantSuite]:
+    latest: dict[str, MutantSuite] = {}
+    for rec in sorted(records, key=_order):
+        rows = [r for r in rec.get("mutants") or [] if isinstance(r, dict)]
+        where = f"{rec['gpu']}, driver {rec.get('driver') or '?'}" if rec.get("gpu") else "CPU run"
+        latest[str(rec.get("backend") or "?")] = MutantSuite(
+            str(rec.get("backend") or "?"), sum(bool(r.get("caught")) for r in rows), len(rows),
+            tuple((str(r.get("mutant")), str(r.get("bug", "")),
+                   f"{r.get('model')} ({r.get('references')})" if r.get("caught") else "NOT CAUGHT",
+                   ", ".join(r.get("checks") or []) or str(r.get("error") or "")) for r in rows),
+            f"{where}, {_date(rec) or '?'}, build {_build(rec)}; {_file(rec)}")
+    return [latest[k] for k in sorted(latest)]
+
+
 def build_report(records: list[dict]) -> Report:
     """The whole page's content from result records (as results.load_all returns)."""
     records = sorted(records, key=_order)
@@ -494,7 +520,8 @@ def build_report(records: list[dict]) -> Report:
     digest = hashlib.sha256("\n".join(sorted(_canon(r) for r in records)).encode()).hexdigest()
     return Report(models, tuple(parity), tuple(ab_tests), tuple(runs + ab_runs),  # both already in page order
                   tuple(figures[k] for k in sorted(figures)), sources, digest,
-                  max((_date(r) for r in records), default=""))
+                  max((_date(r) for r in records), default=""),
+                  tuple(_mutants([r for r in records if kind(r) == "mutants"])))
 
 
 def main_report(args) -> int:

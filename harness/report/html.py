@@ -131,7 +131,7 @@ details { margin: 8px 0; } summary { cursor: pointer; }
 record{{ '' if r.sources|length == 1 else 's' }} (latest {{ r.latest_date or 'none' }}; evidence digest
 <code>{{ r.digest[:16] }}</code>). Hover a number for where it comes from.</p>
 <nav><a href="#scoreboard">Scoreboard</a><a href="#figures">Figures</a><a href="#history">History</a>
-<a href="#parity">Parity</a><a href="#ab">A/B</a><a href="#diagnosis">Diagnosis</a><a href="#provenance">Provenance</a></nav>
+<a href="#parity">Parity</a><a href="#mutants">Mutants</a><a href="#ab">A/B</a><a href="#diagnosis">Diagnosis</a><a href="#provenance">Provenance</a></nav>
 </header>
 
 <section id="scoreboard"><h2>Scoreboard</h2>
@@ -197,6 +197,19 @@ A flip counts as a near-tie only where llama.cpp's margin is below the near-tie 
 <td class="num">{{ p.near_tie if p.near_tie is not none else '—' }}</td><td class="prov">{{ p.provenance }}</td></tr>
 {% else %}<tr><td colspan="12" class="muted">No validate records yet (<code>harness validate-catalog</code>).</td></tr>{% endfor %}
 </tbody></table>
+</section>
+
+<section id="mutants"><h2>Mutation suite: does the gate catch bugs?</h2>
+<p class="muted">Each row is one deliberate engine bug (<code>harness mutants</code>), switched on in its own process; the
+gate must fail on a catalog model that has the feature it breaks. Shown: the model and reference set that caught it
+first, and the checks that failed there.</p>
+{% for m in r.mutants %}
+<h3>{{ m.backend }} engine: <span class="badge {{ 'ok' if m.caught == m.total else 'bad' }}">caught {{ m.caught }} of {{ m.total }}</span>
+<small class="prov">{{ m.provenance }}</small></h3>
+<table><thead><tr><th>mutant</th><th>bug</th><th>caught by</th><th>checks that failed</th></tr></thead><tbody>
+{% for row in m.rows %}<tr><td>{{ row[0] }}</td><td>{{ row[1] }}</td><td>{{ row[2] }}</td><td>{{ row[3] }}</td></tr>{% endfor %}
+</tbody></table>
+{% else %}<p class="muted">No mutants records yet (<code>harness mutants --save</code>).</p>{% endfor %}
 </section>
 
 <section id="ab"><h2>A/B comparisons</h2>
@@ -326,6 +339,13 @@ def render_md(report) -> str:
                          f"{p.margin_shift:.3g}" if p.margin_shift is not None else "—", p.llama_spread or "—",
                          p.provenance]
                         for p in r.parity], "No validate records yet.")
+    lines += ["", "## Mutation suite", ""]
+    for m in r.mutants:
+        lines += [f"{m.backend} engine: caught {m.caught} of {m.total} ({m.provenance})", ""]
+        lines += _md_table(["mutant", "bug", "caught by", "checks that failed"], [list(x) for x in m.rows], "")
+        lines += [""]
+    if not r.mutants:
+        lines += ["No mutants records yet."]
     lines += ["", "## A/B comparisons", ""]
     lines += _md_table(["date", "model", "test", "A", "B", "A median", "B median", "B/A [95% CI]", "p", "wins B:A",
                         "verdict", "notes"],
