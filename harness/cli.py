@@ -153,17 +153,6 @@ def _reference_variation(cat, names: list[str], rset: str, save: bool) -> int:
     return 0
 
 
-def validation_plan(cat, backend: str, tiers: list[str], model: str | None = None):
-    """(entry, reference set) pairs to validate, and the pairs that have no
-    gate for ``backend`` (reported, never silently dropped)."""
-    from . import catalog
-
-    entries = [catalog.entry(model, cat)] if model else list(cat.values())
-    pairs = [(e, s) for e in entries for s in e.reference_sets if catalog.REFERENCE_SETS[s] in tiers
-             and not (s == "oracle" and backend == "numpy")]  # the NumPy engine is the oracle
-    return [(e, s) for e, s in pairs if e.gate(backend, s)], [(e, s) for e, s in pairs if not e.gate(backend, s)]
-
-
 def cmd_validate(args) -> int:
     import json
 
@@ -176,7 +165,7 @@ def cmd_validate(args) -> int:
     from . import catalog, refs, validate
 
     cat = catalog.load()
-    pairs, ungated = validation_plan(cat, backend, tiers, args.model)
+    pairs, ungated = validate.plan(cat, backend, tiers, args.model)
     if not pairs:
         raise AnvilError(f"nothing to validate: no {'/'.join(tiers)}-tier reference set"
                          f"{' of ' + args.model if args.model else ''} has thresholds for the {backend} backend "
@@ -221,84 +210,15 @@ def cmd_validate(args) -> int:
 
 def cmd_diff(args) -> int:
     from . import reference  # noqa: F401  (first: llama.cpp loads before NumPy)
+    from .diff import main_diff
 
-    from engine.gguf_file import GGUFFile
-    from engine.tokenizer import Tokenizer
-
-    from . import catalog, diff, mutants
-
-    path, _ = _model(args.model)
-    cat = catalog.load()
-    tokens = Tokenizer.from_gguf(GGUFFile(path)).encode(args.prompt)
-    if len(tokens) < 2:
-        raise AnvilError(f"--prompt {args.prompt!r}: {len(tokens)} token(s); give at least two")
-    if args.mutant:
-        if args.against != "llama.cpp":
-            raise AnvilError("--mutant goes with --against llama.cpp (a mutant changes every engine in the process)")
-        if args.mutant not in mutants.BY_NAME:
-            raise AnvilError(f"unknown mutant {args.mutant}; the suite has: {', '.join(mutants.BY_NAME)}")
-    import engine
-
-    model = engine.load(path, backend=args.backend, **({"kv_f16": False} if args.backend == "cuda" else {}))
-    names = list(model.family.llama_cpp_names(model.config))
-    if args.against == "llama.cpp":
-        e = cat.get(args.model)
-        ref_path = catalog.twin_path(args.model, catalog=cat) if e and "twin" in e.reference_sets and not args.no_twin \
-            else path
-        ref = diff.llama_cpp_tensors(ref_path, tokens, {*names, "result_norm", "result_output"},
-                                     reference.CPU_SETTINGS)
-        ref_name = "llama.cpp" + (" (F32 twin)" if ref_path != path else "")
-    else:
-        ref = diff.engine_tensors(engine.load(path, backend="numpy"), tokens)
-        ref_name = "numpy"
-    if args.mutant:
-        mutants.BY_NAME[args.mutant].apply()
-        model = engine.load(path, backend=args.backend, **({"kv_f16": False} if args.backend == "cuda" else {}))
-    test = diff.engine_tensors(model, tokens)
-    rows, first = diff.compare(test, ref, names, model.config.n_layer, args.tol)
-    test_name = args.backend + (f" + {args.mutant}" if args.mutant else "")
-    print(f"{path.name}: {len(tokens)} tokens; normalised error |{test_name} - {ref_name}| / |{ref_name}| per op")
-    print(diff.format_rows(rows, first, args.tol, test_name, ref_name))
-    return 1 if first else 0
+    return main_diff(args, _model(args.model)[0])
 
 
 def cmd_mutants(args) -> int:
-    import time
+    from .mutants import main_suite
 
-    from . import catalog, mutants
-
-    backend = args.backend
-    if backend == "auto":
-        from engine.backends.cuda.device import gpu_available
-
-        backend = "cuda" if gpu_available() else "numpy"
-    tiers = [args.tier] if args.tier else (["cpu", "gpu"] if backend == "cuda" else ["cpu"])
-    names = args.mutant or [m.name for m in mutants.MUTANTS]
-    unknown = sorted(set(names) - set(mutants.BY_NAME))
-    if unknown:
-        raise AnvilError(f"unknown mutant(s) {', '.join(unknown)}; the suite has: {', '.join(mutants.BY_NAME)}")
-
-    def progress(row):
-        verdict = f"caught by {row['model']} ({row['references']})" if row["caught"] else "NOT CAUGHT"
-        print(f"{row['mutant']}: {verdict} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
-
-    cat = catalog.load()
-    for name in args.model or []:
-        catalog.entry(name, cat)  # an unknown name is an error, not an empty suite
-    rows = mutants.run_suite(cat, names, backend, tiers, models=args.model, progress=progress)
-    print(mutants.format_rows(rows))
-    caught = sum(r["caught"] for r in rows)
-    print(f"caught {caught} of {len(rows)} mutants")
-    if args.save:
-        from engine.bench import build_hash, gpu_info
-
-        from . import results as store
-
-        rec = {"engine": "anvil", "build": build_hash(), "backend": backend, "tiers": tiers,
-               **(gpu_info() if backend == "cuda" else {"gpu": None}),
-               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "caught": caught, "mutants": rows}
-        print(f"saved {store.save(rec, 'mutants')}", file=sys.stderr)
-    return 0 if caught == len(rows) else 1
+    return main_suite(args)
 
 
 def _model(name_or_path: str) -> tuple[Path, dict]:

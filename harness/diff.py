@@ -187,3 +187,43 @@ def format_rows(rows, first, tol: float, test_name: str, ref_name: str) -> str:
     verdict = (f"first divergence past {tol:g}: layer {first[0]}, {first[1]} (|{test_name} - {ref_name}| / "
                f"|{ref_name}| = {first[2]:.3g})" if first else f"no op differs by more than {tol:g}")
     return markdown(head, table) + "\n" + verdict
+
+
+def main_diff(args, path: Path) -> int:
+    """``harness diff``: ``path`` is the model file (a catalog model's, fetched)."""
+    from engine.errors import AnvilError
+    from engine.gguf_file import GGUFFile
+    from engine.tokenizer import Tokenizer
+
+    from . import catalog, mutants, reference
+
+    cat = catalog.load()
+    tokens = Tokenizer.from_gguf(GGUFFile(path)).encode(args.prompt)
+    if len(tokens) < 2:
+        raise AnvilError(f"--prompt {args.prompt!r}: {len(tokens)} token(s); give at least two")
+    if args.mutant and args.mutant not in mutants.BY_NAME:
+        raise AnvilError(f"unknown mutant {args.mutant}; the suite has: {', '.join(mutants.BY_NAME)}")
+    import contextlib
+
+    import engine
+
+    def load(backend: str):
+        return engine.load(path, backend=backend, **({"kv_f16": False} if backend == "cuda" else {}))
+
+    with mutants.BY_NAME[args.mutant].on() if args.mutant else contextlib.nullcontext():
+        model = load(args.backend)
+        test = engine_tensors(model, tokens)
+    names = list(model.family.llama_cpp_names(model.config))
+    if args.against == "llama.cpp":
+        e = cat.get(args.model)
+        twin = e is not None and "twin" in e.reference_sets and not args.no_twin
+        ref_path = catalog.twin_path(args.model, catalog=cat) if twin else path
+        ref = llama_cpp_tensors(ref_path, tokens, {*names, "result_norm", "result_output"}, reference.CPU_SETTINGS)
+        ref_name = "llama.cpp" + (" (F32 twin)" if twin else "")
+    else:
+        ref, ref_name = engine_tensors(load("numpy"), tokens), "numpy"
+    rows, first = compare(test, ref, names, model.config.n_layer, args.tol)
+    test_name = args.backend + (f" + {args.mutant}" if args.mutant else "")
+    print(f"{path.name}: {len(tokens)} tokens; normalised error |{test_name} - {ref_name}| / |{ref_name}| per op")
+    print(format_rows(rows, first, args.tol, test_name, ref_name))
+    return 1 if first else 0

@@ -1,8 +1,8 @@
 """``harness mutants``: the gate must fail on deliberate engine bugs.
 
 Each mutant is one named, realistic bug, switched on in a fresh process
-(``python -m harness.mutants NAME ...``) by patching the engine before any
-model loads: a changed config field (the bug a wrong GGUF key or a wrong
+(``python -m harness.mutants NAME ...``) by patching the engine while its
+models load and run (``Mutant.on()``, undone on exit): a changed config field (the bug a wrong GGUF key or a wrong
 default makes), a changed tensor as read from the file, a changed operator,
 or, for a CUDA kernel, a changed kernel source compiled into a cache of its
 own. The child then runs the gate on the catalog models that have the
@@ -17,38 +17,44 @@ says which catalog models can show them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
+from unittest import mock
 
 from engine.config import ROPE_NEOX, ROPE_NORM, ModelConfig
 
 # ---- how a mutant changes the engine ----------------------------------------
+# Each helper returns a function that yields the patches (unittest.mock
+# patchers) switching the bug on; ``Mutant.on()`` enters them all and undoes
+# them on exit, so a mutant never outlives its ``with`` block.
 
 
-def _config(**changes: Callable[[ModelConfig], object]) -> Callable[[], None]:
+def _config(**changes: Callable[[ModelConfig], object]):
     """Change config fields as ``ModelConfig.from_gguf`` returns them."""
-    def apply():
+    def patches():
         real = ModelConfig.from_gguf.__func__
 
         def from_gguf(cls, gf):
             cfg = real(cls, gf)
             return dataclasses.replace(cfg, **{k: f(cfg) for k, f in changes.items()})
-        ModelConfig.from_gguf = classmethod(from_gguf)
-    return apply
+        yield mock.patch.object(ModelConfig, "from_gguf", classmethod(from_gguf))
+    return patches
 
 
-def _tensor(pattern: str, change: Callable) -> Callable[[], None]:
+def _tensor(pattern: str, change: Callable):
     """Change the bytes of every tensor whose name matches ``pattern`` as the
     engine reads them from the file (both backends read through ``raw``)."""
-    def apply():
+    def patches():
         from engine.gguf_file import GGUFFile
 
         real = GGUFFile.raw
@@ -56,26 +62,25 @@ def _tensor(pattern: str, change: Callable) -> Callable[[], None]:
         def raw(self, name):
             data = real(self, name)
             return change(self, data) if re.fullmatch(pattern, name) else data
-        GGUFFile.raw = raw
-    return apply
+        yield mock.patch.object(GGUFFile, "raw", raw)
+    return patches
 
 
-def _op(numpy_name: str, numpy_op: Callable, cuda: Callable[[], None] | None = None) -> Callable[[], None]:
-    """Replace a NumPy operator; ``cuda`` changes the CUDA backend alike."""
-    def apply():
+def _op(numpy_name: str, numpy_op: Callable, cuda=None):
+    """Replace a NumPy operator; ``cuda`` (patches) changes the CUDA backend alike."""
+    def patches():
         from engine.backends.numpy import ops
 
-        setattr(ops, numpy_name, numpy_op)
+        yield mock.patch.object(ops, numpy_name, numpy_op)
         if cuda is not None:
-            cuda()
-    return apply
+            yield from cuda()
+    return patches
 
 
-def _kernel_source(file: str, old: str, new: str) -> Callable[[], None]:
+def _kernel_source(file: str, old: str, new: str):
     """Compile the CUDA kernels from a copy with ``old`` replaced by ``new``
     in ``file`` (and a kernel cache of their own)."""
-    def apply():
-        import shutil
+    def patches():
         import tempfile
 
         from engine.backends.cuda import compile as nvrtc
@@ -87,16 +92,9 @@ def _kernel_source(file: str, old: str, new: str) -> Callable[[], None]:
         if old not in text:
             raise RuntimeError(f"mutant: {file} no longer contains {old!r}: update the mutant")
         open(path, "w").write(text.replace(old, new))
-        nvrtc.KERNELS_DIR = type(nvrtc.KERNELS_DIR)(kernels)
-        os.environ["ANVIL_CACHE_DIR"] = os.path.join(tmp, "cache")
-    return apply
-
-
-def _both(*applies: Callable[[], None]) -> Callable[[], None]:
-    def apply():
-        for a in applies:
-            a()
-    return apply
+        yield mock.patch.object(nvrtc, "KERNELS_DIR", type(nvrtc.KERNELS_DIR)(kernels))
+        yield mock.patch.dict(os.environ, {"ANVIL_CACHE_DIR": os.path.join(tmp, "cache")})
+    return patches
 
 
 def _regroup_q_heads(gf, data):
@@ -119,10 +117,17 @@ def _gelu_erf(x):
     return (np.float32(0.5) * x * (np.float32(1) + erf(x / np.float32(np.sqrt(2))))).astype(np.float32)
 
 
+def _gelu_quick(x):
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        return (x / (np.float32(1) + np.exp(np.float32(-1.702) * x))).astype(np.float32)
+
+
 def _first_row_cuda():
     from engine.backends.cuda import Ops
 
-    Ops.last_row = lambda self, x: x.rows(0, 1)
+    yield mock.patch.object(Ops, "last_row", lambda self, x: x.rows(0, 1))
 
 
 def _drop_attn_norm_weights():
@@ -135,7 +140,7 @@ def _drop_attn_norm_weights():
         for w in layers:
             w.attn_norm = None
         return glob, layers
-    weights.load = load
+    yield mock.patch.object(weights, "load", load)
 
 
 def _rotate(t: tuple) -> tuple:
@@ -155,7 +160,15 @@ class Mutant:
     name: str
     bug: str  # what a developer got wrong, in words
     has_feature: Callable[[ModelConfig], bool]  # the models that can show it
-    apply: Callable[[], None]
+    patches: Callable  # yields the patches that switch the bug on
+
+    @contextlib.contextmanager
+    def on(self):
+        """``with mutant.on(): ...``: the engine has the bug inside the block only."""
+        with contextlib.ExitStack() as stack:
+            for p in self.patches():
+                stack.enter_context(p)
+            yield
 
 
 def _any(c):
@@ -203,6 +216,13 @@ MUTANTS = [
     Mutant("attn-norm-weight-ignored", "the attention RMSNorm's weight not applied", _any, _drop_attn_norm_weights),
     Mutant("last-row-first", "logits taken from the first prompt token instead of the last", _any,
            _op("last_row", lambda x: x[:1], _first_row_cuda)),
+    Mutant("gelu-quick", "GELU as the sigmoid approximation x·σ(1.702x) (CLIP's quick GELU)",
+           lambda c: c.activation == "gelu_tanh",
+           _op("gelu_tanh", _gelu_quick, _kernel_source(
+               "elementwise.cu", "tanhf(SQRT_2_OVER_PI * g * (1.0f + GELU_COEF_A * g * g))", "tanhf(0.851f * g)"))),
+    # erf and tanh GELU differ by < 5e-4, under one f16 step of llama.cpp's CPU
+    # GELU table: against CPU references only just visible (gemma3-270m's twin);
+    # the CUDA engine against the NumPy oracle (both fp32) sees it clearly.
     Mutant("gelu-erf", "GELU computed with erf instead of llama.cpp's tanh approximation",
            lambda c: c.activation == "gelu_tanh",
            _op("gelu_tanh", _gelu_erf, _kernel_source(
@@ -219,10 +239,9 @@ def candidates(cat, mutant: Mutant, backend: str, tiers: list[str], models=None)
     """(model, reference set) pairs the gate runs that have the mutant's
     feature, sharpest and cheapest first: fp32 comparisons (F32 models, F32
     twins) catch small bugs that hide under the quantised sets' noise."""
-    from . import catalog, gates
-    from .cli import validation_plan
+    from . import catalog, gates, validate
 
-    pairs, _ = validation_plan(cat, backend, tiers)
+    pairs, _ = validate.plan(cat, backend, tiers)
     out = []
     for e, s in pairs:
         if models and e.name not in models:
@@ -245,11 +264,11 @@ def run_one(mutant: Mutant, backend: str, pairs: list[tuple[str, str]]) -> dict:
     from . import catalog, refs, validate
 
     cat = catalog.load()
-    mutant.apply()
     tried = []
     for name, s in pairs:
         e = catalog.entry(name, cat)
-        r = validate.run(cat, e, refs.for_entry(e, s), s, backend, quiet=True)
+        with mutant.on():
+            r = validate.run(cat, e, refs.for_entry(e, s), s, backend, quiet=True)
         tried.append(f"{name} ({s})")
         if not r.passed:
             return {"mutant": mutant.name, "caught": True, "model": name, "references": s,
@@ -294,6 +313,48 @@ def format_rows(rows: list[dict]) -> str:
             where, how = "NOT CAUGHT", r.get("error") or f"passed on {', '.join(r['tried'])}"
         table.append([r["mutant"], r["bug"], where, how, f"{r['seconds']:.0f} s"])
     return markdown(["mutant", "bug", "caught by", "checks that failed", "time"], table)
+
+
+def main_suite(args) -> int:
+    """``harness mutants``: the suite, one child process per mutant; exit 0 only if every one is caught."""
+    import time
+
+    from engine.errors import AnvilError
+
+    from . import catalog
+
+    backend = args.backend
+    if backend == "auto":
+        from engine.backends.cuda.device import gpu_available
+
+        backend = "cuda" if gpu_available() else "numpy"
+    tiers = [args.tier] if args.tier else (["cpu", "gpu"] if backend == "cuda" else ["cpu"])
+    names = args.mutant or [m.name for m in MUTANTS]
+    unknown = sorted(set(names) - set(BY_NAME))
+    if unknown:
+        raise AnvilError(f"unknown mutant(s) {', '.join(unknown)}; the suite has: {', '.join(BY_NAME)}")
+
+    def progress(row):
+        verdict = f"caught by {row['model']} ({row['references']})" if row["caught"] else "NOT CAUGHT"
+        print(f"{row['mutant']}: {verdict} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
+
+    cat = catalog.load()
+    for name in args.model or []:
+        catalog.entry(name, cat)  # an unknown name is an error, not an empty suite
+    rows = run_suite(cat, names, backend, tiers, models=args.model, progress=progress)
+    print(format_rows(rows))
+    caught = sum(r["caught"] for r in rows)
+    print(f"caught {caught} of {len(rows)} mutants")
+    if args.save:
+        from engine.bench import build_hash, gpu_info
+
+        from . import results as store
+
+        rec = {"engine": "anvil", "build": build_hash(), "backend": backend, "tiers": tiers,
+               **(gpu_info() if backend == "cuda" else {"gpu": None}),
+               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "caught": caught, "mutants": rows}
+        print(f"saved {store.save(rec, 'mutants')}", file=sys.stderr)
+    return 0 if caught == len(rows) else 1
 
 
 def main(argv=None) -> int:

@@ -116,6 +116,15 @@ class ModelResult:
                           for c in self.cases]}
 
 
+def plan(cat, backend: str, tiers: list[str], model: str | None = None):
+    """(entry, reference set) pairs to validate on ``tiers``, and the pairs
+    that have no gate for ``backend`` (reported, never silently dropped)."""
+    entries = [catalog.entry(model, cat)] if model else list(cat.values())
+    pairs = [(e, s) for e in entries for s in e.reference_sets if catalog.REFERENCE_SETS[s] in tiers
+             and not (s == "oracle" and backend == "numpy")]  # the NumPy engine is the oracle
+    return [(e, s) for e, s in pairs if e.gate(backend, s)], [(e, s) for e, s in pairs if not e.gate(backend, s)]
+
+
 def is_near_tie(flip, near_tie: float) -> bool:
     engine_gap_to_ref = flip.engine_margin  # engine top-1 logit minus its logit for llama.cpp's token
     return flip.ref_margin < near_tie and (flip.ref_in_engine_top2 or engine_gap_to_ref < near_tie)

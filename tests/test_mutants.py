@@ -32,7 +32,7 @@ def test_candidates_are_the_models_with_the_feature_sharpest_first():
 def test_an_uncaught_mutant_fails_the_command(monkeypatch, capsys):
     from harness import cli
 
-    noop = mutants.Mutant("no-op", "changes nothing", lambda c: c.arch == "qwen2", lambda: None)
+    noop = mutants.Mutant("no-op", "changes nothing", lambda c: c.arch == "qwen2", lambda: iter(()))
     monkeypatch.setitem(mutants.BY_NAME, "no-op", noop)
 
     def in_process(cat, names, backend, tiers, models=None, progress=None):
@@ -54,9 +54,21 @@ def test_an_uncaught_mutant_fails_the_command(monkeypatch, capsys):
 def test_kernel_source_mutants_still_apply_and_compile():
     """A CUDA mutant edits a kernel's source: the text it replaces must still
     be there, and the result must compile (NVRTC runs without a GPU)."""
-    code = ("from harness.mutants import BY_NAME; BY_NAME['gelu-erf'].apply(); "
-            "from engine.backends.cuda import compile as c; "
-            "assert 'erff(' in (c.KERNELS_DIR / 'elementwise.cu').read_text(); "
-            "print(len(c.compile_cubin('elementwise.cu', 'sm_90')))")
+    code = ("from harness.mutants import BY_NAME; from engine.backends.cuda import compile as c\n"
+            "with BY_NAME['gelu-erf'].on():\n"
+            "    assert 'erff(' in (c.KERNELS_DIR / 'elementwise.cu').read_text()\n"
+            "    print(len(c.compile_cubin('elementwise.cu', 'sm_90')))\n"
+            "assert 'erff(' not in (c.KERNELS_DIR / 'elementwise.cu').read_text()  # undone on exit\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0 and int(p.stdout) > 0, p.stderr[-2000:]
+
+
+def test_a_mutant_is_undone_when_its_block_ends(model_path):
+    """Switched on inside ``with mutant.on()`` only: the engine is sound again after."""
+    import engine
+
+    path = model_path("tiny-llama-f32")
+    before = engine.load(path).config
+    with mutants.BY_NAME["rope-base"].on():
+        assert engine.load(path).config.rope_base[0] == before.rope_base[0] * 1.01
+    assert engine.load(path).config == before
