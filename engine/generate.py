@@ -66,7 +66,7 @@ def greedy(model, prompt_ids, n_steps: int, *, stop_at_eos: bool = False, keep_l
         feed = forced[step] if forced is not None else token
         # one decode path for generation, validation and bench: the backend
         # picks the token itself (on the GPU: the captured graph's argmax)
-        token = model.decode_next(feed, keep_logits=keep_logits)
+        token = model.decode_next(feed)
         if keep_logits:
             logits = model.decode_logits()
     out.decode_s = time.perf_counter() - t0

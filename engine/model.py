@@ -63,18 +63,17 @@ class Model:
         self.pos += tokens.size
         return self.backend.to_host(logits).reshape(-1)
 
-    def decode_next(self, token: int, keep_logits: bool = False) -> int:
+    def decode_next(self, token: int) -> int:
         """Feed one token; return the greedy choice for the next position.
-        On the GPU this is one CUDA-graph replay and a 4-byte read; with
-        ``keep_logits`` the step's logits are kept for ``decode_logits`` (on
-        the GPU, read from the graph's own output buffer: the same replay)."""
+        On the GPU this is one CUDA-graph replay and a 4-byte read."""
         self._check([token])
-        nxt = self.backend.decode_next(self, int(token), self.pos, keep_logits)
+        nxt = self.backend.decode_next(self, int(token), self.pos)
         self.pos += 1
         return nxt
 
     def decode_logits(self) -> np.ndarray:
-        """The logits (float32 ``[n_vocab]``) of the last ``decode_next(..., keep_logits=True)``."""
+        """The logits (float32 ``[n_vocab]``) the last ``decode_next`` chose
+        from (on the GPU: read from where the graph wrote them)."""
         return self.backend.decode_logits()
 
     def _check(self, tokens) -> np.ndarray:

@@ -113,7 +113,7 @@ class LlamaCppModel:
         self._logits = _last_logits(self.llm)
         return self._logits
 
-    def decode_next(self, token: int, keep_logits: bool = False) -> int:
+    def decode_next(self, token: int) -> int:
         return int(np.argmax(self.forward([token])))
 
     def decode_logits(self) -> np.ndarray:

@@ -42,12 +42,17 @@ def test_every_quantised_cpu_model_has_a_twin():
             assert ref.llama_cpp_input and ref.llama_cpp_input["file"].endswith(".f32.gguf"), name
 
 
+# made before the long prompt, from real files the offline H200 only gets in
+# pieces (scripts/gpu/split-model.sh): to be made again there
+OLD_PROMPTS = {("smollm2-135m", "gpu"), ("gemma3-270m", "gpu")}
+
+
 def test_prompts_exercise_every_path():
     """A prompt longer than every sliding window, decoding past position 1024."""
     for name, e in CAT.items():
-        if e.tier != "cpu":
-            continue
         for rset in e.reference_sets:
+            if (name, rset) in OLD_PROMPTS:
+                continue
             ref = refs.for_entry(e, rset)
             longest = max(len(c.prompt_ids) for c in ref.cases)
             assert longest > 1024 and longest > 512, (name, rset, longest)

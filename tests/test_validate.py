@@ -255,7 +255,7 @@ class _Scripted:
         self._logits = np.asarray(self.fn(self.pos), np.float32)
         return self._logits
 
-    def decode_next(self, token, keep_logits=False):
+    def decode_next(self, token):
         return int(np.argmax(self.forward([token])))
 
     def decode_logits(self):
@@ -317,8 +317,7 @@ def test_validation_and_bench_run_the_same_decode_code(fresh_model, monkeypatch)
 
     calls = []
     real_next, real_fwd = type(fresh_model).decode_next, type(fresh_model).forward
-    monkeypatch.setattr(type(fresh_model), "decode_next",
-                        lambda self, t, keep_logits=False: calls.append("decode") or real_next(self, t, keep_logits))
+    monkeypatch.setattr(type(fresh_model), "decode_next", lambda self, t: calls.append("decode") or real_next(self, t))
     monkeypatch.setattr(type(fresh_model), "forward", lambda self, t: calls.append(f"forward {len(t)}") or real_fwd(self, t))
     e = catalog.entry(MODEL)
     case = refs.for_entry(e, "cpu").cases[0]

@@ -365,14 +365,17 @@ def _validate_entries(rec: dict) -> list[dict]:
 
 
 def _llama_spread(records: list[dict]) -> dict[tuple[str, str], str]:
-    """(model, reference tier) -> llama.cpp's own max margin shift per variant,
-    from the latest variation record of each."""
+    """(model, reference set) -> llama.cpp's own max margin shift per variant,
+    all from the latest variation record that measured that pair (an older
+    record measured other references or other variants)."""
     latest: dict[tuple, dict[str, float]] = {}
     for rec in sorted(records, key=_order):
+        this: dict[tuple, dict[str, float]] = {}
         for e in _validate_entries(rec):
             if e.get("variant") and e.get("max_margin_shift") is not None:
                 key = (model_name({"model_name": e["model"]}), str(e.get("tier")))
-                latest.setdefault(key, {})[e["variant"]] = e["max_margin_shift"]
+                this.setdefault(key, {})[e["variant"]] = e["max_margin_shift"]
+        latest.update(this)
     return {k: ", ".join(f"{v} {x:.3g}" for v, x in sorted(by.items())) for k, by in latest.items()}
 
 

@@ -292,7 +292,7 @@ class Backend:
         return self.dev.download(x)
 
     # ---- decode ---------------------------------------------------------
-    def decode_next(self, model, token: int, pos: int, keep_logits: bool = False) -> int:
+    def decode_next(self, model, token: int, pos: int) -> int:
         """Run ``token`` at ``pos`` and return the greedy next token.
 
         The first step runs eagerly (compiling/loading every kernel), then the

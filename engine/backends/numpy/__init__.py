@@ -33,7 +33,7 @@ class Backend:
     def to_host(self, x) -> np.ndarray:
         return x
 
-    def decode_next(self, model, token: int, pos: int, keep_logits: bool = False) -> int:
+    def decode_next(self, model, token: int, pos: int) -> int:
         """One decode step: ``token`` at ``pos``; the greedy next token."""
         self._logits = model.run(*self.inputs(np.array([token]), pos)).reshape(-1)
         return int(np.argmax(self._logits))
