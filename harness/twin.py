@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -63,9 +62,3 @@ def _chunks(gf: GGUFFile, names, head: bytes, pad):
         yield data
         yield bytes(pad(len(data)))
 
-
-def is_twin_of(twin: Path, original: Path) -> bool:
-    """Same tensors, shapes and metadata; every tensor F32."""
-    a, b = GGUFFile(twin), GGUFFile(original)
-    return a.tensor_names() == b.tensor_names() and all(
-        a.tensor_shape(n) == b.tensor_shape(n) and a.raw(n).dtype == np.float32 for n in a.tensor_names())
