@@ -70,6 +70,17 @@ class ModelConfig:
                 raise GGUFError(gf.path, f"key '{arch}.{name}' must be a positive integer, got {value!r}")
             return value
 
+        def real(name, value, *, zero_ok=False):
+            """A float key (llama.cpp reads these as FLOAT32 only) that is
+            finite and positive (or zero, where zero means "none")."""
+            if isinstance(value, bool) or not isinstance(value, float):
+                raise GGUFError(gf.path, f"key '{arch}.{name}' must be a float32, got {value!r} "
+                                         f"({type(value).__name__})")
+            if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+                raise GGUFError(gf.path, f"key '{arch}.{name}' must be finite and "
+                                         f"{'>= 0' if zero_ok else '> 0'}, got {value!r}")
+            return value
+
         n_embd = positive_int("embedding_length", key("embedding_length"))
         n_layer = positive_int("block_count", key("block_count"))
         n_head = positive_int("attention.head_count", _scalar(gf, f"{arch}.attention.head_count", key("attention.head_count")))
@@ -86,7 +97,7 @@ class ModelConfig:
         if n_rot != head_dim:
             # llama.cpp itself refuses this for llama; the other three are never partial
             raise GGUFError(gf.path, f"key '{arch}.rope.dimension_count' ({n_rot}) != head dim ({head_dim}): partial RoPE unsupported")
-        rms_eps = float(key("attention.layer_norm_rms_epsilon"))
+        rms_eps = real("attention.layer_norm_rms_epsilon", key("attention.layer_norm_rms_epsilon"))
 
         n_vocab = gf.array_len("tokenizer.ggml.tokens") or key("vocab_size", None)
         if n_vocab is None:
@@ -97,9 +108,9 @@ class ModelConfig:
         scaling = key("rope.scaling.type", "linear")
         if scaling not in ("none", "linear"):
             raise GGUFError(gf.path, f"key '{arch}.rope.scaling.type' = '{scaling}' is not supported (only none/linear)")
-        factor = key("rope.scaling.factor", key("rope.scale_linear", 0.0))
+        factor = real("rope.scaling.factor", key("rope.scaling.factor", key("rope.scale_linear", 0.0)), zero_ok=True)
         freq_scale = 1.0 if scaling == "none" or not factor else 1.0 / float(factor)
-        freq_base = float(key("rope.freq_base", 10000.0))
+        freq_base = real("rope.freq_base", key("rope.freq_base", 10000.0))
 
         swa_window = [0] * n_layer
         rope_base = [freq_base] * n_layer
@@ -108,9 +119,12 @@ class ModelConfig:
         embd_scale, softcap, activation = 1.0, 0.0, "silu"
         if arch == "gemma3":
             window = key("attention.sliding_window", 0)
+            if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+                raise GGUFError(gf.path, f"key '{arch}.attention.sliding_window' must be a non-negative integer, "
+                                         f"got {window!r}")
             if window:
                 swa = _gemma3_swa_pattern(gf, arch, n_layer)
-                base_swa = float(key("rope.freq_base_swa", 10000.0))
+                base_swa = real("rope.freq_base_swa", key("rope.freq_base_swa", 10000.0))
                 for il in range(n_layer):
                     if swa[il]:
                         # SWA layers use their own base and never scale (llama_model::get_rope_freq_*)
@@ -118,7 +132,7 @@ class ModelConfig:
             # the 27B model scales by n_embd/n_head (integer division) instead of head_dim
             attn_scale = 1.0 / math.sqrt(n_embd // n_head if n_layer == 62 else head_dim)
             embd_scale = math.sqrt(n_embd)
-            softcap = float(key("final_logit_softcapping", 0.0))
+            softcap = real("final_logit_softcapping", key("final_logit_softcapping", 0.0), zero_ok=True)
             activation = "gelu_tanh"
 
         return cls(

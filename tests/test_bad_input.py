@@ -13,10 +13,13 @@ from gguf import GGMLQuantizationType, GGUFWriter
 N_EMBD, N_HEAD, N_FF, N_VOCAB, N_LAYER = 32, 2, 64, 40, 1
 
 
-def write_tiny(path, *, arch="llama", drop_key=None, tensor_shapes=None, q2k=False):
-    """A minimal random-weight llama-style GGUF, optionally broken on purpose."""
+def write_tiny(path, *, arch="llama", drop_key=None, tensor_shapes=None, q2k=False, keys=None, values=None):
+    """A minimal random-weight llama-style GGUF, optionally broken on purpose:
+    ``keys`` {name: (adder name, value)} adds or replaces metadata, ``values``
+    {tensor: (index, value)} plants one value in a tensor."""
     rng = np.random.default_rng(0)
     w = GGUFWriter(str(path), arch)
+    extra_keys = keys
     keys = {
         f"{arch}.context_length": (w.add_uint32, 16),
         f"{arch}.embedding_length": (w.add_uint32, N_EMBD),
@@ -25,6 +28,7 @@ def write_tiny(path, *, arch="llama", drop_key=None, tensor_shapes=None, q2k=Fal
         f"{arch}.attention.head_count": (w.add_uint32, N_HEAD),
         f"{arch}.attention.layer_norm_rms_epsilon": (w.add_float32, 1e-5),
     }
+    keys.update({k: (getattr(w, add), v) for k, (add, v) in (extra_keys or {}).items()})
     for k, (add, v) in keys.items():
         if k != drop_key:
             add(k, v)
@@ -39,7 +43,10 @@ def write_tiny(path, *, arch="llama", drop_key=None, tensor_shapes=None, q2k=Fal
     }
     shapes.update(tensor_shapes or {})
     for name, shape in shapes.items():
-        w.add_tensor(name, rng.standard_normal(shape).astype(np.float32) * 0.1)
+        t = rng.standard_normal(shape).astype(np.float32) * 0.1
+        if name in (values or {}):
+            t.reshape(-1)[values[name][0]] = values[name][1]
+        w.add_tensor(name, t)
     if q2k:  # a Q2_K tensor: a valid GGUF type that Anvil does not implement
         w.add_tensor("blk.0.extra.weight", np.zeros((1, 84), np.uint8), raw_dtype=GGMLQuantizationType.Q2_K)
     w.write_header_to_file()
@@ -175,3 +182,26 @@ def test_bad_counts_are_usage_errors(cmd):
     not in a benchmark child process minutes later."""
     r = subprocess.run([sys.executable, "-m", *cmd], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "expected a" in r.stderr
+
+
+@pytest.mark.parametrize("key,add,value,says", [
+    ("llama.attention.layer_norm_rms_epsilon", "add_float32", float("nan"), "must be finite and > 0, got nan"),
+    ("llama.attention.layer_norm_rms_epsilon", "add_float32", -1.0, "must be finite and > 0, got -1.0"),
+    ("llama.attention.layer_norm_rms_epsilon", "add_uint32", 5, "must be a float32, got 5 (int)"),
+    ("llama.rope.freq_base", "add_float32", 0.0, "must be finite and > 0, got 0.0"),
+    ("llama.rope.freq_base", "add_float32", float("inf"), "must be finite and > 0, got inf"),
+    ("llama.rope.scaling.factor", "add_float32", -2.0, "must be finite and >= 0, got -2.0"),
+])
+def test_hyperparameters_out_of_range(tmp_path, key, add, value, says):
+    """Values llama.cpp would read (or refuse) that make garbage, not an error, if trusted."""
+    p = write_tiny(tmp_path / "bad.gguf", keys={key: (add, value)})
+    assert_one_line_error(run_generate(p), str(p), f"key '{key}'", says)
+
+
+@pytest.mark.parametrize("tensor,value", [("blk.0.attn_norm.weight", float("nan")),
+                                          ("output_norm.weight", float("inf")),
+                                          ("blk.0.ffn_norm.weight", float("-inf"))])
+def test_non_finite_small_tensor(tmp_path, tensor, value):
+    """A NaN in a norm weight made every logit NaN and argmax print token 0."""
+    p = write_tiny(tmp_path / "nan.gguf", values={tensor: (3, value)})
+    assert_one_line_error(run_generate(p), str(p), f"tensor '{tensor}'", "non-finite", "index 3")

@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
 
+import numpy as np
+
 from ..config import ModelConfig
+from ..errors import GGUFError
 from ..gguf_file import GGUFFile
 
 
@@ -64,7 +67,14 @@ def load(gf: GGUFFile, cfg: ModelConfig, upload: Callable[[GGUFFile, str], objec
         if not spec.required(cfg):
             return None
         name = spec.gguf_name.format(i=i)
-        gf.check_shape(name, spec.shape(cfg))
+        shape = spec.shape(cfg)
+        gf.check_shape(name, shape)
+        if len(shape) == 1:  # norms, biases, frequency factors: a NaN here runs silently to garbage
+            values = gf.dequantize(name)
+            bad = np.flatnonzero(~np.isfinite(values))
+            if bad.size:
+                raise GGUFError(gf.path, f"tensor '{name}' holds {bad.size} non-finite value(s) "
+                                         f"(first at index {bad[0]}: {values[bad[0]]})")
         return upload(gf, name)
 
     glob = SimpleNamespace(**{k: take(s) for k, s in GLOBAL.items()})
