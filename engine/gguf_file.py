@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFReader
 
-from .errors import GGUFError
 from . import quants
+from .errors import GGUFError
+from .gguf_check import check_layout
 from .quants import QType
 
 GGUF_MAGIC = b"GGUF"
@@ -51,6 +52,7 @@ class GGUFFile:
             magic = f.read(4)
         if magic != GGUF_MAGIC:
             raise GGUFError(self.path, f"not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+        check_layout(self.path)  # bounds, types, UTF-8 and tensor extents, before the reader allocates
         try:
             self._reader = _Reader(self.path, "r")
         except Exception as e:  # the reader raises ValueError/IndexError/struct errors on a cut-off file

@@ -205,3 +205,85 @@ def test_non_finite_small_tensor(tmp_path, tensor, value):
     """A NaN in a norm weight made every logit NaN and argmax print token 0."""
     p = write_tiny(tmp_path / "nan.gguf", values={tensor: (3, value)})
     assert_one_line_error(run_generate(p), str(p), f"tensor '{tensor}'", "non-finite", "index 3")
+
+
+# ---- the layout check: corrupt headers and tensor tables, byte by byte ---------
+
+def _patch(good: bytes, marker: bytes, skip: int, fmt: str, value) -> bytes:
+    """``good`` with ``struct.pack(fmt, value)`` written ``skip`` bytes after ``marker``."""
+    import struct
+
+    at = good.index(marker) + len(marker) + skip
+    new = struct.pack(fmt, value)
+    return good[:at] + new + good[at + len(new):]
+
+
+def _tensor_field(name: str, field: str) -> tuple[bytes, int, str]:
+    """(marker, skip, fmt) of a field of a tensor's info record (1-D or 2-D)."""
+    n_dims = 1 if "norm" in name else 2
+    skip = {"n_dims": 0, "ne0": 4, "type": 4 + 8 * n_dims, "offset": 8 + 8 * n_dims}[field]
+    return name.encode(), skip, {"n_dims": "<I", "ne0": "<Q", "type": "<I", "offset": "<Q"}[field]
+
+
+def _write(tmp_path, data: bytes):
+    p = tmp_path / "bad.gguf"
+    p.write_bytes(data)
+    return p
+
+
+LAYOUT_CASES = [
+    # (case, marker, skip, fmt, value, what the one line says)
+    ("token array 2^40 long", b"tokenizer.ggml.tokens", 8, "<Q", 1 << 40, "declares 1099511627776 items"),
+    ("token array 2^62 long", b"tokenizer.ggml.tokens", 8, "<Q", 1 << 62, "more than the"),
+    ("array of unknown type", b"tokenizer.ggml.tokens", 4, "<I", 99, "array of unknown value type 99"),
+    ("key of unknown type", b"llama.block_count", 0, "<I", 77, "unknown value type 77"),
+    ("non-UTF-8 architecture", b"general.architecture", 12, "<B", 0xFF, "not valid UTF-8"),
+    ("key length past the end", b"general.architecture", -len(b"general.architecture") - 8, "<Q", 1 << 50,
+     "truncated or corrupt"),
+    ("string length past the end", b"general.architecture", 4, "<Q", 1 << 40, "truncated or corrupt"),
+    ("huge key count", b"GGUF", 12, "<Q", 1 << 60, "keys"),
+    ("huge tensor count", b"GGUF", 4, "<Q", 1 << 60, "tensors"),
+    ("version 7", b"GGUF", 0, "<I", 7, "GGUF version 7"),
+    ("alignment not a power of two", b"general.alignment", 4, "<I", 48, "power of two"),
+]
+for _name, _field, _value, _says in [
+        ("blk.0.attn_q.weight", "n_dims", 5, "has 5 dimensions"),
+        ("blk.0.attn_q.weight", "n_dims", 0, "has 0 dimensions"),
+        ("blk.0.attn_q.weight", "ne0", 0, "every dimension must be"),
+        ("blk.0.attn_q.weight", "ne0", 1 << 63, "every dimension must be"),
+        ("blk.0.attn_q.weight", "type", 250, "unknown type id 250"),
+        ("blk.0.attn_q.weight", "type", 12, "multiple of 256"),          # Q4_K: rows of 32 do not fit
+        ("blk.0.attn_q.weight", "type", 8, "bytes before the next tensor"),  # Q8_0: a smaller type leaves a gap
+        ("blk.0.attn_norm.weight", "type", 1, "bytes before the next tensor"),  # F32 -> F16 on a norm
+        ("blk.0.attn_q.weight", "offset", 16, "not a multiple of the alignment"),
+        ("blk.0.attn_q.weight", "offset", 0, "overlaps"),
+        ("blk.0.attn_q.weight", "offset", (1 << 64) - 32, "truncated or corrupt"),  # wraps around 2^64
+        ("blk.0.ffn_down.weight", "ne0", 128, "truncated or corrupt"),     # reads past the end
+]:
+    LAYOUT_CASES.append((f"{_name} {_field}={_value}", *_tensor_field(_name, _field), _value, _says))
+
+
+@pytest.mark.parametrize("case,marker,skip,fmt,value,says", LAYOUT_CASES, ids=[c[0] for c in LAYOUT_CASES])
+def test_corrupt_layout_is_one_clear_line(tmp_path, case, marker, skip, fmt, value, says):
+    """Counts, lengths, types, UTF-8, offsets, alignment, overlaps and sizes are
+    checked before anything is allocated: a clean error in well under a
+    second, never a hang, a NumPy message or garbage."""
+    import time
+
+    good = write_tiny(tmp_path / "ok.gguf", keys={"general.alignment": ("add_uint32", 32)}).read_bytes()
+    p = _write(tmp_path, _patch(good, marker, skip, fmt, value))
+    t0 = time.perf_counter()
+    r = run_generate(p)
+    assert time.perf_counter() - t0 < 30
+    assert_one_line_error(r, str(p), says)
+
+
+def test_layout_check_is_fast_on_a_real_vocabulary(gemma3_path):
+    """262k tokenizer strings walked and UTF-8-checked in a fraction of a second."""
+    import time
+
+    from engine.gguf_check import check_layout
+
+    t0 = time.perf_counter()
+    check_layout(gemma3_path)
+    assert time.perf_counter() - t0 < 2.0

@@ -17,6 +17,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import GGUFError
 from ..gguf_file import GGUFFile
+from ..quants import QType
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,9 @@ def load(gf: GGUFFile, cfg: ModelConfig, upload: Callable[[GGUFFile, str], objec
         shape = spec.shape(cfg)
         gf.check_shape(name, shape)
         if len(shape) == 1:  # norms, biases, frequency factors: a NaN here runs silently to garbage
+            if gf.tensor_type(name) != QType.F32:  # llama.cpp's converter and quantizer keep them F32
+                raise GGUFError(gf.path, f"tensor '{name}' has type {gf.tensor_type(name).name}; a 1-D tensor "
+                                         f"(norm, bias, frequency factors) must be F32")
             values = gf.dequantize(name)
             bad = np.flatnonzero(~np.isfinite(values))
             if bad.size:
