@@ -13,6 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from .errors import AnvilError
+
 
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "wb"):
@@ -20,6 +22,11 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb"):
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open writes whole files: mode 'w' or 'wb', got {mode!r}")
     path = Path(path)
+    for d in (path.parent, *path.parent.parents):
+        if d.exists():
+            if not d.is_dir():
+                raise AnvilError(f"{d}: not a directory, so {path} cannot be written")
+            break
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:

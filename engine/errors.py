@@ -33,6 +33,10 @@ def run_command(command, args) -> int:
     except AnvilError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # a path given (or set in the environment) that cannot be read or written
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

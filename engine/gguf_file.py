@@ -46,6 +46,8 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        if self.path.is_dir():
+            raise GGUFError(self.path, "is a directory, not a GGUF file")
         if not self.path.is_file():
             raise GGUFError(self.path, "no such file")
         with open(self.path, "rb") as f:

@@ -39,6 +39,8 @@ _VOCAB_PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-"
 
 def models_dir() -> Path:
     d = Path(os.environ.get("ANVIL_MODELS_DIR") or Path.home() / ".cache" / "anvil" / "models")
+    if d.exists() and not d.is_dir():
+        raise AnvilError(f"{d}: the model cache (ANVIL_MODELS_DIR) is not a directory")
     d.mkdir(parents=True, exist_ok=True)
     return d
 

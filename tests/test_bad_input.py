@@ -287,3 +287,24 @@ def test_layout_check_is_fast_on_a_real_vocabulary(gemma3_path):
     t0 = time.perf_counter()
     check_layout(gemma3_path)
     assert time.perf_counter() - t0 < 2.0
+
+
+def test_a_directory_is_not_a_model(tmp_path):
+    assert_one_line_error(run_generate(tmp_path), str(tmp_path), "is a directory, not a GGUF file")
+
+
+def test_models_dir_that_is_a_file(tmp_path):
+    f = tmp_path / "models"
+    f.write_text("not a directory")
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "models", "tiny-llama"], capture_output=True, text=True,
+                       env={**__import__("os").environ, "ANVIL_MODELS_DIR": str(f)})
+    assert_one_line_error(r, str(f), "ANVIL_MODELS_DIR", "not a directory")
+
+
+def test_synth_into_a_path_that_cannot_be_written(tmp_path):
+    f = tmp_path / "plain-file"
+    f.write_text("x")
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "synth", "--preset", "tiny-llama", str(f / "out.gguf")],
+                       capture_output=True, text=True)
+    assert_one_line_error(r, str(f), "not a directory, so")
+    assert f.read_text() == "x"  # nothing written, nothing left half-written
