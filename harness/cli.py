@@ -246,7 +246,10 @@ def _workdir() -> Path:
 
 def cmd_ab(args) -> int:
     from . import ab
+    from .runners import make_runner
 
+    for spec in (args.base, args.candidate):  # a missing wheel is reported before any download or generation
+        make_runner(spec, _workdir())
     path, identity = _model(args.model)
     cfg = ab.ABConfig(model=path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
                       rounds=args.rounds, factor=args.factor, allow_same=args.allow_same,
@@ -304,6 +307,23 @@ def cmd_doctor(args) -> int:
     from .doctor import main_doctor
 
     return main_doctor(args)
+
+
+def at_least_two(text: str) -> int:
+    n = positive_int(text)
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"expected at least 2 rounds (a verdict needs two), got {text!r}")
+    return n
+
+
+def factor_above_one(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not x > 1 or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a ratio above 1 (e.g. 1.05), got {text!r}")
+    return x
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -371,11 +391,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("base", help="base arm: an engine wheel, 'installed', llama-bench:PATH or llama-cpp-python[:SITE]")
     a.add_argument("candidate", help="candidate arm (same forms)")
     a.add_argument("--model", default="qwen3-8b", help="catalog model name or a .gguf path (default qwen3-8b)")
-    a.add_argument("--rounds", type=positive_int, default=8, help="measured rounds (one more cold round is run and dropped)")
+    a.add_argument("--rounds", type=at_least_two, default=8,
+                   help="measured rounds, at least 2 (one more cold round is run and dropped)")
     a.add_argument("-p", "--n-prompt", type=count_int, default=512)
     a.add_argument("-n", "--n-gen", type=count_int, default=128)
     a.add_argument("-r", "--repetitions", type=positive_int, default=3, help="repetitions inside each run")
-    a.add_argument("--factor", type=float, default=1.05, help="smallest ratio that counts as a change (asv)")
+    a.add_argument("--factor", type=factor_above_one, default=1.05,
+                   help="smallest ratio that counts as a change, > 1 (asv; default 1.05)")
     a.add_argument("--allow-same", action="store_true", help="allow two identical builds")
     a.add_argument("--allow-token-diff", action="store_true", help="do not fail when greedy tokens differ")
     a.set_defaults(func=cmd_ab)

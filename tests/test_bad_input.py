@@ -308,3 +308,22 @@ def test_synth_into_a_path_that_cannot_be_written(tmp_path):
                        capture_output=True, text=True)
     assert_one_line_error(r, str(f), "not a directory, so")
     assert f.read_text() == "x"  # nothing written, nothing left half-written
+
+
+@pytest.mark.parametrize("extra,says", [(["--rounds", "1"], "at least 2 rounds"),
+                                        (["--factor", "-1"], "a ratio above 1"),
+                                        (["--factor", "1"], "a ratio above 1"),
+                                        (["--factor", "nan"], "a ratio above 1")])
+def test_ab_options_checked_first(tmp_path, extra, says):
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "ab", "a.whl", "b.whl", *extra],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
+
+
+def test_ab_missing_wheel_before_any_model_work(tmp_path):
+    """The default model is a 5 GB generation: a wrong wheel must be said first."""
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "ab", str(tmp_path / "nope.whl"), "installed"],
+                       capture_output=True, text=True, env={**__import__("os").environ,
+                                                            "ANVIL_MODELS_DIR": str(tmp_path / "models")})
+    assert_one_line_error(r, "nope.whl")
+    assert not (tmp_path / "models" / "synth").exists()
