@@ -22,6 +22,7 @@ The store adds ``schema_version``, ``kind`` and ``saved_at``.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import os
@@ -122,29 +123,87 @@ def _sort_key(p: Path):
     return (parts[1] if len(parts) > 2 else "", p.name)
 
 
+# The fields the report reads, by kind: (field, the JSON types it may have).
+# A record whose fields have other types is skipped, never half-read.
+_TEXT, _NUM, _LIST, _OBJ = (str,), (int, float), (list,), (dict,)
+_FIELDS = {
+    None: [("date", _TEXT), ("saved_at", _TEXT), ("gpu", _TEXT), ("driver", _TEXT), ("build", _TEXT),
+           ("engine", _TEXT), ("backend", _TEXT), ("model", _TEXT), ("model_name", _TEXT), ("model_sha256", _TEXT)],
+    "bench": [("results", _LIST), ("settings", _OBJ)],
+    "validate": [("results", _LIST)],
+    "variation": [("results", _LIST)],
+    "mutants": [("mutants", _LIST), ("caught", (int,))],
+    "ab": [("rounds", _LIST), ("arms", _OBJ), ("analysis", _OBJ)],
+}
+_ITEMS = {"bench": ("results", [("test", _TEXT), ("samples_tok_s", _LIST), ("tok_s_mean", _NUM)]),
+          "validate": ("results", [("model", _TEXT), ("passed", (bool,)), ("steps", (int,))]),
+          "variation": ("results", [("model", _TEXT), ("variant", _TEXT)]),
+          "mutants": ("mutants", [("mutant", _TEXT), ("caught", (bool,))]),
+          "ab": ("rounds", [])}
+
+
+def _date_ok(text: str) -> bool:
+    try:
+        datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return True
+    except ValueError:
+        return False
+
+
+def check_record(rec: dict) -> str | None:
+    """Why ``rec`` cannot be used (the first field at fault), or None."""
+    if rec.get("schema_version") != SCHEMA_VERSION:
+        return f"schema_version {rec.get('schema_version')!r}, this Anvil reads {SCHEMA_VERSION}"
+    kind = rec.get("kind")
+    if kind not in KINDS:
+        return f"unknown kind {kind!r}"
+    for field, types in _FIELDS[None] + _FIELDS[kind]:
+        v = rec.get(field)
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool) and bool not in types):
+            return f"field '{field}' is {type(v).__name__} {json.dumps(v)[:40]}, expected {types[0].__name__}"
+    for field in ("date", "saved_at"):
+        if isinstance(rec.get(field), str) and not _date_ok(rec[field]):
+            return f"field '{field}' is not an ISO date: {rec[field]!r}"
+    items, fields = _ITEMS[kind]
+    for i, item in enumerate(rec.get(items) or []):
+        if not isinstance(item, dict):
+            return f"field '{items}[{i}]' is {type(item).__name__}, expected an object"
+        for field, types in fields:
+            v = item.get(field)
+            if v is not None and (not isinstance(v, types) or isinstance(v, bool) and bool not in types):
+                return f"field '{items}[{i}].{field}' is {type(v).__name__}, expected {types[0].__name__}"
+    return None
+
+
 def load_all(dir: str | Path | None = None, kind: str | None = None, *,
-             strict: bool = False) -> list[dict]:
-    """Every readable record of this schema (of ``kind``, if given), oldest
-    first, each with ``_path``. A bad or foreign file is skipped with a
-    ResultsWarning, or raises AnvilError naming it when ``strict``."""
+             strict: bool = False, skipped: list | None = None) -> list[dict]:
+    """Every usable record of this schema (of ``kind``, if given), oldest
+    first, each with ``_path``. A bad or foreign file (unreadable, not JSON,
+    wrong field types, not a regular file) is skipped with a ResultsWarning
+    and, if ``skipped`` is given, appended to it as (path, why); ``strict``
+    raises AnvilError naming it instead."""
     d = Path(dir) if dir is not None else DEFAULT_DIR
     if not d.is_dir():
         return []
     out = []
     for p in sorted(d.glob("*.json"), key=_sort_key):
-        try:
-            rec = json.loads(p.read_text())
-            why = None if isinstance(rec, dict) else "not a JSON object"
-        except (OSError, ValueError) as e:
-            rec, why = None, f"unreadable ({type(e).__name__}: {e})"
-        if why is None and rec.get("schema_version") != SCHEMA_VERSION:
-            why = f"schema_version {rec.get('schema_version')!r}, this Anvil reads {SCHEMA_VERSION}"
-        if why is None and rec.get("kind") not in KINDS:
-            why = f"unknown kind {rec.get('kind')!r}"
+        rec, why = None, None
+        if not p.is_file():  # a FIFO would block the read; a directory is not a record
+            why = "not a regular file"
+        else:
+            try:
+                rec = json.loads(p.read_text())
+                why = None if isinstance(rec, dict) else "not a JSON object"
+            except (OSError, ValueError) as e:
+                why = f"unreadable ({type(e).__name__}: {str(e)[:80]})"
+        if why is None:
+            why = check_record(rec)
         if why is not None:
             if strict:
                 raise AnvilError(f"{p}: {why}")
             warnings.warn(f"skipping {p}: {why}", ResultsWarning, stacklevel=2)
+            if skipped is not None:
+                skipped.append((str(p), why))
             continue
         if kind is None or rec["kind"] == kind:
             rec["_path"] = str(p)

@@ -192,3 +192,33 @@ def test_to_frame(tmp_path):
     assert str(df.date.dtype).startswith("datetime64") and df.file.str.startswith("bench-").all()
     empty = results.to_frame([])
     assert empty.shape == (0, len(results.FRAME_COLUMNS))
+
+
+def test_bad_records_are_skipped_named_and_counted(tmp_path, capsys):
+    """Records with the right schema version but wrong field types, dates that
+    are not dates, truncated JSON and a FIFO: each skipped with one line
+    naming the file and the field; the scoreboard renders the rest and lists
+    what it skipped."""
+    import json as _json
+
+    from harness import cli
+
+    good = {"engine": "anvil", "gpu": "NVIDIA H200", "date": "2026-11-30T09:00:00Z", "build": "b" * 16,
+            "model": "m.gguf", "settings": {"n_prompt": 8, "n_gen": 0},
+            "results": [{"test": "pp8", "samples_tok_s": [1.0, 2.0], "tok_s_mean": 1.5}]}
+    results.save(good, "bench", tmp_path)
+    bad = {"gpu-a-dict": {**good, "gpu": {"name": "H200"}}, "results-a-dict": {**good, "results": {"pp8": 1}},
+           "test-an-int": {**good, "results": [{"test": 8}]}, "not-a-date": {**good, "date": "not a date"}}
+    for name, rec in bad.items():
+        (tmp_path / f"bench-{name}.json").write_text(_json.dumps({**rec, "schema_version": 1, "kind": "bench"}))
+    (tmp_path / "bench-truncated.json").write_text('{"schema_version": 1, "kind": "bench", "resu')
+    os.mkfifo(tmp_path / "bench-fifo.json")
+    assert cli.main(["report", "--results-dir", str(tmp_path), "--out", str(tmp_path / "site" / "index.html")]) == 0
+    err = capsys.readouterr().err
+    for fragment in ("bench-gpu-a-dict.json: field 'gpu' is dict", "bench-results-a-dict.json: field 'results'",
+                     "bench-test-an-int.json: field 'results[0].test' is int", "bench-not-a-date.json: field 'date'",
+                     "bench-truncated.json: unreadable", "bench-fifo.json: not a regular file"):
+        assert fragment in err, (fragment, err)
+    assert "Traceback" not in err and "Warning" not in err
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert "6 file(s) in the results store were skipped" in page and "from 1 result" in page

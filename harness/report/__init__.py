@@ -13,11 +13,13 @@ benchmark spec (``results.spec_hash``) on one GPU (``results.comparable``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 import statistics
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,6 +184,7 @@ class Report:
     digest: str  # sha256 over the records' content: which evidence the page shows
     latest_date: str
     mutants: tuple[MutantSuite, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()  # (file, why): records the store could not use
 
     @property
     def rows(self) -> tuple[Row, ...]:
@@ -536,8 +539,13 @@ def main_report(args) -> int:
     rdir = getattr(args, "results_dir", None)
     if rdir is not None and not Path(rdir).is_dir():
         raise AnvilError(f"{rdir}: no such results directory")
-    records = results.load_all(rdir)
-    rep = build_report(records)
+    skipped: list = []
+    with warnings.catch_warnings():  # each skipped file is said once, below, as one line
+        warnings.simplefilter("ignore", results.ResultsWarning)
+        records = results.load_all(rdir, skipped=skipped)
+    for path, why in skipped:
+        print(f"skipped {path}: {why}", file=sys.stderr)
+    rep = dataclasses.replace(build_report(records), skipped=tuple(skipped))
     out = getattr(args, "out", None)
     if fmt == "md":
         text = render_md(rep)

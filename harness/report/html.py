@@ -257,6 +257,8 @@ their content <code>{{ r.digest }}</code>).</p>
 {% for s in r.sources %}<tr><td><code>{{ s[0] }}</code></td><td>{{ s[1] }}</td><td>{{ s[2] }}</td><td>{{ s[3] }}</td><td>{{ s[4] }}</td></tr>
 {% else %}<tr><td colspan="5" class="muted">The results store is empty.</td></tr>{% endfor %}
 </tbody></table>
+{% if r.skipped %}<p class="bad">{{ r.skipped|length }} file(s) in the results store were skipped, not shown:</p>
+<ul>{% for f, why in r.skipped %}<li><code>{{ f }}</code>: {{ why }}</li>{% endfor %}</ul>{% endif %}
 </section>
 <div id="selfcheck" hidden data-status="pending"></div>
 </body></html>
@@ -359,4 +361,7 @@ def render_md(report) -> str:
     lines += ["", "## Sources", ""]
     lines += _md_table(["record", "kind", "model", "engine", "date"], [list(s) for s in r.sources],
                        "The results store is empty.")
+    if r.skipped:
+        lines += ["", f"{len(r.skipped)} file(s) in the results store were skipped, not shown:", ""]
+        lines += [f"- `{f}`: {why}" for f, why in r.skipped]
     return "\n".join(lines) + "\n"
