@@ -43,6 +43,16 @@ def test_cache_hit_and_no_compile_switch(monkeypatch):
         nvrtc.compile_cubin("decode.cu", "sm_90", {"SOMETHING_NEW": 1})
 
 
+@pytest.mark.parametrize("damage", ["cut", "flip", "empty"])
+def test_a_damaged_cache_entry_is_compiled_again(damage):
+    fresh = nvrtc.compile_cubin("decode.cu", "sm_90")
+    (entry,) = nvrtc.cache_dir().glob("decode-sm_90-*.cubin")
+    data = entry.read_bytes()
+    entry.write_bytes({"cut": data[: len(data) // 2], "flip": bytes([data[0] ^ 1]) + data[1:], "empty": b""}[damage])
+    assert nvrtc.compile_cubin("decode.cu", "sm_90") == fresh
+    assert entry.read_bytes() == data  # repaired
+
+
 def test_compile_error_carries_the_nvrtc_log(tmp_path, monkeypatch):
     (tmp_path / "bad.cu").write_text('extern "C" __global__ void k() { int x = ; }\n')
     monkeypatch.setattr(nvrtc, "KERNELS_DIR", tmp_path)

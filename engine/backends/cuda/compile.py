@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from ...atomic import atomic_open
 from ...errors import AnvilError
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
@@ -98,8 +98,13 @@ def compile_cubin(name: str, arch: str, defines: dict[str, object] | None = None
     defines = defines or {}
     key = cache_key(name, arch, defines)
     path = cache_dir() / f"{Path(name).stem}-{arch}-{key}.cubin"
-    if path.exists():
-        return path.read_bytes()
+    if path.is_file():
+        # an entry is the cubin and the sha256 of it: a cut or damaged file
+        # (a full disk, a crash, a stray write) is compiled again, never loaded
+        data = path.read_bytes()
+        cubin, digest = data[:-32], data[-32:]
+        if len(data) > 32 and hashlib.sha256(cubin).digest() == digest:
+            return cubin
     if os.environ.get("ANVIL_NO_COMPILE") == "1":
         raise AnvilError(f"kernel {name} ({arch}) needs compiling but ANVIL_NO_COMPILE=1 (compile before timing)")
     from cuda.core import Program, ProgramOptions
@@ -109,11 +114,8 @@ def compile_cubin(name: str, arch: str, defines: dict[str, object] | None = None
         cubin = Program(source, "c++", ProgramOptions(name=name, **_options(arch, defines))).compile("cubin").code
     except Exception as e:  # cuda.core raises with NVRTC's log in the message
         raise CompileError(f"NVRTC failed on engine/kernels/{name} for {arch}:\n{e}") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
-        f.write(cubin)
-    os.replace(tmp, path)  # concurrent compilers race harmlessly: same bytes
+    with atomic_open(path) as f:  # concurrent compilers race harmlessly: same bytes
+        f.write(cubin + hashlib.sha256(cubin).digest())
     return cubin
 
 
