@@ -20,6 +20,11 @@ from .models import gemma3, llama, weights
 FAMILIES = {"llama": llama, "qwen2": llama, "qwen3": llama, "gemma3": gemma3}
 
 DEFAULT_N_CTX = 4096
+# A prompt runs in micro-batches of at most this many tokens (llama.cpp's
+# n_ubatch): each batch attends to the cache the ones before it filled, so
+# the result is the same, and the CUDA workspace only ever holds one batch's
+# temporaries (a fixed 256 MB for an 8B shape) whatever the prompt's length.
+UBATCH = 512
 
 
 def make_backend(name: str, cfg: ModelConfig, n_ctx: int, **options):
@@ -57,10 +62,13 @@ class Model:
         self.pos = 0
 
     def forward(self, tokens) -> np.ndarray:
-        """Logits (float32 ``[n_vocab]``) after the last of ``tokens``."""
+        """Logits (float32 ``[n_vocab]``) after the last of ``tokens``: any
+        number that fits the context, run UBATCH at a time."""
         tokens = self._check(tokens)
-        logits = self.run(*self.backend.inputs(tokens, self.pos))
-        self.pos += tokens.size
+        for start in range(0, tokens.size, UBATCH):
+            part = tokens[start:start + UBATCH]
+            logits = self.run(*self.backend.inputs(part, self.pos))
+            self.pos += part.size
         return self.backend.to_host(logits).reshape(-1)
 
     def decode_next(self, token: int) -> int:

@@ -199,8 +199,10 @@ def main_diff(args, path: Path) -> int:
 
     cat = catalog.load()
     tokens = Tokenizer.from_gguf(GGUFFile(path)).encode(args.prompt)
-    if len(tokens) < 2:
-        raise AnvilError(f"--prompt {args.prompt!r}: {len(tokens)} token(s); give at least two")
+    from engine.model import UBATCH
+
+    if not 2 <= len(tokens) <= UBATCH:  # one micro-batch: each op is traced once per layer
+        raise AnvilError(f"--prompt: {len(tokens)} tokens; give 2 to {UBATCH}")
     if args.mutant and args.mutant not in mutants.BY_NAME:
         raise AnvilError(f"unknown mutant {args.mutant}; the suite has: {', '.join(mutants.BY_NAME)}")
     import contextlib

@@ -181,10 +181,7 @@ def run(cat, entry: catalog.Entry, ref: refs.Reference, reference_set: str, back
     import engine
 
     path = catalog.model_path(entry.name, catalog=cat, progress=not quiet)
-    options = {}
-    if backend == "cuda":  # room for the longest prompt's prefill in one pass
-        options = {"kv_f16": ref.settings.get("type_k") != "f32",
-                   "prefill_tokens": max(len(c.prompt_ids) for c in ref.cases)}
+    options = {"kv_f16": ref.settings.get("type_k") != "f32"} if backend == "cuda" else {}
     model = engine.load(path, backend=backend, **options)
     return validate_model(model, entry, ref, backend, progress=progress, tier=reference_set)
 

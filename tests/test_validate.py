@@ -328,3 +328,18 @@ def test_validation_and_bench_run_the_same_decode_code(fresh_model, monkeypatch)
     calls.clear()
     bench.run_tg(fresh_model, 5, 1)
     assert calls == ["decode"] * 5
+
+
+def test_a_long_prompt_runs_in_micro_batches_to_the_same_logits(fresh_model):
+    """forward() splits a prompt into model.UBATCH-token batches: the same
+    logits as the prompt fed in two calls at any cut."""
+    from engine.model import UBATCH
+
+    prompt = np.random.default_rng(1).integers(0, fresh_model.config.n_vocab, UBATCH + 300).tolist()
+    fresh_model.reset()
+    whole = fresh_model.forward(prompt)
+    assert fresh_model.pos == len(prompt)
+    fresh_model.reset()
+    fresh_model.forward(prompt[:700])
+    parts = fresh_model.forward(prompt[700:])
+    assert np.abs(whole - parts).max() < 1e-4

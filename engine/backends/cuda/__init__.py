@@ -17,7 +17,6 @@ matrix-vector kernels fetch their weights before waiting for their input.
 from __future__ import annotations
 
 import ctypes
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +30,7 @@ from .device import DArray, Device, Workspace
 # read the quantised weights directly; above it, dequantise + GEMM.
 GEMV_MAX_TOKENS = 1
 
-DEFAULT_WORKSPACE_MB = 256  # a 512-token prefill of an 8B shape fits
+DEFAULT_WORKSPACE_MB = 256  # one micro-batch (model.UBATCH = 512 tokens) of an 8B shape fits
 
 
 @dataclass(frozen=True)
@@ -233,28 +232,17 @@ def _stack(weights, biases):
     return QWeight(data, w0.qtype, sum(w.n_out for w in weights), w0.n_in), bias
 
 
-def workspace_mb_for(cfg: ModelConfig, n_tokens: int) -> int:
-    """Workspace (MiB) for a prefill of ``n_tokens``: one layer's temporaries
-    live at a time, at most ~4 x n_ff + 8 x n_embd floats per token (gate,
-    up, their product and its bf16 copy; residual, norms, Q/K/V, attention
-    output), 25% headroom; never below the default."""
-    per_token = 4 * (4 * cfg.n_ff + 8 * max(cfg.n_embd, cfg.n_head * cfg.head_dim))
-    return max(DEFAULT_WORKSPACE_MB, math.ceil(1.25 * n_tokens * per_token / 2**20))
-
-
 class Backend:
     name = "cuda"
 
     def __init__(self, cfg: ModelConfig, n_ctx: int, *, kv_f16: bool = True, eager: bool = False,
-                 workspace_mb: int | None = None, prefill_tokens: int | None = None):
+                 workspace_mb: int | None = None):
         from .cublas import Cublas
 
         self.cfg, self.n_ctx, self.kv_f16, self.eager = cfg, n_ctx, kv_f16, eager
         self.dev = Device()
         self.cublas = Cublas(self.dev.stream)
-        # explicit size, or room for a prefill of prefill_tokens in one pass
-        mb = workspace_mb or (workspace_mb_for(cfg, prefill_tokens) if prefill_tokens else DEFAULT_WORKSPACE_MB)
-        self.workspace = Workspace(self.dev, mb << 20)
+        self.workspace = Workspace(self.dev, (workspace_mb or DEFAULT_WORKSPACE_MB) << 20)
         self.weights: Workspace | None = None  # sized from the file on the first upload
         self.stacked: dict = {}
         self.ops = Ops(self)
