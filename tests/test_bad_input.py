@@ -327,3 +327,21 @@ def test_ab_missing_wheel_before_any_model_work(tmp_path):
                                                             "ANVIL_MODELS_DIR": str(tmp_path / "models")})
     assert_one_line_error(r, "nope.whl")
     assert not (tmp_path / "models" / "synth").exists()
+
+
+@pytest.mark.parametrize("args,says", [
+    (["diff", "nope", "--prompt", "x"], "unknown model 'nope'"),
+    (["diff", "tiny-llama", "--prompt", "x"], "give 2 to 512"),
+    (["diff", "tiny-llama", "--prompt", "hello world", "--mutant", "nope"], "unknown mutant nope"),
+    (["mutants", "--mutant", "nope"], "unknown mutant(s) nope"),
+    (["mutants", "--model", "nope"], "unknown model 'nope'"),
+    (["reference", "--tier", "twin", "--model", "tiny-llama-f32"], "has no 'twin' reference set"),
+    (["validate-catalog", "--model", "nope"], "unknown model 'nope'"),
+    (["synth", "--preset", "nope", "x.gguf"], "unknown preset 'nope'"),
+    (["report", "--results-dir", "/nonexistent-anvil-dir"], "no such results directory"),
+    (["models", "nope"], "unknown model 'nope'"),
+    (["bench", "--model", "/nonexistent-anvil.gguf"], "no such model file"),
+])
+def test_harness_subcommands_refuse_bad_arguments_in_one_line(args, says):
+    r = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True)
+    assert_one_line_error(r, says)
