@@ -115,10 +115,10 @@ def cmd_reference(args) -> int:
               file=sys.stderr)
         ref = make_reference(name, run, e.sha256, list(e.prompts), e.n_steps, settings=settings)
         if rset == "twin":  # judged against the engine on the original file
-            from .fetch import _sha256
+            from .fetch import sha256_file
 
             ref.model_file = path.name
-            ref.llama_cpp_input = {"file": run.name, "sha256": _sha256(run, False),
+            ref.llama_cpp_input = {"file": run.name, "sha256": sha256_file(run),
                                    "made_by": "harness/twin.py: every tensor dequantised to F32 by Anvil"}
         refs.save(ref, out)
         print(f"wrote {out}")

@@ -28,8 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import AnvilError
-
 GGML_TYPE_F32 = 0
 GGML_MAX_DIMS = 4
 

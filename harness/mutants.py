@@ -317,7 +317,6 @@ def format_rows(rows: list[dict]) -> str:
 
 def main_suite(args) -> int:
     """``harness mutants``: the suite, one child process per mutant; exit 0 only if every one is caught."""
-    import time
 
     from engine.errors import AnvilError
 

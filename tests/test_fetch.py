@@ -29,13 +29,13 @@ def catalog(sha=SHA, **extra):
 def hashes(monkeypatch):
     """Counts how often a file is actually hashed."""
     calls = []
-    real = fetch._sha256
+    real = fetch.sha256_file
 
     def counting(path, progress):
         calls.append(path)
         return real(path, progress)
 
-    monkeypatch.setattr(fetch, "_sha256", counting)
+    monkeypatch.setattr(fetch, "sha256_file", counting)
     return calls
 
 
