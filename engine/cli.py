@@ -3,6 +3,11 @@
     python -m engine generate MODEL.gguf --prompt "The capital of France is" -n 32
     python -m engine generate MODEL.gguf --prompt-ids 1,504,3458 -n 32
     python -m engine bench MODEL.gguf [-p 512] [-n 128] [-r 5] [--json]
+    python -m engine info [--json]
+
+``info`` is what a harness asks a build before measuring it: the engine's
+build hash, version, kernel cache and the file of every engine module a run
+imports, so it can check they all come from the build under test.
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ctx", type=positive_int, default=None, help="context length (default: min(4096, trained))")
     _backend_args(b)
     b.add_argument("--json", action="store_true", help="print the result record as JSON")
+
+    i = sub.add_parser("info", help="this build: hash, version, kernel cache, module files")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
 
@@ -110,9 +118,41 @@ def cmd_bench(args) -> int:
     return 0
 
 
+# What a run (generate or bench, on either backend) imports: loaded by
+# ``info`` so a build that lacks one fails its probe, before any measurement.
+RUN_MODULES = ("engine.model", "engine.generate", "engine.bench", "engine.tokenizer", "engine.backends.numpy",
+               "engine.backends.cuda", "engine.backends.cuda.compile", "engine.backends.cuda.device")
+
+
+def build_info() -> dict:
+    import importlib
+    import platform
+
+    from . import __version__
+    from .backends.cuda.compile import cache_dir
+    from .bench import build_hash
+
+    for name in RUN_MODULES:
+        importlib.import_module(name)
+    modules = {name: getattr(m, "__file__", None) for name, m in sorted(sys.modules.items())
+               if name == "engine" or name.startswith("engine.")}
+    return {"engine_file": modules["engine"], "build": build_hash(), "version": __version__,
+            "cache_dir": str(cache_dir()), "python": platform.python_version(), "modules": modules}
+
+
+def cmd_info(args) -> int:
+    info = build_info()
+    if args.json:
+        print(json.dumps(info))
+    else:
+        print(f"anvil engine {info['version']}, build {info['build']} ({info['engine_file']})\n"
+              f"kernel cache: {info['cache_dir']}\npython {info['python']}, {len(info['modules'])} engine modules")
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return run_command({"generate": cmd_generate, "bench": cmd_bench}[args.command], args)
+    return run_command({"generate": cmd_generate, "bench": cmd_bench, "info": cmd_info}[args.command], args)
 
 
 if __name__ == "__main__":

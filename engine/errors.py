@@ -23,6 +23,17 @@ class GGUFError(AnvilError):
         self.what = what
 
 
+class NonFiniteLogits(AnvilError):
+    """The forward pass produced a NaN or an infinity: the model's weights (or
+    the engine) are broken, and no token can be chosen from such logits."""
+
+    def __init__(self, path, position: int, step: int | None = None):
+        self.path, self.position, self.step = path, position, step
+        at = f"step {step} (position {position})" if step is not None else f"position {position}"
+        super().__init__(f"{path}: non-finite logits (NaN or Inf) at {at}: the weights or the engine "
+                         f"produced garbage, so no token is chosen")
+
+
 def run_command(command, args) -> int:
     """Run one CLI command: a user error becomes one line on stderr and exit
     status 1, Ctrl-C exit status 130, never a traceback."""
@@ -31,7 +42,7 @@ def run_command(command, args) -> int:
     try:
         return command(args)
     except AnvilError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e}" + "".join(f" ({note})" for note in getattr(e, "__notes__", ())), file=sys.stderr)
         return 1
     except OSError as e:  # a path given (or set in the environment) that cannot be read or written
         where = f"{e.filename}: " if e.filename else ""

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import AnvilError
+from .errors import AnvilError, NonFiniteLogits
 
 
 @dataclass
@@ -49,25 +49,29 @@ def greedy(model, prompt_ids, n_steps: int, *, stop_at_eos: bool = False, keep_l
             f"{model.path}: prompt of {len(prompt_ids)} tokens + {n_steps} steps exceeds the context of {model.n_ctx} (n_ctx)")
     out = Generation(prompt_ids)
     model.reset()
-    t0 = time.perf_counter()
-    logits = model.forward(prompt_ids)
-    out.prefill_s = time.perf_counter() - t0
-    eos = model.config.eos_token_id
-    t0 = time.perf_counter()
-    token = int(np.argmax(logits))
-    for step in range(n_steps):
-        out.tokens.append(token)
-        if keep_logits:
-            out.logits.append(logits)
-        if on_token is not None:
-            on_token(token)
-        if step == n_steps - 1 or (stop_at_eos and token == eos):
-            break
-        feed = forced[step] if forced is not None else token
-        # one decode path for generation, validation and bench: the backend
-        # picks the token itself (on the GPU: the captured graph's argmax)
-        token = model.decode_next(feed)
-        if keep_logits:
-            logits = model.decode_logits()
+    step = 0
+    try:
+        t0 = time.perf_counter()
+        logits = model.forward(prompt_ids)
+        out.prefill_s = time.perf_counter() - t0
+        eos = model.config.eos_token_id
+        t0 = time.perf_counter()
+        token = int(np.argmax(logits))
+        for step in range(n_steps):
+            out.tokens.append(token)
+            if keep_logits:
+                out.logits.append(logits)
+            if on_token is not None:
+                on_token(token)
+            if step == n_steps - 1 or (stop_at_eos and token == eos):
+                break
+            feed = forced[step] if forced is not None else token
+            # one decode path for generation, validation and bench: the backend
+            # picks the token itself (on the GPU: the captured graph's argmax)
+            token = model.decode_next(feed)
+            if keep_logits:
+                logits = model.decode_logits()
+    except NonFiniteLogits as e:  # name the step the caller counts, not only the position
+        raise NonFiniteLogits(e.path, e.position, step + (e.position >= len(prompt_ids))) from None
     out.decode_s = time.perf_counter() - t0
     return out

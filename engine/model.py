@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from .config import ModelConfig
-from .errors import AnvilError
+from .errors import AnvilError, NonFiniteLogits
 from .gguf_file import GGUFFile
 from .models import gemma3, llama, weights
 
@@ -69,13 +69,20 @@ class Model:
             part = tokens[start:start + UBATCH]
             logits = self.run(*self.backend.inputs(part, self.pos))
             self.pos += part.size
-        return self.backend.to_host(logits).reshape(-1)
+        logits = self.backend.to_host(logits).reshape(-1)
+        if not np.isfinite(logits).all():
+            raise NonFiniteLogits(self.path, self.pos - 1)
+        return logits
 
     def decode_next(self, token: int) -> int:
         """Feed one token; return the greedy choice for the next position.
-        On the GPU this is one CUDA-graph replay and a 4-byte read."""
+        On the GPU this is one CUDA-graph replay and a 4-byte read. The
+        backend answers -1 when the logits hold a NaN or an infinity (on the
+        GPU the argmax kernel checks every value it reads)."""
         self._check([token])
         nxt = self.backend.decode_next(self, int(token), self.pos)
+        if nxt < 0:
+            raise NonFiniteLogits(self.path, self.pos)
         self.pos += 1
         return nxt
 

@@ -12,7 +12,8 @@ A boosting GPU lies, so an A/B comparison here:
 - reports per test the median and p90 of each arm, the per-round win count,
   the ratio of medians with a bootstrap CI, a Mann-Whitney U p-value and an
   asv-style verdict (harness.stats), and saves the record at the end, or
-  when interrupted (Ctrl-C keeps the rounds already measured).
+  when interrupted (Ctrl-C keeps the rounds already measured and says so;
+  the benchmark child is killed with its whole process group).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from engine.errors import AnvilError
 
 from . import nvml, results, stats
 from .runners import RunResult, make_runner
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during an A/B; the message says what was saved."""
 
 
 def abba_order(n_rounds: int) -> list[tuple[str, str]]:
@@ -110,16 +115,28 @@ def _run_value(result: RunResult, test: str) -> float:
     return stats.median(result.tests[test])
 
 
-def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, progress=None,
-           results_dir: Path | None = None) -> dict:
+def prepare_arms(base_spec: str, cand_spec: str, workdir: Path, *, allow_same: bool = False) -> dict:
+    """The two arms, installed and probed ({"A": runner, "B": runner}); two
+    copies of one build are refused unless ``allow_same``."""
     runners = {"A": make_runner(base_spec, workdir), "B": make_runner(cand_spec, workdir)}  # checks the wheels
     for r in runners.values():
         r.prepare()
+    if not allow_same:
+        desc = {k: r.describe() for k, r in runners.items()}
+        for key, what in (("sha256", "file"), ("build", "engine build")):
+            ida, idb = desc["A"].get(key), desc["B"].get(key)
+            if ida is not None and ida == idb:
+                raise AnvilError(f"both arms are the same build ({what} {ida[:16]}: the same engine sources); "
+                                 f"pass --allow-same to measure a build against itself")
+    return runners
+
+
+def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, progress=None,
+           results_dir: Path | None = None, runners: dict | None = None) -> dict:
+    """The interleaved A/B of two builds on ``cfg.model``, saved as one
+    record (``runners``: the arms from ``prepare_arms``, if already made)."""
+    runners = runners or prepare_arms(base_spec, cand_spec, workdir, allow_same=cfg.allow_same)
     desc = {k: r.describe() for k, r in runners.items()}
-    ida, idb = desc["A"].get("sha256"), desc["B"].get("sha256")
-    if ida is not None and ida == idb and not cfg.allow_same:
-        raise AnvilError(f"both arms are the same build (sha256 {ida[:16]}...); pass --allow-same to measure "
-                         f"a build against itself")
     arms = {k: ArmRuns(k, desc[k]) for k in runners}
     record = {"kind": "ab", "model": str(cfg.model), **cfg.identity,
               "config": {k: str(v) if isinstance(v, Path) else v for k, v in cfg.__dict__.items()},
@@ -163,8 +180,13 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
         record["complete"] = True
     except BaseException as e:  # Ctrl-C or a failed run: keep the rounds already measured
         record["interrupted"] = f"{type(e).__name__}: {e}"
-        if len(record["rounds"]) > 1:
-            record["path"] = str(_save(record, arms, cfg, results_dir))
+        measured = max(0, len(record["rounds"]) - 1)  # the cold round is never a result
+        path = _save(record, arms, cfg, results_dir) if measured else None
+        said = (f"{measured} measured round{'s' * (measured != 1)} saved in {path}" if path else
+                "no round was measured, nothing saved")
+        if isinstance(e, KeyboardInterrupt):
+            raise Interrupted(said) from None
+        e.add_note(said)  # printed after the error's own line
         raise
     try:
         _check_tokens(record, arms, cfg)

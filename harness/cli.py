@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -221,19 +222,22 @@ def cmd_mutants(args) -> int:
     return main_suite(args)
 
 
-def _model(name_or_path: str) -> tuple[Path, dict]:
+def _model(name_or_path: str, check_only: bool = False) -> tuple[Path, dict] | None:
     """A catalog model (fetched or generated) or a .gguf path, and what result
     records say about it: its name and, for a catalog model, the sha256 the
-    catalog pins (catalog.model_path has verified the file)."""
+    catalog pins (catalog.model_path has verified the file). ``check_only``:
+    only say whether the name is good (nothing fetched or generated)."""
     from . import catalog
 
     p = Path(name_or_path)
     if p.suffix == ".gguf":
         if not p.is_file():
             raise AnvilError(f"{p}: no such model file")
-        return p, {"model_name": p.stem}
-    return catalog.model_path(name_or_path), {"model_name": name_or_path,
-                                              "model_sha256": catalog.entry(name_or_path).sha256 or None}
+        return None if check_only else (p, {"model_name": p.stem})
+    entry = catalog.entry(name_or_path)  # an unknown name fails here
+    if check_only:
+        return None
+    return catalog.model_path(name_or_path), {"model_name": name_or_path, "model_sha256": entry.sha256 or None}
 
 
 def _workdir() -> Path:
@@ -246,10 +250,11 @@ def _workdir() -> Path:
 
 def cmd_ab(args) -> int:
     from . import ab
-    from .runners import make_runner
 
-    for spec in (args.base, args.candidate):  # a missing wheel is reported before any download or generation
-        make_runner(spec, _workdir())
+    # every input is checked (the wheels installed and probed, the model
+    # named) before any model is downloaded or generated: that can take minutes
+    _model(args.model, check_only=True)
+    runners = ab.prepare_arms(args.base, args.candidate, _workdir(), allow_same=args.allow_same)
     path, identity = _model(args.model)
     cfg = ab.ABConfig(model=path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
                       rounds=args.rounds, factor=args.factor, allow_same=args.allow_same,
@@ -264,9 +269,10 @@ def cmd_ab(args) -> int:
               file=sys.stderr, flush=True)
 
     try:
-        record = ab.run_ab(args.base, args.candidate, cfg, _workdir(), progress=progress)
-    except KeyboardInterrupt:
-        print("interrupted: the completed rounds are saved in reports/results/", file=sys.stderr)
+        record = ab.run_ab(args.base, args.candidate, cfg, _workdir(), progress=progress, runners=runners,
+                           results_dir=args.results_dir)
+    except ab.Interrupted as e:
+        print(f"interrupted: {e}", file=sys.stderr)
         return 130
     print(ab.format_report(record))
     print(f"saved {record['path']}", file=sys.stderr)
@@ -277,6 +283,8 @@ def cmd_bench(args) -> int:
     from . import ab, results
     from .runners import make_runner
 
+    for name in args.model:  # every name checked before anything is fetched or generated
+        _model(name, check_only=True)
     arms = [make_runner(args.engine, _workdir())]
     if args.llamacpp:
         arms.append(make_runner(args.llamacpp, _workdir()))
@@ -290,7 +298,7 @@ def cmd_bench(args) -> int:
             rec = ab.bench_record(runner, path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
                                   pp_reps=args.pp_repetitions)
             rec.update(identity)
-            rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench"))
+            rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench", args.results_dir))
             recs.append(rec)
         rows.append((name, recs))
     print(ab.format_bench(rows))
@@ -400,6 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="smallest ratio that counts as a change, > 1 (asv; default 1.05)")
     a.add_argument("--allow-same", action="store_true", help="allow two identical builds")
     a.add_argument("--allow-token-diff", action="store_true", help="do not fail when greedy tokens differ")
+    a.add_argument("--results-dir", default=None, help="results store (default reports/results)")
     a.set_defaults(func=cmd_ab)
 
     b = sub.add_parser("bench", help="benchmark the engine (and llama.cpp) on catalog models or files")
@@ -412,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--pp-repetitions", type=positive_int, default=None,
                    help="repetitions of the prefill test (default: -r); ~40 make its NVML window long enough "
                         "to diagnose")
+    b.add_argument("--results-dir", default=None, help="results store (default reports/results)")
     b.set_defaults(func=cmd_bench)
 
     d = sub.add_parser("doctor", help="what this machine can do, with fixes")
@@ -426,8 +436,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    # `kill` or a closed terminal stops the harness the way Ctrl-C does: its
+    # benchmark children (each in its own process group) are killed first
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     return run_command(args.func, args)
 
 

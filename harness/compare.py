@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.errors import NonFiniteLogits
 from engine.generate import greedy
 
 from .refs import Case
@@ -107,9 +108,6 @@ def repetition_loop(tokens: list[int]) -> int:
 
 
 def _degenerate(free, judged, case: Case, eos) -> str | None:
-    for step, logits in enumerate(judged.logits):
-        if not np.all(np.isfinite(logits)):
-            return f"non-finite logits at step {step}"
     if eos is not None and free.tokens[0] == eos != case.tokens[0]:
         return f"stop token {eos} at step 0 (llama.cpp: {case.tokens[0]})"
     # On llama.cpp's own tokens (teacher-forced, where the free run diverged)
@@ -124,6 +122,15 @@ def _degenerate(free, judged, case: Case, eos) -> str | None:
 
 def compare_case(model, case: Case) -> CaseResult:
     n = len(case.tokens)
+    try:
+        return _compare_case(model, case, n)
+    except NonFiniteLogits as e:  # the engine stops at a NaN logit: a failed case, not a crashed gate
+        out = CaseResult(case.prompt, n, e.step or 0, "stopped")
+        out.degenerate = f"non-finite logits at step {e.step} (position {e.position})"
+        return out
+
+
+def _compare_case(model, case: Case, n: int) -> CaseResult:
     free = greedy(model, case.prompt_ids, n, keep_logits=True)
     matched = next((i for i, (a, b) in enumerate(zip(free.tokens, case.tokens)) if a != b), n)
     if matched == n:

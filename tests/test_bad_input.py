@@ -345,3 +345,22 @@ def test_ab_missing_wheel_before_any_model_work(tmp_path):
 def test_harness_subcommands_refuse_bad_arguments_in_one_line(args, says):
     r = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True)
     assert_one_line_error(r, says)
+
+
+def test_non_finite_logits_name_the_step(tmp_path):
+    """A NaN in a large weight (not checked at load) reaches the logits: the
+    run stops with the step, never prints token 0 over and over."""
+    from engine import load
+    from engine.errors import NonFiniteLogits
+    from engine.generate import greedy
+
+    p = write_tiny(tmp_path / "nan-embd.gguf", tensor_shapes={"output.weight": (N_VOCAB, N_EMBD)},  # untied
+                   values={"token_embd.weight": (7 * N_EMBD, float("nan"))})  # token 7's embedding
+    r = subprocess.run([sys.executable, "-m", "engine", "generate", str(p), "--prompt-ids", "1,2,7", "-n", "3"],
+                       capture_output=True, text=True)
+    assert_one_line_error(r, str(p), "non-finite logits (NaN or Inf) at step 0 (position 2)")
+    # the same token fed while decoding: the error names the decode step
+    model = load(p)
+    assert len(greedy(model, [1, 2, 3], 3).tokens) == 3  # the file is fine without token 7
+    with pytest.raises(NonFiniteLogits, match=r"at step 2 \(position 4\)"):
+        greedy(model, [1, 2, 3], 4, forced=[4, 7, 5])

@@ -601,7 +601,8 @@ def test_bias_add_rows(dev, rows, n):
 @pytest.mark.parametrize("n", [1, 1000, 32000, 32769, 151936, 262144])
 def test_argmax_ties(dev, n):
     """Ties go to the lowest index, across threads and across the blocks of
-    the two-pass path (which splits at multiples of ~n/nb)."""
+    the two-pass path (which splits at multiples of ~n/nb); a non-finite
+    value anywhere gives -1."""
     r = rng("argmax", n)
     out = poisoned(dev, (1,), np.int32)
     x = r.standard_normal(n).astype(np.float32)
@@ -615,10 +616,16 @@ def test_argmax_ties(dev, n):
     last = x.copy()
     last[-1] = top
     cases["max last"] = last
-    ninf = np.full(n, -np.inf, np.float32)
-    ninf[n // 3] = np.float32(-1e38)
-    cases["-inf elsewhere"] = ninf
+    huge = np.full(n, np.float32(-3e38))
+    huge[n // 3] = np.float32(-1e38)
+    cases["-3e38 elsewhere"] = huge
+    # any NaN or infinity, in any block, answers -1 (the host names the step)
+    for bad, where in ((np.nan, 0), (np.nan, n - 1), (np.inf, n // 2), (-np.inf, n // 3)):
+        v = x.copy()
+        v[where] = bad
+        cases[f"{bad} at {where}"] = v
     for name, v in cases.items():
         dev.fill(out, 0xFF)
         core_ops.argmax(dev, dev.upload(v), out)
-        assert int(out.numpy()[0]) == int(np.argmax(v)), f"argmax {name} n={n}: got {out.numpy()[0]}, want {np.argmax(v)} (seed {SEED})"
+        want = int(np.argmax(v)) if np.isfinite(v).all() else -1
+        assert int(out.numpy()[0]) == want, f"argmax {name} n={n}: got {out.numpy()[0]}, want {want} (seed {SEED})"

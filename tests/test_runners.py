@@ -46,13 +46,13 @@ def test_check_wheel_not_a_zip(tmp_path):
 
 
 def test_check_wheel_zip_without_engine(tmp_path):
-    p = _zip(tmp_path / "other-1.0-py3-none-any.whl", {"other/__init__.py": "", "engine/bench.py": ""})
+    p = _zip(tmp_path / "other-1.0-py3-none-any.whl", {"other/__init__.py": "", "engine/__main__.py": ""})
     with pytest.raises(AnvilError, match=r"not an engine wheel: it lacks engine/__init__\.py"):
         check_wheel(p)
 
 
 def test_check_wheel_names(tmp_path):
-    members = {"engine/__init__.py": "", "engine/bench.py": ""}
+    members = {"engine/__init__.py": "", "engine/__main__.py": ""}
     with pytest.raises(AnvilError, match=r"must end in \.whl"):
         check_wheel(_zip(tmp_path / "anvil.zip", members))
     with pytest.raises(AnvilError, match="not a valid wheel file name"):
@@ -62,7 +62,7 @@ def test_check_wheel_names(tmp_path):
 
 
 def test_check_wheel_returns_sha256(tmp_path):
-    p = _zip(tmp_path / "anvil-0.1.0-py3-none-any.whl", {"engine/__init__.py": "", "engine/bench.py": "x = 1\n"})
+    p = _zip(tmp_path / "anvil-0.1.0-py3-none-any.whl", {"engine/__init__.py": "", "engine/__main__.py": "x = 1\n"})
     assert check_wheel(p) == sha256_file(p) == hashlib.sha256(p.read_bytes()).hexdigest()
 
 
@@ -91,7 +91,11 @@ def test_engine_wheel_runs_isolated(engine_wheel, tiny_qwen3, tmp_path, monkeypa
     assert d["kind"] == "engine-wheel" and d["sha256"] == sha and d["wheel"] == str(engine_wheel.resolve())
     assert Path(d["engine_file"]).resolve().is_relative_to(site.resolve())
     assert Path(d["cache_dir"]) == cache and cache.is_dir()
-    assert str(REPO) not in runner.pythonpath() and runner.pythonpath()[0] == str(site)
+    # isolated: -I -S (no PYTHONPATH, no .pth editable finders), the wheel's site dir as the engine's root
+    cmd = runner.command("info")
+    assert cmd[:4] == [sys.executable, "-I", "-S", "-c"] and cmd[5] == str(site)
+    assert str(REPO) not in cmd[6].split(os.pathsep)
+    assert d["modules"] > 10 and d["isolation"].startswith("python -I -S")
 
     res = runner.run(tiny_qwen3, n_prompt=8, n_gen=4, reps=2, timeout_s=300)
     assert isinstance(res, RunResult) and res.returncode == 0 and res.wall_s > 0
@@ -99,7 +103,8 @@ def test_engine_wheel_runs_isolated(engine_wheel, tiny_qwen3, tmp_path, monkeypa
     assert all(len(s) == 2 and all(v > 0 for v in s) for s in res.tests.values())
     assert len(res.tokens) == 4 and all(isinstance(t, int) for t in res.tokens)
     assert res.raw["build"] == d["build"] and res.raw["backend"] == "numpy"
-    assert res.cmd[:4] == [sys.executable, "-P", "-m", "engine"] and res.cmd[-2:] == ["--backend", "numpy"]
+    assert res.cmd[:4] == [sys.executable, "-I", "-S", "-c"] and res.cmd[7:9] == ["bench", str(tiny_qwen3)]
+    assert res.cmd[-2:] == ["--backend", "numpy"]
 
     # a second runner on the same wheel reuses the install (no pip, same site dir)
     marker = site / ".anvil-wheel.json"

@@ -251,8 +251,12 @@ class _Scripted:
         self.pos = 0
 
     def forward(self, tokens):
+        from engine.errors import NonFiniteLogits
+
         self.pos += len(tokens)
         self._logits = np.asarray(self.fn(self.pos), np.float32)
+        if not np.isfinite(self._logits).all():  # as the engine does
+            raise NonFiniteLogits("scripted", self.pos - 1)
         return self._logits
 
     def decode_next(self, token):

@@ -1,7 +1,9 @@
 // Greedy sampling: index of the largest of n fp32 logits, the LOWEST index
-// winning ties (as llama.cpp's greedy sampler and np.argmax). NaNs are
-// skipped (a NaN never compares greater); if every value is NaN the answer
-// is 0.
+// winning ties (as llama.cpp's greedy sampler and np.argmax). A NaN or an
+// infinity anywhere makes the answer NON_FINITE (-1): no token can be chosen
+// from such logits, and the host turns it into an error naming the step
+// (a NaN would otherwise lose every comparison and greedy would print token 0
+// over and over). The check rides on the loads the scan does anyway.
 //
 // Napkin math: 152k logits = 608 KB. One block streams that at maybe
 // 100-150 GB/s (one SM's worth of outstanding loads) = ~5 µs; spread over
@@ -12,6 +14,7 @@
 #include "common.cuh"
 
 #define NO_INDEX 0x7fffffff
+#define NON_FINITE (-1)
 
 // Is (v, i) better than (bv, bi)? Larger value, or equal value and lower index.
 __device__ __forceinline__ void take_better(float& bv, int& bi, float v, int i) {
@@ -45,20 +48,27 @@ __device__ __forceinline__ void block_argmax(float& bv, int& bi) {
 }
 
 // Best (value, index) of x[begin:end) for this thread (strided by blockDim,
-// ascending, so a strict '>' keeps the thread's lowest index among equals).
-__device__ __forceinline__ void scan(const float* x, int begin, int end, float& bv, int& bi) {
+// ascending, so a strict '>' keeps the thread's lowest index among equals);
+// returns whether every value it read was finite.
+__device__ __forceinline__ bool scan(const float* x, int begin, int end, float& bv, int& bi) {
     bv = -INFINITY;
     bi = NO_INDEX;
-    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) take_better(bv, bi, x[i], i);
+    bool finite = true;
+    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        const float v = x[i];
+        finite &= isfinite(v);
+        take_better(bv, bi, v, i);
+    }
+    return finite;
 }
 
 extern "C" __global__ void argmax(const float* x, int n, int* out) {
     KERNEL_START();
     float bv;
     int bi;
-    scan(x, 0, n, bv, bi);
+    const bool finite = __syncthreads_and(scan(x, 0, n, bv, bi));
     block_argmax(bv, bi);
-    if (threadIdx.x == 0) *out = bi == NO_INDEX ? 0 : bi;
+    if (threadIdx.x == 0) *out = !finite ? NON_FINITE : bi == NO_INDEX ? 0 : bi;
 }
 
 // Pass 1: block b takes the contiguous slice [b*chunk, (b+1)*chunk).
@@ -69,11 +79,11 @@ extern "C" __global__ void argmax_partial(const float* x, int n, float* part_val
     const int end = min(n, begin + chunk);
     float bv;
     int bi;
-    scan(x, begin, end, bv, bi);
+    const bool finite = __syncthreads_and(scan(x, begin, end, bv, bi));
     block_argmax(bv, bi);
     if (threadIdx.x == 0) {
         part_val[blockIdx.x] = bv;
-        part_idx[blockIdx.x] = bi;
+        part_idx[blockIdx.x] = finite ? bi : NON_FINITE;
     }
 }
 
@@ -83,7 +93,12 @@ extern "C" __global__ void argmax_final(const float* part_val, const int* part_i
     KERNEL_START();
     float bv = -INFINITY;
     int bi = NO_INDEX;
-    for (int i = threadIdx.x; i < n_parts; i += blockDim.x) take_better(bv, bi, part_val[i], part_idx[i]);
+    bool finite = true;
+    for (int i = threadIdx.x; i < n_parts; i += blockDim.x) {
+        finite &= part_idx[i] != NON_FINITE;
+        take_better(bv, bi, part_val[i], part_idx[i]);
+    }
+    finite = __syncthreads_and(finite);
     block_argmax(bv, bi);
-    if (threadIdx.x == 0) *out = bi == NO_INDEX ? 0 : bi;
+    if (threadIdx.x == 0) *out = !finite ? NON_FINITE : bi == NO_INDEX ? 0 : bi;
 }

@@ -92,7 +92,9 @@ def run_process(cmd: list, *, env: dict | None = None, cwd=None, timeout_s: floa
                 what: str = "benchmark") -> tuple[str, str, float]:
     """Run ``cmd`` to completion; (stdout, stderr, wall seconds). A non-zero
     exit or a timeout raises RunnerError. The child leads its own process
-    group, so a timeout kills whatever it started too (and nothing else)."""
+    group, so a timeout, Ctrl-C or any other exception here kills whatever
+    it started too (and nothing else), and waits for it: no benchmark is
+    left running on the GPU after the harness is gone."""
     cmd = [str(c) for c in cmd]
     t0 = time.perf_counter()
     try:
@@ -103,16 +105,25 @@ def run_process(cmd: list, *, env: dict | None = None, cwd=None, timeout_s: floa
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(proc)
         out, err = proc.communicate()
         raise RunnerError(f"{what}: timed out after {timeout_s:g} s (killed)", cmd, proc.returncode, err) from None
+    except BaseException:  # Ctrl-C (or SIGTERM turned into one): the child goes with us
+        kill_group(proc)
+        proc.communicate()
+        raise
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RunnerError(f"{what}: the process failed", cmd, proc.returncode, err)
     return out, err, wall
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group ``proc`` leads (it and all it started)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def parse_json_output(stdout: str, cmd: list, stderr: str = "", what: str = "benchmark"):

@@ -6,8 +6,17 @@ directory ``<workdir>/sites/<sha12>``, with its own kernel cache
 ``<workdir>/kernels/<sha12>`` (``ANVIL_CACHE_DIR``): two builds measured side
 by side never import each other's code nor run each other's compiled kernels.
 
-Why ``pip install --no-deps --target`` and not a venv per wheel: the child is
-this interpreter with PYTHONPATH set to the wheel's site dir, so the
+Each child is this interpreter started isolated (``python -I -S``): no
+PYTHON* variables, no user site, no current directory and, above all, no
+``.pth`` files, so an editable install of a checkout (a ``.pth`` finder
+that serves ``engine.*`` from the checkout) cannot supply a module the wheel
+lacks. A small bootstrap sets ``sys.path`` explicitly to the wheel's site
+directory followed by the dependency directories of this environment, runs
+``python -m engine ...`` and, before exiting, checks that every ``engine``
+module the run imported came from that site directory; a module the wheel
+lacks fails the run with a line naming it.
+
+Why ``pip install --no-deps --target`` and not a venv per wheel: the
 dependencies (numpy, gguf, cuda-python, ...) come from this environment.
 That takes about a second and needs no package index (the GPU host is
 offline: a venv could not resolve them there), and two wheels differ only
@@ -15,6 +24,10 @@ in the engine itself, which is what an A/B comparison should vary. The
 price: a wheel that needs a different dependency version is measured with
 this environment's one; ``describe()`` records the engine file and build
 hash the child actually imported so that is visible.
+
+The build is asked about itself through its public command line
+(``python -m engine info --json``), never by importing a private module, so
+a restructured engine can still be measured.
 """
 
 from __future__ import annotations
@@ -32,16 +45,53 @@ from engine.errors import AnvilError
 from . import (Runner, RunnerError, RunResult, check_model, inherited_pythonpath, parse_json_output,
                pythonpath_without, run_process, tests_from_results)
 
-REQUIRED_MEMBERS = ("engine/__init__.py", "engine/bench.py")
+REQUIRED_MEMBERS = ("engine/__init__.py", "engine/__main__.py")  # `python -m engine` is the interface
 _MARKER = ".anvil-wheel.json"
+ISOLATION_EXIT = 86  # the bootstrap's exit status when the run broke isolation or lacked a module
 
-# Printed by a child with the run's environment: which engine it imports,
-# its build hash and where it would cache kernels.
-_PROBE = ("import json, sys, engine, engine.bench\n"
-          "from engine.backends.cuda import compile as c\n"
-          "print(json.dumps({'engine_file': engine.__file__, 'build': engine.bench.build_hash(),\n"
-          "                  'version': getattr(engine, '__version__', None), 'cache_dir': str(c.cache_dir()),\n"
-          "                  'python': sys.version.split()[0]}))\n")
+# Run by `python -I -S -c _BOOT ROOT PATHS ARG...`: sys.path is ROOT (the
+# directory holding the engine under test), the standard library, then
+# PATHS; `python -m engine ARG...` runs; every imported engine module must
+# lie under ROOT/engine.
+_BOOT = r"""
+import os, runpy, sys
+root, paths, args = os.path.realpath(sys.argv[1]), sys.argv[2], sys.argv[3:]
+sys.path[:] = [root] + sys.path + [p for p in paths.split(os.pathsep) if p]
+sys.argv = ["engine"] + args
+code = 0
+try:
+    runpy.run_module("engine", run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    code = e.code
+except ModuleNotFoundError as e:
+    if not (e.name or "").startswith("engine"):
+        raise
+    print(f"isolation: the build under test lacks module {e.name} ({root} has no such file)", file=sys.stderr)
+    code = %d
+pkg = os.path.join(root, "engine") + os.sep
+stray = []
+for name, m in list(sys.modules.items()):
+    if name == "engine" or name.startswith("engine."):
+        files = [getattr(m, "__file__", None)] if getattr(m, "__file__", None) else list(getattr(m, "__path__", []))
+        stray += [f"{name} ({f})" for f in files if not os.path.realpath(f).startswith(pkg)]
+if stray:
+    print(f"isolation: engine modules imported from outside {pkg}: {', '.join(sorted(stray))}", file=sys.stderr)
+    code = %d
+sys.stdout.flush()
+sys.exit(code)
+""" % (ISOLATION_EXIT, ISOLATION_EXIT)
+
+
+def dependency_paths() -> list[str]:
+    """Where this environment's packages live, for the isolated child: the
+    inherited PYTHONPATH (minus any entry holding an ``engine`` package) and
+    the site-packages directories, never the entries their ``.pth`` files add."""
+    import site
+
+    dirs = pythonpath_without("engine", inherited_pythonpath()) + list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        dirs.append(site.getusersitepackages())
+    return list(dict.fromkeys(dirs))
 
 
 def sha256_file(path) -> str:
@@ -78,16 +128,13 @@ def check_wheel(path) -> str:
     return sha256_file(p)
 
 
-def _child_env(pythonpath: list[str], cache_dir: Path) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(pythonpath)
-    env["ANVIL_CACHE_DIR"] = str(cache_dir)
-    env.pop("PYTHONSAFEPATH", None)
-    return env
-
-
 class _EngineRunner(Runner):
-    """Shared by the wheel and the installed engine: the bench child and its probe."""
+    """Shared by the wheel and the installed engine: the isolated child, its
+    probe and the bench run. Subclasses set ``root`` (the directory holding
+    the ``engine`` package under test) and ``cache_dir``."""
+
+    root: Path
+    cache_dir: Path
 
     def __init__(self, workdir, *, extra_args=(), label: str | None = None):
         self.workdir = Path(workdir).resolve()
@@ -95,22 +142,44 @@ class _EngineRunner(Runner):
         self._label = label
         self.probe: dict | None = None
 
-    # subclasses: self.pythonpath(), self.cache_dir, self._check_probe(probe)
+    def command(self, *engine_args) -> list[str]:
+        """``python -m engine ENGINE_ARGS`` for the build under test, isolated."""
+        return [sys.executable, "-I", "-S", "-c", _BOOT, str(self.root), os.pathsep.join(dependency_paths()),
+                *map(str, engine_args)]
+
     def _env(self) -> dict:
-        return _child_env(self.pythonpath(), self.cache_dir)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}  # -I ignores them anyway
+        env["ANVIL_CACHE_DIR"] = str(self.cache_dir)
+        return env
 
     def _cwd(self) -> Path:
-        # neutral: `-m` puts the cwd first on sys.path, and a checkout there
-        # would shadow the engine under test (-P also drops it, belt and braces)
-        d = self.workdir / "run"
+        d = self.workdir / "run"  # neutral: nothing importable, nothing written
         d.mkdir(parents=True, exist_ok=True)
         return d
 
+    def _child(self, cmd: list[str], timeout_s: float, what: str) -> tuple[str, str, float]:
+        try:
+            return run_process(cmd, env=self._env(), cwd=self._cwd(), timeout_s=timeout_s, what=what)
+        except RunnerError as e:
+            # the bootstrap's own verdict says everything: one line, not a stderr dump
+            lines = [ln for ln in e.stderr_tail.splitlines() if ln.startswith("isolation: ")]
+            if e.returncode == ISOLATION_EXIT and lines:
+                raise AnvilError(f"{self.label}: {lines[-1][len('isolation: '):]}") from None
+            raise
+
     def _probe(self) -> dict:
-        cmd = [sys.executable, "-P", "-c", _PROBE]
-        out, err, _ = run_process(cmd, env=self._env(), cwd=self._cwd(), timeout_s=300, what="engine probe")
+        cmd = self.command("info", "--json")
+        out, err, _ = self._child(cmd, 300, f"engine probe ({self.label})")
         probe = parse_json_output(out, cmd, err, what="engine probe")
-        self._check_probe(probe, cmd)
+        if not isinstance(probe, dict) or not isinstance(probe.get("modules"), dict) or not probe.get("build"):
+            raise RunnerError("`python -m engine info --json` printed no build and module list", cmd, 0, err)
+        pkg = (self.root / "engine").resolve()
+        outside = [f"{n} ({f})" for n, f in probe["modules"].items() if f and not Path(f).resolve().is_relative_to(pkg)]
+        if outside:
+            raise AnvilError(f"{self.label}: engine modules imported from outside {pkg}: {', '.join(outside)}")
+        if Path(probe.get("cache_dir", "")) != self.cache_dir:
+            raise RunnerError(f"the child's kernel cache is {probe.get('cache_dir')}, expected {self.cache_dir}",
+                              cmd, 0)
         return probe
 
     def run(self, model_path, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5,
@@ -118,10 +187,8 @@ class _EngineRunner(Runner):
         model = check_model(model_path)
         if self.probe is None:
             self.prepare()
-        cmd = [sys.executable, "-P", "-m", "engine", "bench", str(model), "-p", str(n_prompt), "-n", str(n_gen),
-               "-r", str(reps), "--json", *self.extra_args]
-        out, err, wall = run_process(cmd, env=self._env(), cwd=self._cwd(), timeout_s=timeout_s,
-                                     what=f"engine bench ({self.label})")
+        cmd = self.command("bench", model, "-p", n_prompt, "-n", n_gen, "-r", reps, "--json", *self.extra_args)
+        out, err, wall = self._child(cmd, timeout_s, f"engine bench ({self.label})")
         raw = parse_json_output(out, cmd, err)
         if not isinstance(raw, dict):
             raise RunnerError("engine bench printed JSON that is not an object", cmd, 0, err)
@@ -135,7 +202,8 @@ class _EngineRunner(Runner):
     def _identity(self) -> dict:
         p = self.probe or {}
         return {"engine_file": p.get("engine_file"), "build": p.get("build"), "version": p.get("version"),
-                "python": p.get("python"), "cache_dir": str(self.cache_dir), "extra_args": self.extra_args}
+                "python": p.get("python"), "modules": len(p.get("modules") or {}), "cache_dir": str(self.cache_dir),
+                "isolation": "python -I -S, explicit sys.path", "extra_args": self.extra_args}
 
 
 class EngineWheelRunner(_EngineRunner):
@@ -146,12 +214,9 @@ class EngineWheelRunner(_EngineRunner):
         self.wheel = Path(wheel).resolve()
         self.sha256 = check_wheel(self.wheel)
         self.sha12 = self.sha256[:12]
-        self.site_dir = self.workdir / "sites" / self.sha12
+        self.site_dir = self.root = self.workdir / "sites" / self.sha12
         self.cache_dir = self.workdir / "kernels" / self.sha12
         self.label = label or f"{self.wheel.name.split('-')[0]}-{self.wheel.name.split('-')[1]}@{self.sha12}"
-
-    def pythonpath(self) -> list[str]:
-        return [str(self.site_dir)] + pythonpath_without("engine", inherited_pythonpath())
 
     def describe(self) -> dict:
         return {"kind": self.kind, "label": self.label, "wheel": str(self.wheel), "sha256": self.sha256,
@@ -191,35 +256,24 @@ class EngineWheelRunner(_EngineRunner):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _check_probe(self, probe: dict, cmd) -> None:
-        f = Path(probe.get("engine_file") or "").resolve()
-        if not f.is_relative_to(self.site_dir.resolve()):
-            raise RunnerError(f"the child imported engine from {f}, not from the wheel's site dir {self.site_dir}",
-                              cmd, 0)
-        if Path(probe.get("cache_dir", "")) != self.cache_dir:
-            raise RunnerError(f"the child's kernel cache is {probe.get('cache_dir')}, expected {self.cache_dir}",
-                              cmd, 0)
-
 
 class InstalledEngineRunner(_EngineRunner):
-    """The engine this interpreter imports (an editable checkout, say). The
-    child gets that engine's parent directory first on PYTHONPATH, and a
-    kernel cache keyed by its build hash."""
+    """The engine this interpreter imports (an editable checkout, say), run
+    isolated the same way from the directory that holds it, with a kernel
+    cache keyed by its build hash."""
 
     kind = "engine-installed"
 
     def __init__(self, workdir, *, extra_args=(), label: str | None = None):
         super().__init__(workdir, extra_args=extra_args, label=label)
         import engine
-        import engine.bench
+        from engine.bench import build_hash
 
         self.engine_dir = Path(engine.__file__).resolve().parent
-        self.build = engine.bench.build_hash()
+        self.root = self.engine_dir.parent
+        self.build = build_hash()
         self.cache_dir = self.workdir / "kernels" / f"installed-{self.build}"
         self.label = label or f"installed@{self.build}"
-
-    def pythonpath(self) -> list[str]:
-        return [str(self.engine_dir.parent)] + pythonpath_without("engine", inherited_pythonpath())
 
     def describe(self) -> dict:
         return {"kind": self.kind, "label": self.label, "engine_dir": str(self.engine_dir), **self._identity()}
@@ -227,11 +281,6 @@ class InstalledEngineRunner(_EngineRunner):
     def prepare(self) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.probe = self._probe()
-
-    def _check_probe(self, probe: dict, cmd) -> None:
-        f = Path(probe.get("engine_file") or "").resolve()
-        if f.parent != self.engine_dir:
-            raise RunnerError(f"the child imported engine from {f}, not {self.engine_dir}", cmd, 0)
-        if probe.get("build") != self.build:
-            raise RunnerError(f"the child's engine is build {probe.get('build')}, this one {self.build} "
-                              f"(sources changed since this process started?)", cmd, 0)
+        if self.probe["build"] != self.build:
+            raise AnvilError(f"{self.label}: the child's engine is build {self.probe['build']}, this one "
+                             f"{self.build} (sources changed since this process started?)")

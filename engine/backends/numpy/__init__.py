@@ -34,9 +34,10 @@ class Backend:
         return x
 
     def decode_next(self, model, token: int, pos: int) -> int:
-        """One decode step: ``token`` at ``pos``; the greedy next token."""
+        """One decode step: ``token`` at ``pos``; the greedy next token, or
+        -1 when a logit is not finite."""
         self._logits = model.run(*self.inputs(np.array([token]), pos)).reshape(-1)
-        return int(np.argmax(self._logits))
+        return int(np.argmax(self._logits)) if np.isfinite(self._logits).all() else -1
 
     def decode_logits(self) -> np.ndarray:
         return self._logits
