@@ -180,9 +180,9 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
         record["complete"] = True
     except BaseException as e:  # Ctrl-C or a failed run: keep the rounds already measured
         record["interrupted"] = f"{type(e).__name__}: {e}"
-        measured = max(0, len(record["rounds"]) - 1)  # the cold round is never a result
-        path = _save(record, arms, cfg, results_dir) if measured else None
-        said = (f"{measured} measured round{'s' * (measured != 1)} saved in {path}" if path else
+        n_measured = max(0, len(record["rounds"]) - 1)  # the cold round is never a result
+        path = _save(record, arms, cfg, results_dir) if n_measured else None
+        said = (f"{n_measured} measured round{'s' * (n_measured != 1)} saved in {path}" if path else
                 "no round was measured, nothing saved")
         if isinstance(e, KeyboardInterrupt):
             raise Interrupted(said) from None

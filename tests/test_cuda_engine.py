@@ -118,3 +118,32 @@ def test_a_prompt_filling_the_context_prefills_in_one_call(name):
     if name.endswith("-f32"):
         lr = engine.load(path).forward(prompt)
         assert np.abs(lg - lr).max() <= _decode_tol(name)
+
+
+def test_non_finite_logits_stop_the_graph_decode_with_the_step(tmp_path):
+    """A NaN in one token's embedding row (untied head): the graph's argmax
+    answers -1 when that token is fed, and the host names the step; the
+    same model then decodes a clean sequence as before."""
+    import shutil
+
+    from gguf import GGUFReader
+
+    import engine
+    from engine.errors import NonFiniteLogits
+    from engine.generate import greedy
+
+    src = catalog.model_path("tiny-llama-f32", progress=False)
+    embd = next(t for t in GGUFReader(src).tensors if t.name == "token_embd.weight")
+    n_embd, bad = int(embd.shape[0]), 4242
+    path = tmp_path / "nan-row.gguf"
+    shutil.copyfile(src, path)
+    with open(path, "r+b") as f:  # F32 row `bad`, first element
+        f.seek(int(embd.data_offset) + bad * n_embd * 4)
+        f.write(np.float32(np.nan).tobytes())
+    m = engine.load(path, n_ctx=256, backend="cuda")
+    clean = greedy(m, PROMPT, 6).tokens
+    with pytest.raises(NonFiniteLogits, match=r"at step 3 \(position 14\)"):
+        greedy(m, PROMPT, 6, forced=[5, 6, bad, 7, 8])  # steps 1, 2 replay the graph; 3 feeds the NaN row
+    with pytest.raises(NonFiniteLogits, match=rf"at step 0 \(position {len(PROMPT)}\)"):
+        greedy(m, PROMPT + [bad], 2)  # in the prompt: the prefill's logits
+    assert greedy(m, PROMPT, 6).tokens == clean
