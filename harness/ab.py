@@ -224,6 +224,7 @@ def _analyse(arms: dict, cfg: ABConfig) -> dict:
 def _save(record: dict, arms: dict, cfg: ABConfig, results_dir) -> Path:
     """One record per A/B run, written once (append-only store)."""
     record["analysis"] = _analyse(arms, cfg)
+    record["measured_rounds"] = sum(1 for r in record["rounds"] if not r["cold"])
     record["nvml_summary"] = {k: v.nvml for k, v in arms.items()}
     return results.save({k: v for k, v in record.items() if k != "path"}, "ab", results_dir)
 

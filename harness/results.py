@@ -17,6 +17,15 @@ A bench record is what ``engine.bench.bench`` returns (plus, optionally,
      "tok_s_mean", "tok_s_sd", "gb_s"?, "nvml"?: {...}}, ...]}
 
 The store adds ``schema_version``, ``kind`` and ``saved_at``.
+
+Schema history (``upgrade()`` is the one path from any older record to the
+current shape, applied on save and on load; files on disk are never rewritten):
+
+- 1: the first store.
+- 2: every record has ``date``, the UTC time of its measurement (a record
+  that had none takes ``saved_at``), and an A/B record has
+  ``measured_rounds``, the rounds its verdict stands on (the cold round and
+  an interrupted round excluded).
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from engine.errors import AnvilError
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 KINDS = ("bench", "ab", "validate", "variation", "mutants")
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "reports" / "results"
 
@@ -75,17 +84,39 @@ def _jsonable(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def upgrade(rec: dict) -> dict:
+    """``rec`` in the current schema (a new dict; see the schema history
+    above). A record of an unknown or newer schema is returned unchanged,
+    for check_record to refuse."""
+    version = rec.get("schema_version")
+    if type(version) is not int or not 1 <= version < SCHEMA_VERSION:
+        return rec
+    rec = dict(rec)
+    if version < 2:
+        if rec.get("date") is None and isinstance(rec.get("saved_at"), str):
+            rec["date"] = rec["saved_at"]
+        if rec.get("kind") == "ab" and isinstance(rec.get("rounds"), list):
+            rec["measured_rounds"] = sum(1 for r in rec["rounds"] if isinstance(r, dict) and not r.get("cold"))
+    rec["schema_version"] = SCHEMA_VERSION
+    return rec
+
+
 def save(record: dict, kind: str, dir: str | Path | None = None) -> Path:
-    """Write ``record`` as a new file and return its path. Never overwrites."""
+    """Write ``record`` as a new file and return its path. Never overwrites.
+    A record made in an older schema (an older engine's bench output) is
+    upgraded first."""
     if kind not in KINDS:
         raise ValueError(f"unknown result kind {kind!r}; one of {KINDS}")
     rec = {k: v for k, v in record.items() if k != "_path"}  # _path: added by load_all
+    rec = upgrade({"schema_version": SCHEMA_VERSION, **rec})
     for key, want in (("schema_version", SCHEMA_VERSION), ("kind", kind)):
         if rec.get(key, want) != want:
             raise ValueError(f"record has {key}={rec[key]!r}, saving as {want!r}")
     now = _now()
-    rec = {"schema_version": SCHEMA_VERSION, "kind": kind,
-           "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", now), **rec}
+    saved_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", now)
+    rec = {"schema_version": SCHEMA_VERSION, "kind": kind, "saved_at": saved_at, "date": saved_at, **rec}
+    if why := check_record(rec):  # only what load_all reads back is ever written
+        raise ValueError(f"not saving a {kind} record that would not load: {why}")
     body = (json.dumps(rec, indent=1, default=_jsonable) + "\n").encode()
     d = Path(dir) if dir is not None else DEFAULT_DIR
     d.mkdir(parents=True, exist_ok=True)
@@ -133,8 +164,9 @@ _FIELDS = {
     "validate": [("results", _LIST)],
     "variation": [("results", _LIST)],
     "mutants": [("mutants", _LIST), ("caught", (int,))],
-    "ab": [("rounds", _LIST), ("arms", _OBJ), ("analysis", _OBJ)],
+    "ab": [("rounds", _LIST), ("arms", _OBJ), ("analysis", _OBJ), ("measured_rounds", (int,))],
 }
+_REQUIRED = {None: ("date",), "ab": ("measured_rounds",)}  # schema 2
 _ITEMS = {"bench": ("results", [("test", _TEXT), ("samples_tok_s", _LIST), ("tok_s_mean", _NUM)]),
           "validate": ("results", [("model", _TEXT), ("passed", (bool,)), ("steps", (int,))]),
           "variation": ("results", [("model", _TEXT), ("variant", _TEXT)]),
@@ -152,11 +184,17 @@ def _date_ok(text: str) -> bool:
 
 def check_record(rec: dict) -> str | None:
     """Why ``rec`` cannot be used (the first field at fault), or None."""
-    if rec.get("schema_version") != SCHEMA_VERSION:
-        return f"schema_version {rec.get('schema_version')!r}, this Anvil reads {SCHEMA_VERSION}"
+    version = rec.get("schema_version")
+    if type(version) is int and version > SCHEMA_VERSION:
+        return f"schema_version {version}: written by a newer Anvil (this one reads up to {SCHEMA_VERSION})"
+    if version != SCHEMA_VERSION:
+        return f"schema_version {version!r}, this Anvil reads 1 to {SCHEMA_VERSION}"
     kind = rec.get("kind")
     if kind not in KINDS:
         return f"unknown kind {kind!r}"
+    for field in _REQUIRED[None] + _REQUIRED.get(kind, ()):
+        if rec.get(field) is None:
+            return f"field '{field}' is missing"
     for field, types in _FIELDS[None] + _FIELDS[kind]:
         v = rec.get(field)
         if v is not None and (not isinstance(v, types) or isinstance(v, bool) and bool not in types):
@@ -197,6 +235,7 @@ def load_all(dir: str | Path | None = None, kind: str | None = None, *,
             except (OSError, ValueError) as e:
                 why = f"unreadable ({type(e).__name__}: {str(e)[:80]})"
         if why is None:
+            rec = upgrade(rec)
             why = check_record(rec)
         if why is not None:
             if strict:

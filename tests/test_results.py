@@ -70,7 +70,7 @@ def test_round_trip(tmp_path, pinned_clock):
 def test_kind_filter_and_order(tmp_path, monkeypatch):
     for i, kind in enumerate(["validate", "bench", "ab", "bench"]):
         monkeypatch.setattr(results, "_now", lambda i=i: time.gmtime(1_800_000_000 + i))
-        results.save({"i": i}, kind, tmp_path)
+        results.save({"i": i, **({"measured_rounds": 0} if kind == "ab" else {})}, kind, tmp_path)
     assert [r["i"] for r in results.load_all(tmp_path)] == [0, 1, 2, 3]  # oldest first
     assert [r["i"] for r in results.load_all(tmp_path, kind="bench")] == [1, 3]
     assert results.load_all(tmp_path / "missing") == []
@@ -128,18 +128,51 @@ def test_unserialisable_leaves_nothing(tmp_path):
 def test_bad_files_skipped_or_strict(tmp_path):
     good = results.save(bench_record(), "bench", tmp_path)
     (tmp_path / "bench-20270101T000000Z-aaaaaaaa.json").write_text(
-        json.dumps({"schema_version": 2, "kind": "bench"}))
+        json.dumps({"schema_version": 3, "kind": "bench", "date": "2027-01-01T00:00:00Z"}))
     (tmp_path / "bench-20270101T000001Z-bbbbbbbb.json").write_text("{truncated")
     (tmp_path / "notes.txt").write_text("ignored: not .json")
     with pytest.warns(results.ResultsWarning) as caught:
         recs = results.load_all(tmp_path)
     assert [r["_path"] for r in recs] == [str(good)]
     msgs = " ".join(str(w.message) for w in caught)
-    assert "schema_version 2" in msgs and "unreadable" in msgs
+    assert "schema_version 3: written by a newer Anvil" in msgs and "unreadable" in msgs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(AnvilError, match="aaaaaaaa.json: schema_version 2"):
+        with pytest.raises(AnvilError, match="aaaaaaaa.json: schema_version 3"):
             results.load_all(tmp_path, strict=True)
+
+
+def test_old_records_are_upgraded_on_load_never_rewritten(tmp_path):
+    """Schema 1 records (the committed store holds dozens) load in the current shape."""
+    v1 = {"schema_version": 1, "kind": "ab", "saved_at": "2026-11-29T17:02:40Z", "arms": {}, "analysis": {},
+          "rounds": [{"round": 0, "cold": True}, {"round": 1, "cold": False}, {"round": 2, "cold": False}]}
+    p = tmp_path / "ab-20261129T170240Z-00000000.json"
+    p.write_text(json.dumps(v1))
+    [rec] = results.load_all(tmp_path)
+    assert rec["schema_version"] == results.SCHEMA_VERSION and rec["date"] == "2026-11-29T17:02:40Z"
+    assert rec["measured_rounds"] == 2
+    assert json.loads(p.read_text()) == v1  # evidence is never edited
+    bench_v1 = {"schema_version": 1, "kind": "bench", "date": "2026-11-01T10:00:00Z", "results": []}
+    assert results.upgrade(bench_v1)["date"] == "2026-11-01T10:00:00Z"
+    # an older engine's bench output is saved in the current schema
+    saved = json.loads(results.save({**bench_v1, "kind": "bench"}, "bench", tmp_path / "s").read_text())
+    assert saved["schema_version"] == results.SCHEMA_VERSION
+    # what no upgrade can repair is refused on save
+    with pytest.raises(ValueError, match="would not load: field 'measured_rounds' is missing"):
+        results.save({"rounds": []}, "ab", tmp_path / "s")
+
+
+def test_the_committed_store_loads_whole():
+    skipped = []
+    recs = results.load_all(skipped=skipped)
+    assert recs and not skipped
+    assert all(r["schema_version"] == results.SCHEMA_VERSION and r.get("date") for r in recs)
+
+
+def test_engine_bench_records_speak_the_store_schema():
+    import engine.bench
+
+    assert engine.bench.SCHEMA_VERSION == results.SCHEMA_VERSION
 
 
 def test_spec_hash():
@@ -179,7 +212,7 @@ def test_comparable():
 def test_to_frame(tmp_path):
     results.save(bench_record(), "bench", tmp_path)
     results.save(bench_record(engine="llama.cpp", build="b1", model_sha256="cd" * 32), "bench", tmp_path)
-    results.save({"verdict": "faster"}, "ab", tmp_path)
+    results.save({"verdict": "faster", "measured_rounds": 0}, "ab", tmp_path)
     df = results.to_frame(results.load_all(tmp_path))
     assert df.shape[0] == 4  # 2 bench records x 2 tests; the ab record adds none
     assert list(df.columns[:len(results.FRAME_COLUMNS)]) == results.FRAME_COLUMNS

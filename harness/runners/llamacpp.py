@@ -124,7 +124,7 @@ class LlamaBenchRunner(Runner):
         self.build = {"build_commit": r0.get("build_commit"), "build_number": r0.get("build_number")}
         keys = ("type_k", "type_v", "n_batch", "n_ubatch", "n_threads", "flash_attn", "n_gpu_layers", "backends")
         return {
-            "schema_version": 1, "engine": "llama.cpp", "source": "llama-bench -o json",
+            "schema_version": 2, "engine": "llama.cpp", "source": "llama-bench -o json",
             "build": r0.get("build_commit"), "build_number": r0.get("build_number"), "version": self.version,
             "binary": str(self.path), "binary_sha256": self.sha256,
             "model": str(model), "model_bytes": model.stat().st_size,
@@ -323,7 +323,7 @@ def bench_llama_cpp(a) -> dict:
     system_info = llama_cpp.llama_print_system_info().decode().strip()
     gpu = bool(llama_cpp.llama_supports_gpu_offload()) and a.n_gpu_layers != 0
     return {
-        "schema_version": 1, "engine": "llama.cpp", "source": "llama-cpp-python",
+        "schema_version": 2, "engine": "llama.cpp", "source": "llama-cpp-python",
         "build": f"llama-cpp-python {llama_cpp.__version__}",
         "llama_cpp": {"version": llama_cpp.__version__, "file": llama_cpp.__file__, "system_info": system_info},
         "model": str(Path(a.model).resolve()), "model_bytes": Path(a.model).stat().st_size,
