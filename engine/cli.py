@@ -111,7 +111,12 @@ def cmd_generate(args) -> int:
 def cmd_bench(args) -> int:
     from .bench import bench, format_table
 
+    if not (args.n_prompt or args.n_gen):
+        raise AnvilError("nothing to measure: -p/--n-prompt and -n/--n-gen are both 0")
     model = _load(args)
+    for flag, n in (("-p/--n-prompt", args.n_prompt), ("-n/--n-gen", args.n_gen)):
+        if n > model.n_ctx:
+            raise AnvilError(f"{flag} {n} exceeds the context of {model.n_ctx} (--ctx)")
     rec = bench(model, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
                 progress=None if args.json else lambda t, v: print(f"  {t}: {v:.2f} t/s", file=sys.stderr))
     print(json.dumps(rec, indent=1) if args.json else format_table(rec))

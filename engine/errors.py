@@ -48,6 +48,9 @@ def run_command(command, args) -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"error: {where}{e.strerror or e}", file=sys.stderr)
         return 1
+    except MemoryError as e:  # a size the machine cannot hold (NumPy says how much it wanted)
+        print(f"error: out of memory{f': {e}' if str(e) else ''}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

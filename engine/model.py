@@ -43,8 +43,11 @@ class Model:
         self.gguf = GGUFFile(path)
         self.config = cfg = ModelConfig.from_gguf(self.gguf)
         self.n_ctx = n_ctx if n_ctx is not None else min(DEFAULT_N_CTX, cfg.n_ctx_train)
-        if self.n_ctx <= 0:
-            raise AnvilError(f"n_ctx must be positive, got {self.n_ctx}")
+        if not 0 < self.n_ctx <= cfg.n_ctx_train:
+            # past its trained context a model's positions are out of distribution
+            # (and a typo like 99999999 would try to allocate a 200 GB cache)
+            raise AnvilError(f"{self.gguf.path}: context {self.n_ctx} (n_ctx) must be 1 to the model's trained "
+                             f"context {cfg.n_ctx_train}")
         self.backend = make_backend(backend, cfg, self.n_ctx, **backend_options)
         self.ops = self.backend.ops
         self.family = FAMILIES[cfg.arch]

@@ -364,3 +364,39 @@ def test_non_finite_logits_name_the_step(tmp_path):
     assert len(greedy(model, [1, 2, 3], 3).tokens) == 3  # the file is fine without token 7
     with pytest.raises(NonFiniteLogits, match=r"at step 2 \(position 4\)"):
         greedy(model, [1, 2, 3], 4, forced=[4, 7, 5])
+
+
+@pytest.mark.parametrize("args,says", [
+    ([], "the following arguments are required: command"),
+    (["generate"], "the following arguments are required: model"),
+    (["generate", "{m}"], "one of the arguments --prompt --prompt-ids is required"),
+    (["generate", "{m}", "--prompt-ids", "a,b"], "--prompt-ids must be integers"),
+    (["generate", "{m}", "--prompt-ids", ""], "--prompt-ids is empty"),
+    (["generate", "{m}", "--prompt-ids", "1", "-n", "0"], "expected a positive integer, got '0'"),
+    (["generate", "{m}", "--prompt-ids", "1", "--ctx", "-3"], "expected a positive integer, got '-3'"),
+    (["generate", "{m}", "--prompt-ids", "1", "--ctx", "99999999"], "must be 1 to the model's trained context 16"),
+    (["generate", "{m}", "--prompt-ids", "1", "--backend", "tpu"], "invalid choice: 'tpu'"),
+    (["generate", "{m}", "--prompt-ids", "1", "--kv", "f8"], "invalid choice: 'f8'"),
+    (["generate", "{m}", "--prompt", "hi", "--prompt-ids", "1"], "not allowed with argument --prompt"),
+    (["generate", "{m}", "--prompt-ids", "1", "-n", "99"], "exceeds the context of 16"),
+    (["generate", "{m}", "--prompt-ids", "1,99999", "-n", "2"], "token id 99999 is outside the vocabulary"),
+    (["generate", "{m}", "--prompt", "hi"], "no tokenizer (missing key 'tokenizer.ggml.model'): use --prompt-ids"),
+    (["generate", "/nonexistent-anvil.gguf", "--prompt-ids", "1"], "no such file"),
+    (["bench", "{m}", "-r", "0"], "expected a positive integer, got '0'"),
+    (["bench", "{m}", "-p", "-1"], "expected a non-negative integer, got '-1'"),
+    (["bench", "{m}", "-p", "0", "-n", "0"], "nothing to measure"),
+    (["bench", "{m}", "-p", "0", "-n", "17"], "-n/--n-gen 17 exceeds the context of 16"),
+    (["info", "--bogus"], "unrecognized arguments: --bogus"),
+    (["serve", "{m}"], "invalid choice: 'serve'"),
+])
+def test_engine_subcommands_refuse_bad_arguments_in_one_line(tmp_path, args, says):
+    """Every `python -m engine` mistake: exit status 1 or 2, the reason on the
+    last line, no traceback (argparse prints its usage above its one error line)."""
+    m = write_tiny(tmp_path / "ok.gguf")
+    r = subprocess.run([sys.executable, "-m", "engine", *[a.replace("{m}", str(m)) for a in args]],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode in (1, 2) and "Traceback" not in r.stderr, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(("error: ", "python -m engine")) and says in last, last
+    if r.returncode == 1:  # not a usage error: the one line is all there is
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
