@@ -139,8 +139,12 @@ def _check(c: _Cursor) -> None:
                f"more than the {left} bytes left can hold")
 
     alignment = GGUF_DEFAULT_ALIGNMENT
+    keys = set()
     for i in range(n_kv):
         key = c.string(f"the name of key #{i}")
+        if key in keys:
+            c.fail(f"key '{key}' appears twice (key #{i} repeats an earlier key)")
+        keys.add(key)
         vtype = c.unpack("<I", f"the type of key '{key}'")
         v = c.value(vtype, f"key '{key}'")
         if key == "general.alignment":
@@ -148,9 +152,12 @@ def _check(c: _Cursor) -> None:
                 c.fail(f"key 'general.alignment' must be a UINT32 power of two, got {v!r}")
             alignment = v
 
-    tensors = []
+    tensors, names = [], set()
     for i in range(n_tensors):
         name = c.string(f"the name of tensor #{i}")
+        if name in names:
+            c.fail(f"tensor '{name}' appears twice (tensor #{i} repeats an earlier tensor)")
+        names.add(name)
         n_dims = c.unpack("<I", f"the dimension count of tensor '{name}'")
         if not 1 <= n_dims <= MAX_DIMS:
             c.fail(f"tensor '{name}' has {n_dims} dimensions (1 to {MAX_DIMS})")
