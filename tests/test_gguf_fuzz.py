@@ -175,6 +175,7 @@ MUTATIONS = [
     ("key count 2^61", _header(16, "<Q", 1 << 61), "keys and"),
     # -- the metadata
     ("architecture not UTF-8", _first_byte_of_string("general.architecture", 0xC3), "not valid UTF-8"),
+    ("name not UTF-8", _first_byte_of_string("general.name", 0xFF), "key 'general.name' is not valid UTF-8"),
     ("name length 2^40", _kv_value("general.name", "<Q", 1 << 40), "truncated or corrupt"),
     ("token list of 2^40 strings", _array_count("tokenizer.ggml.tokens", 1 << 40), "declares 1099511627776 items"),
     ("token list of unknown item type", _kv_value("tokenizer.ggml.tokens", "<I", 41), "array of unknown value type 41"),
