@@ -31,17 +31,8 @@ def build_hash() -> str:
 
 
 def weight_bytes_per_token(model) -> int:
-    """Bytes of every matrix a decode step reads: all layer weights plus the
-    head (the embedding table itself when tied; the lookup reads one row)."""
-    gf = model.gguf
-    total = 0
-    for name in gf.tensor_names():
-        if len(gf.tensor_shape(name)) != 2:
-            continue
-        if name == "token_embd.weight" and not model.config.tied_output:
-            continue
-        total += int(gf.raw(name).nbytes)
-    return total
+    """The weight bytes one decode step reads, as the model's family counts them."""
+    return model.family.bytes_per_token(model.gguf, model.config)
 
 
 def gpu_info() -> dict:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from .errors import GGUFError
 from .gguf_file import GGUFFile
+from .models import FAMILIES
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+SUPPORTED_ARCHS = tuple(FAMILIES)  # every architecture some family module runs
 
 ROPE_NORM = "norm"  # rotate consecutive pairs (2i, 2i+1): llama
 ROPE_NEOX = "neox"  # rotate (i, i + n_rot/2): qwen2, qwen3, gemma3

@@ -15,9 +15,7 @@ import numpy as np
 from .config import ModelConfig
 from .errors import AnvilError, NonFiniteLogits
 from .gguf_file import GGUFFile
-from .models import gemma3, llama, weights
-
-FAMILIES = {"llama": llama, "qwen2": llama, "qwen3": llama, "gemma3": gemma3}
+from .models import family, weights
 
 DEFAULT_N_CTX = 4096
 # A prompt runs in micro-batches of at most this many tokens (llama.cpp's
@@ -50,8 +48,8 @@ class Model:
                              f"context {cfg.n_ctx_train}")
         self.backend = make_backend(backend, cfg, self.n_ctx, **backend_options)
         self.ops = self.backend.ops
-        self.family = FAMILIES[cfg.arch]
-        self.glob, self.layers = weights.load(self.gguf, cfg, self.backend.upload)
+        self.family = family(cfg.arch)
+        self.glob, self.layers = weights.load(self.gguf, cfg, self.family.layer_tensors, self.backend.upload)
         self.cache = self.backend.make_cache(self.glob.rope_freqs)
         self.head = self.glob.token_embd if cfg.tied_output else self.glob.output
         self.pos = 0

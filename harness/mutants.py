@@ -135,8 +135,8 @@ def _drop_attn_norm_weights():
 
     real = weights.load
 
-    def load(gf, cfg, upload):
-        glob, layers = real(gf, cfg, upload)
+    def load(gf, cfg, layer_tensors, upload):
+        glob, layers = real(gf, cfg, layer_tensors, upload)
         for w in layers:
             w.attn_norm = None
         return glob, layers

@@ -1,0 +1,30 @@
+"""Model families: one module per architecture family, each owning its
+architecture whole. A family module defines
+
+- ``ARCHS``: the ``general.architecture`` values it runs;
+- ``layer_tensors(cfg, il)``: the tensors of layer ``il`` ({name: weights.Spec}),
+  built from the shared groups (``attention.TENSORS``, ``ffn.TENSORS``) plus its own;
+- ``block(ops, cfg, w, il, x, positions, cache)``: one layer, written as the math
+  with the ops of ``ops`` (a backend's) and the shared sub-blocks;
+- ``bytes_per_token(gf, cfg)``: the weight bytes one decode step reads;
+- ``llama_cpp_names(cfg)``: llama.cpp's names for the block's intermediates
+  (``harness diff``).
+
+The embedding, the final norm and the head are shared (``weights.GLOBAL``,
+``engine/model.py``). To add an architecture, read ``llama.py``.
+"""
+
+from __future__ import annotations
+
+from ..errors import AnvilError
+from . import gemma3, llama
+
+FAMILIES = {arch: module for module in (llama, gemma3) for arch in module.ARCHS}
+
+
+def family(arch: str):
+    """The family module that runs ``arch``."""
+    try:
+        return FAMILIES[arch]
+    except KeyError:
+        raise AnvilError(f"no model family runs architecture '{arch}' (families: {', '.join(FAMILIES)})") from None

@@ -11,25 +11,34 @@ sliding window with their own RoPE base; the logits may be soft-capped.
 
 from __future__ import annotations
 
+from . import attention, ffn, weights
+from .weights import Spec
+
+ARCHS = ("gemma3",)
+
+_POST_NORMS = {
+    "post_attn_norm": Spec("blk.{i}.post_attention_norm.weight", lambda c: (c.n_embd,)),
+    "post_ffn_norm": Spec("blk.{i}.post_ffw_norm.weight", lambda c: (c.n_embd,)),
+}
+
+
+def layer_tensors(cfg, il: int) -> dict:
+    """The tensors of layer ``il``: sliding and global layers alike (the window is config)."""
+    return attention.TENSORS | {"post_attn_norm": _POST_NORMS["post_attn_norm"]} | ffn.TENSORS | \
+        {"post_ffn_norm": _POST_NORMS["post_ffn_norm"]}
+
 
 def block(ops, cfg, w, il, x, positions, cache):
-    T = x.shape[0]
-    n = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
-    q, k, v = ops.matmuls(n, (w.wq, w.wk, w.wv), (w.bq, w.bk, w.bv))
-    q = q.reshape(T, cfg.n_head, cfg.head_dim)
-    k = k.reshape(T, cfg.n_head_kv, cfg.head_dim)
-    v = v.reshape(T, cfg.n_head_kv, cfg.head_dim)
-    q = ops.rms_norm(q, w.q_norm, cfg.rms_eps)
-    k = ops.rms_norm(k, w.k_norm, cfg.rms_eps)
-    rotation = cache.rope(il, positions)  # SWA layers: their own base, no scaling
-    q, k = ops.rope(rotation, q, k)
-    keys, values = cache.store(il, positions, k, v)
-    a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
-    a = ops.rms_norm(ops.matmul(a, w.wo), w.post_attn_norm, cfg.rms_eps)
-    x, m = ops.add_rms_norm(x, a, w.ffn_norm, cfg.rms_eps)  # x += a; m = RMSNorm(x)
-
-    h = ops.geglu(*ops.matmuls(m, (w.w_gate, w.w_up)))
+    a = attention.self_attention(ops, cfg, w, il, x, positions, cache)
+    a = ops.rms_norm(a, w.post_attn_norm, cfg.rms_eps)
+    x, m = ops.add_rms_norm(x, a, w.ffn_norm, cfg.rms_eps)  # x += a; m = RMSNorm(x)·ffn_norm
+    h = ffn.gated_hidden(ops, w, m, cfg.activation)
     return ops.add(x, ops.rms_norm(ops.matmul(h, w.w_down), w.post_ffn_norm, cfg.rms_eps))
+
+
+def bytes_per_token(gf, cfg) -> int:
+    """Every layer's weights and the head: a dense model reads all of them."""
+    return weights.bytes_read_per_token(gf, cfg, layer_tensors)
 
 
 def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:

@@ -11,25 +11,26 @@ llama rotates consecutive pairs (NORM), the Qwens rotate halves (NEOX).
 
 from __future__ import annotations
 
+from . import attention, ffn, weights
+
+ARCHS = ("llama", "qwen2", "qwen3")
+
+
+def layer_tensors(cfg, il: int) -> dict:
+    """The tensors of layer ``il`` (every layer alike here)."""
+    return attention.TENSORS | ffn.TENSORS
+
 
 def block(ops, cfg, w, il, x, positions, cache):
-    T = x.shape[0]
-    n = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
-    q, k, v = ops.matmuls(n, (w.wq, w.wk, w.wv), (w.bq, w.bk, w.bv))
-    q = q.reshape(T, cfg.n_head, cfg.head_dim)
-    k = k.reshape(T, cfg.n_head_kv, cfg.head_dim)
-    v = v.reshape(T, cfg.n_head_kv, cfg.head_dim)
-    if cfg.qk_norm:
-        q = ops.rms_norm(q, w.q_norm, cfg.rms_eps)
-        k = ops.rms_norm(k, w.k_norm, cfg.rms_eps)
-    rotation = cache.rope(il, positions)
-    q, k = ops.rope(rotation, q, k)
-    keys, values = cache.store(il, positions, k, v)
-    a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
-    x, m = ops.add_rms_norm(x, ops.matmul(a, w.wo), w.ffn_norm, cfg.rms_eps)  # x += attn; m = RMSNorm(x)
-
-    h = ops.swiglu(*ops.matmuls(m, (w.w_gate, w.w_up)))
+    a = attention.self_attention(ops, cfg, w, il, x, positions, cache)
+    x, m = ops.add_rms_norm(x, a, w.ffn_norm, cfg.rms_eps)  # x += a; m = RMSNorm(x)·ffn_norm
+    h = ffn.gated_hidden(ops, w, m, cfg.activation)
     return ops.matmul(h, w.w_down, add=x)  # x + W_down·h
+
+
+def bytes_per_token(gf, cfg) -> int:
+    """Every layer's weights and the head: a dense model reads all of them."""
+    return weights.bytes_read_per_token(gf, cfg, layer_tensors)
 
 
 def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:

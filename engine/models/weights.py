@@ -1,4 +1,6 @@
-"""Which tensors a model has, their GGUF names and expected shapes.
+"""Tensor specs and loading: GGUF names and expected shapes, declared by
+each family module (its ``layer_tensors``) from shared groups (attention.py,
+ffn.py) plus the embedding and head here.
 
 Shapes are NumPy order: a weight is ``[n_out, n_in]`` (GGUF rows), so the
 projections read ``y = W·x``. Every tensor is shape-checked on load, so a
@@ -10,14 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..config import ModelConfig
 from ..errors import GGUFError
 from ..gguf_file import GGUFFile
 from ..quants import QType
+
+if TYPE_CHECKING:  # config.py lists the architectures from the families: no import cycle at run time
+    from ..config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -25,12 +29,12 @@ class Spec:
     gguf_name: str  # "{i}" is the layer index
     shape: Callable[[ModelConfig], tuple[int, ...]]
     required: Callable[[ModelConfig], bool] = lambda c: True
+    # tensors of one group (Q/K/V, gate/up) read the same input: they are
+    # uploaded back to back, so a backend may run them as one projection
+    group: str | None = None
 
 
-def _q(c): return c.n_head * c.head_dim
-def _kv(c): return c.n_head_kv * c.head_dim
-
-
+# The embedding and the head, the same for every family.
 GLOBAL = {
     "token_embd": Spec("token_embd.weight", lambda c: (c.n_vocab, c.n_embd)),
     "output_norm": Spec("output_norm.weight", lambda c: (c.n_embd,)),
@@ -39,30 +43,13 @@ GLOBAL = {
     "rope_freqs": Spec("rope_freqs.weight", lambda c: (c.n_rot // 2,), lambda c: c.has_rope_freqs),
 }
 
-LAYER = {
-    "attn_norm": Spec("blk.{i}.attn_norm.weight", lambda c: (c.n_embd,)),
-    "wq": Spec("blk.{i}.attn_q.weight", lambda c: (_q(c), c.n_embd)),
-    "wk": Spec("blk.{i}.attn_k.weight", lambda c: (_kv(c), c.n_embd)),
-    "wv": Spec("blk.{i}.attn_v.weight", lambda c: (_kv(c), c.n_embd)),
-    "bq": Spec("blk.{i}.attn_q.bias", lambda c: (_q(c),), lambda c: c.qkv_bias),
-    "bk": Spec("blk.{i}.attn_k.bias", lambda c: (_kv(c),), lambda c: c.qkv_bias),
-    "bv": Spec("blk.{i}.attn_v.bias", lambda c: (_kv(c),), lambda c: c.qkv_bias),
-    "q_norm": Spec("blk.{i}.attn_q_norm.weight", lambda c: (c.head_dim,), lambda c: c.qk_norm),
-    "k_norm": Spec("blk.{i}.attn_k_norm.weight", lambda c: (c.head_dim,), lambda c: c.qk_norm),
-    "wo": Spec("blk.{i}.attn_output.weight", lambda c: (c.n_embd, _q(c))),
-    "post_attn_norm": Spec("blk.{i}.post_attention_norm.weight", lambda c: (c.n_embd,), lambda c: c.post_norms),
-    "ffn_norm": Spec("blk.{i}.ffn_norm.weight", lambda c: (c.n_embd,)),
-    "w_gate": Spec("blk.{i}.ffn_gate.weight", lambda c: (c.n_ff, c.n_embd)),
-    "w_up": Spec("blk.{i}.ffn_up.weight", lambda c: (c.n_ff, c.n_embd)),
-    "w_down": Spec("blk.{i}.ffn_down.weight", lambda c: (c.n_embd, c.n_ff)),
-    "post_ffn_norm": Spec("blk.{i}.post_ffw_norm.weight", lambda c: (c.n_embd,), lambda c: c.post_norms),
-}
 
-
-def load(gf: GGUFFile, cfg: ModelConfig, upload: Callable[[GGUFFile, str], object]):
-    """Shape-check every tensor the config calls for and hand it to the
-    backend's ``upload(gf, gguf_name)``. Optional tensors that the config does
-    not call for are ``None``. Returns ``(globals, [per-layer namespaces])``."""
+def load(gf: GGUFFile, cfg: ModelConfig, layer_tensors, upload: Callable[[GGUFFile, str], object]):
+    """Shape-check every tensor a family declares for this config (GLOBAL,
+    then its ``layer_tensors(cfg, il)`` per layer, in declaration order)
+    and hand it to the backend's ``upload(gf, gguf_name)``. Optional tensors
+    the config does not call for are ``None``. Returns ``(globals, [per-layer
+    namespaces])``."""
 
     def take(spec: Spec, i: int | None = None):
         if not spec.required(cfg):
@@ -82,5 +69,17 @@ def load(gf: GGUFFile, cfg: ModelConfig, upload: Callable[[GGUFFile, str], objec
         return upload(gf, name)
 
     glob = SimpleNamespace(**{k: take(s) for k, s in GLOBAL.items()})
-    layers = [SimpleNamespace(**{k: take(s, i) for k, s in LAYER.items()}) for i in range(cfg.n_layer)]
+    layers = [SimpleNamespace(**{k: take(s, i) for k, s in layer_tensors(cfg, i).items()})
+              for i in range(cfg.n_layer)]
     return glob, layers
+
+
+def bytes_read_per_token(gf: GGUFFile, cfg: ModelConfig, layer_tensors) -> int:
+    """Bytes of every matrix one decode step reads, as a family's
+    ``layer_tensors`` declares them: each layer's weights and the head (the embedding table itself when
+    tied; the lookup of an untied embedding reads one row, not counted)."""
+    names = [GLOBAL["output"].gguf_name if not cfg.tied_output else GLOBAL["token_embd"].gguf_name]
+    for il in range(cfg.n_layer):
+        names += [s.gguf_name.format(i=il) for s in layer_tensors(cfg, il).values()
+                  if s.required(cfg) and len(s.shape(cfg)) >= 2]
+    return sum(int(gf.raw(n).nbytes) for n in names)

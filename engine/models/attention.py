@@ -1,0 +1,58 @@
+"""Causal softmax self-attention: the half of the block every family here
+shares (architectures.md §0.3, §0.4; llama.cpp's ``build_qkv`` and
+``build_attn``).
+
+    n = RMSNorm(x)·attn_norm
+    Q, K, V = Wq·n + bq, Wk·n + bk, Wv·n + bv             (biases: qwen2)
+    Q, K = RMSNorm_head(Q)·q_norm, RMSNorm_head(K)·k_norm  (qwen3, gemma3)
+    out = Wo · Attn(RoPE(Q), RoPE(K), V)                   (window: sliding layers)
+
+The caller adds ``out`` to the residual stream (after its own post-norm, if any).
+"""
+
+from __future__ import annotations
+
+from .weights import Spec
+
+
+def _q(c):
+    return c.n_head * c.head_dim
+
+
+def _kv(c):
+    return c.n_head_kv * c.head_dim
+
+
+# The tensors of one attention layer; Q, K and V are one group: the backend
+# may run them as one stacked projection (they are loaded back to back).
+TENSORS = {
+    "attn_norm": Spec("blk.{i}.attn_norm.weight", lambda c: (c.n_embd,)),
+    "wq": Spec("blk.{i}.attn_q.weight", lambda c: (_q(c), c.n_embd), group="qkv"),
+    "wk": Spec("blk.{i}.attn_k.weight", lambda c: (_kv(c), c.n_embd), group="qkv"),
+    "wv": Spec("blk.{i}.attn_v.weight", lambda c: (_kv(c), c.n_embd), group="qkv"),
+    "bq": Spec("blk.{i}.attn_q.bias", lambda c: (_q(c),), lambda c: c.qkv_bias),
+    "bk": Spec("blk.{i}.attn_k.bias", lambda c: (_kv(c),), lambda c: c.qkv_bias),
+    "bv": Spec("blk.{i}.attn_v.bias", lambda c: (_kv(c),), lambda c: c.qkv_bias),
+    "q_norm": Spec("blk.{i}.attn_q_norm.weight", lambda c: (c.head_dim,), lambda c: c.qk_norm),
+    "k_norm": Spec("blk.{i}.attn_k_norm.weight", lambda c: (c.head_dim,), lambda c: c.qk_norm),
+    "wo": Spec("blk.{i}.attn_output.weight", lambda c: (c.n_embd, _q(c))),
+}
+
+
+def self_attention(ops, cfg, w, il, x, positions, cache):
+    """``Wo · Attn(...)`` of layer ``il`` for the rows of ``x`` at ``positions``;
+    the layer's keys and values are stored in ``cache`` on the way."""
+    T = x.shape[0]
+    n = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
+    q, k, v = ops.matmuls(n, (w.wq, w.wk, w.wv), (w.bq, w.bk, w.bv))
+    q = q.reshape(T, cfg.n_head, cfg.head_dim)
+    k = k.reshape(T, cfg.n_head_kv, cfg.head_dim)
+    v = v.reshape(T, cfg.n_head_kv, cfg.head_dim)
+    if cfg.qk_norm:
+        q = ops.rms_norm(q, w.q_norm, cfg.rms_eps)
+        k = ops.rms_norm(k, w.k_norm, cfg.rms_eps)
+    rotation = cache.rope(il, positions)  # per layer: gemma3's sliding layers have their own base
+    q, k = ops.rope(rotation, q, k)
+    keys, values = cache.store(il, positions, k, v)
+    a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
+    return ops.matmul(a, w.wo)
