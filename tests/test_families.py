@@ -37,3 +37,30 @@ def test_declared_tensors_are_the_files_tensors(model_path, name):
             at = [i for i, s in enumerate(specs) if s.group == g]
             assert at == list(range(at[0], at[0] + len(at))), (name, g)
     assert declared == set(m.gguf.tensor_names())
+
+
+def test_both_backends_implement_exactly_the_op_set():
+    """The op protocol (engine/ops.py) is the contract: the NumPy functions
+    and the CUDA methods take the same parameters, and the model code calls
+    no op outside it."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    from engine import ops as protocol
+    from engine.backends.cuda import Ops as CudaOps
+    from engine.backends.numpy import ops as numpy_ops
+
+    def params(fn, drop_self=False):
+        names = list(inspect.signature(fn).parameters)
+        return names[1:] if drop_self else names
+
+    for name in protocol.OP_NAMES:
+        want = params(getattr(protocol.Ops, name), drop_self=True)
+        assert params(getattr(numpy_ops, name)) == want, ("numpy", name)
+        assert params(getattr(CudaOps, name), drop_self=True) == want, ("cuda", name)
+    engine_dir = Path(protocol.__file__).parent
+    used = set()
+    for f in [engine_dir / "model.py", *sorted((engine_dir / "models").glob("*.py"))]:
+        used |= set(re.findall(r"\bops\.([a-z_]+)\(", f.read_text()))
+    assert used and used <= set(protocol.OP_NAMES), used - set(protocol.OP_NAMES)

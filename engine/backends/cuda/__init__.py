@@ -158,7 +158,7 @@ class Ops:
             self._scratch = self.dev.empty((n,), np.uint16)
         return self._scratch.reshape(-1).rows(0, n)
 
-    def rope(self, r: Rotation, *xs: DArray) -> list[DArray]:
+    def rope(self, rotation: Rotation, *xs: DArray) -> list[DArray]:
         """Rotate in place (each x is this pass's own temporary). Queries and
         keys stored back to back (stacked decode projections) share a launch."""
         T = xs[0].shape[0]
@@ -168,6 +168,7 @@ class Ops:
         else:
             groups = xs
         for x in groups:
+            r = rotation
             self.core.rope(self.dev, x, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale, r.freq_div)
         return list(xs)
 

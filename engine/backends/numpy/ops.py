@@ -57,9 +57,9 @@ def rope_angles(positions: np.ndarray, n_rot: int, base: float, scale: float,
     return np.cos(theta), np.sin(theta)
 
 
-def rope(angles: tuple[np.ndarray, np.ndarray, str], *xs: np.ndarray) -> list[np.ndarray]:
-    """Rotate each ``x [T, H, D]`` (queries, keys) by ``angles``."""
-    return [rope_one(x, angles) for x in xs]
+def rope(rotation: tuple[np.ndarray, np.ndarray, str], *xs: np.ndarray) -> list[np.ndarray]:
+    """Rotate each ``x [T, H, D]`` (queries, keys) by ``rotation`` (cos, sin, rope type)."""
+    return [rope_one(x, rotation) for x in xs]
 
 
 def rope_one(x: np.ndarray, angles: tuple[np.ndarray, np.ndarray, str]) -> np.ndarray:
@@ -84,14 +84,15 @@ def rope_one(x: np.ndarray, angles: tuple[np.ndarray, np.ndarray, str]) -> np.nd
     return out
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, scale: float,
+def attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.ndarray, scale: float,
               window: int = 0) -> np.ndarray:
     """Causal multi-head attention with grouped KV heads.
 
-    q ``[T, H, D]`` at positions ``q_pos``; k, v ``[S, Hkv, D]`` for positions
+    q ``[T, H, D]`` at ``positions``; keys, values ``[S, Hkv, D]`` for positions
     ``0..S-1`` (the cache). Key p is visible to a query at p' iff p <= p' and,
     with a sliding window, p' - p < window. Returns ``[T, H·D]``.
     """
+    k, v, q_pos = keys, values, positions
     T, H, D = q.shape
     S, Hkv, _ = k.shape
     g = H // Hkv  # query head h reads KV head h // g (contiguous groups)
@@ -146,5 +147,5 @@ def end_layer(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def softcap(logits: np.ndarray, cap: float) -> np.ndarray:
-    return (cap * np.tanh(logits.astype(np.float64) / cap)).astype(F32)
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    return (cap * np.tanh(x.astype(np.float64) / cap)).astype(F32)

@@ -1,0 +1,62 @@
+"""The op set: every operation a family's block may use, with its math and
+shapes. Both backends implement exactly these (``backends/numpy/ops.py`` as
+functions, the oracle; ``backends/cuda.Ops`` as methods over device arrays),
+and model code calls nothing else. A new op is added here first, then to
+both backends, with a kernel test against the NumPy reference.
+
+Shapes: activations ``[T, n]`` for T tokens; per-head tensors ``[T, H, D]``.
+A weight is GGUF rows ``[n_out, n_in]`` (on the GPU: a ``QWeight`` of any
+supported type); a 1-D weight (norm, bias) is ``[n]`` F32.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Ops(Protocol):
+    def embed(self, table, tokens, scale=1.0):
+        """``table[tokens] · scale``: ``[T, n_embd]`` rows of the embedding ``[n_vocab, n_embd]``."""
+
+    def rms_norm(self, x, w, eps):
+        """``x / sqrt(mean(x², last axis) + eps) · w`` (``w`` None: no weight); any leading shape."""
+
+    def matmul(self, x, w, bias=None, add=None):
+        """``x · Wᵀ (+ bias) (+ add)``: ``[T, n_in] → [T, n_out]``; ``add`` is a residual to add to."""
+
+    def matmuls(self, x, weights, biases=None):
+        """Several projections of one input (a declared group: Q/K/V, gate/up): ``[matmul(x, w_i, b_i)]``."""
+
+    def add_rms_norm(self, x, a, w, eps):
+        """The residual add and the next norm: ``(x + a, RMSNorm(x + a)·w)``; may update ``x`` in place."""
+
+    def rope(self, rotation, *xs):
+        """Each ``x [T, H, D]`` rotated by ``rotation`` (from ``cache.rope(il, positions)``): pairs
+        (2i, 2i+1) for NORM, (i, i + D/2) for NEOX, angle ``scale·pos·base^(-2i/n_rot)/divisor_i``."""
+
+    def attention(self, q, keys, values, positions, scale, window=0):
+        """Causal GQA softmax attention: q ``[T, H, D]`` at ``positions``, the cache's keys/values
+        ``[S, H_kv, D]``; key p visible to query p' iff p <= p' (and p' - p < window if window);
+        query head h reads KV head ``h // (H / H_kv)``. ``[T, H·D]``."""
+
+    def add(self, a, b):
+        """``a + b`` elementwise."""
+
+    def swiglu(self, g, u):
+        """``SiLU(g) ⊙ u``, ``SiLU(x) = x / (1 + exp(-x))``."""
+
+    def geglu(self, g, u):
+        """``GELU_tanh(g) ⊙ u``, ``GELU_tanh(x) = 0.5x(1 + tanh(0.7978845608·x·(1 + 0.044715x²)))``."""
+
+    def softcap(self, x, cap):
+        """``cap · tanh(x / cap)`` (gemma's final logit softcap)."""
+
+    def last_row(self, x):
+        """``x[-1:]``: the last token's row (only its logits are computed)."""
+
+    def end_layer(self, x):
+        """A layer's output; the backend may recycle the layer's temporaries here."""
+
+
+OP_NAMES = tuple(n for n in Ops.__dict__ if not n.startswith("_") and callable(Ops.__dict__[n]))
