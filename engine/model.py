@@ -50,7 +50,7 @@ class Model:
         self.ops = self.backend.ops
         self.family = family(cfg.arch)
         self.glob, self.layers = weights.load(self.gguf, cfg, self.family.layer_tensors, self.backend.upload)
-        self.cache = self.backend.make_cache(self.glob.rope_freqs)
+        self.cache = self.backend.make_state(self.family.layer_kinds(cfg), self.glob.rope_freqs)
         self.head = self.glob.token_embd if cfg.tied_output else self.glob.output
         self.pos = 0
 
@@ -59,7 +59,8 @@ class Model:
         return self.gguf.path
 
     def reset(self) -> None:
-        """Start a new sequence (the cache is overwritten, not cleared)."""
+        """Start a new sequence: every layer's state cleared."""
+        self.cache.reset()
         self.pos = 0
 
     def forward(self, tokens) -> np.ndarray:
@@ -111,7 +112,7 @@ class Model:
         cfg, ops = self.config, self.ops
         x = ops.embed(self.glob.token_embd, tokens, cfg.embd_scale)
         for il, w in enumerate(self.layers):
-            x = ops.end_layer(self.family.block(ops, cfg, w, il, x, positions, self.cache))
+            x = ops.end_layer(self.family.block(ops, cfg, w, il, x, positions, self.cache.layers[il]))
         # Only the last token's logits are needed (llama.cpp drops the other rows too).
         h = ops.rms_norm(ops.last_row(x), self.glob.output_norm, cfg.rms_eps)
         logits = ops.matmul(h, self.head, self.glob.output_bias)

@@ -32,7 +32,7 @@ class Ops(Protocol):
         """The residual add and the next norm: ``(x + a, RMSNorm(x + a)·w)``; may update ``x`` in place."""
 
     def rope(self, rotation, *xs):
-        """Each ``x [T, H, D]`` rotated by ``rotation`` (from ``cache.rope(il, positions)``): pairs
+        """Each ``x [T, H, D]`` rotated by ``rotation`` (from the layer state's ``rope(positions)``): pairs
         (2i, 2i+1) for NORM, (i, i + D/2) for NEOX, angle ``scale·pos·base^(-2i/n_rot)/divisor_i``."""
 
     def attention(self, q, keys, values, positions, scale, window=0):

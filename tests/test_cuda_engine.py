@@ -147,3 +147,16 @@ def test_non_finite_logits_stop_the_graph_decode_with_the_step(tmp_path):
     with pytest.raises(NonFiniteLogits, match=rf"at step 0 \(position {len(PROMPT)}\)"):
         greedy(m, PROMPT + [bad], 2)  # in the prompt: the prefill's logits
     assert greedy(m, PROMPT, 6).tokens == clean
+
+
+def test_reset_clears_the_device_state(engines):
+    """reset() zeroes every layer's keys and values on the device (memsets on
+    the stream), and the next sequence decodes as before."""
+    from engine.generate import greedy
+
+    m = engines("tiny-qwen3")
+    first = greedy(m, PROMPT, 8).tokens
+    m.reset()
+    m.backend.dev.synchronize()
+    assert not any(s.k.numpy().any() or s.v.numpy().any() for s in m.cache.layers)
+    assert greedy(m, PROMPT, 8).tokens == first

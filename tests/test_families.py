@@ -64,3 +64,21 @@ def test_both_backends_implement_exactly_the_op_set():
     for f in [engine_dir / "model.py", *sorted((engine_dir / "models").glob("*.py"))]:
         used |= set(re.findall(r"\bops\.([a-z_]+)\(", f.read_text()))
     assert used and used <= set(protocol.OP_NAMES), used - set(protocol.OP_NAMES)
+
+
+def test_reset_clears_every_layer_state(model_path):
+    """One state object per layer, of the layer's kind; reset() really
+    clears them (a recurrent layer's state would otherwise leak into the
+    next sequence), and a sequence after reset equals a fresh model's."""
+    import numpy as np
+
+    import engine
+    from engine.backends.numpy import KVLayer
+
+    m = engine.load(model_path("tiny-gemma3"))
+    assert len(m.cache.layers) == m.config.n_layer and all(isinstance(s, KVLayer) for s in m.cache.layers)
+    first = m.forward([5, 6, 7])
+    assert any(np.any(s.k) for s in m.cache.layers)
+    m.reset()
+    assert m.pos == 0 and not any(np.any(s.k) or np.any(s.v) for s in m.cache.layers)
+    np.testing.assert_array_equal(m.forward([5, 6, 7]), first)

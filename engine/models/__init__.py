@@ -4,8 +4,10 @@ architecture whole. A family module defines
 - ``ARCHS``: the ``general.architecture`` values it runs;
 - ``layer_tensors(cfg, il)``: the tensors of layer ``il`` ({name: weights.Spec}),
   built from the shared groups (``attention.TENSORS``, ``ffn.TENSORS``) plus its own;
-- ``block(ops, cfg, w, il, x, positions, cache)``: one layer, written as the math
-  with the ops of ``ops`` (a backend's) and the shared sub-blocks;
+- ``layer_kinds(cfg)``: each layer's kind ("attention"), which picks the
+  backend's state object for it (an attention layer keeps keys and values);
+- ``block(ops, cfg, w, il, x, positions, state)``: one layer, written as the math
+  with the ops of ``ops`` (a backend's), the shared sub-blocks and the layer's state;
 - ``bytes_per_token(gf, cfg)``: the weight bytes one decode step reads;
 - ``llama_cpp_names(cfg)``: llama.cpp's names for the block's intermediates
   (``harness diff``).

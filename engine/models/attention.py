@@ -39,9 +39,9 @@ TENSORS = {
 }
 
 
-def self_attention(ops, cfg, w, il, x, positions, cache):
+def self_attention(ops, cfg, w, il, x, positions, kv):
     """``Wo · Attn(...)`` of layer ``il`` for the rows of ``x`` at ``positions``;
-    the layer's keys and values are stored in ``cache`` on the way."""
+    the layer's keys and values are stored in its state ``kv`` on the way."""
     T = x.shape[0]
     n = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
     q, k, v = ops.matmuls(n, (w.wq, w.wk, w.wv), (w.bq, w.bk, w.bv))
@@ -51,8 +51,8 @@ def self_attention(ops, cfg, w, il, x, positions, cache):
     if cfg.qk_norm:
         q = ops.rms_norm(q, w.q_norm, cfg.rms_eps)
         k = ops.rms_norm(k, w.k_norm, cfg.rms_eps)
-    rotation = cache.rope(il, positions)  # per layer: gemma3's sliding layers have their own base
+    rotation = kv.rope(positions)  # per layer: gemma3's sliding layers have their own base
     q, k = ops.rope(rotation, q, k)
-    keys, values = cache.store(il, positions, k, v)
+    keys, values = kv.store(positions, k, v)
     a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
     return ops.matmul(a, w.wo)

@@ -28,8 +28,13 @@ def layer_tensors(cfg, il: int) -> dict:
         {"post_ffn_norm": _POST_NORMS["post_ffn_norm"]}
 
 
-def block(ops, cfg, w, il, x, positions, cache):
-    a = attention.self_attention(ops, cfg, w, il, x, positions, cache)
+def layer_kinds(cfg) -> list[str]:
+    """Every layer is softmax attention (its state: keys and values)."""
+    return ["attention"] * cfg.n_layer
+
+
+def block(ops, cfg, w, il, x, positions, state):
+    a = attention.self_attention(ops, cfg, w, il, x, positions, state)
     a = ops.rms_norm(a, w.post_attn_norm, cfg.rms_eps)
     x, m = ops.add_rms_norm(x, a, w.ffn_norm, cfg.rms_eps)  # x += a; m = RMSNorm(x)·ffn_norm
     h = ffn.gated_hidden(ops, w, m, cfg.activation)

@@ -21,8 +21,13 @@ def layer_tensors(cfg, il: int) -> dict:
     return attention.TENSORS | ffn.TENSORS
 
 
-def block(ops, cfg, w, il, x, positions, cache):
-    a = attention.self_attention(ops, cfg, w, il, x, positions, cache)
+def layer_kinds(cfg) -> list[str]:
+    """Every layer is softmax attention (its state: keys and values)."""
+    return ["attention"] * cfg.n_layer
+
+
+def block(ops, cfg, w, il, x, positions, state):
+    a = attention.self_attention(ops, cfg, w, il, x, positions, state)
     x, m = ops.add_rms_norm(x, a, w.ffn_norm, cfg.rms_eps)  # x += a; m = RMSNorm(x)·ffn_norm
     h = ffn.gated_hidden(ops, w, m, cfg.activation)
     return ops.matmul(h, w.w_down, add=x)  # x + W_down·h

@@ -57,24 +57,47 @@ class Rotation:
     n_rot: int
 
 
-class KVCache:
-    def __init__(self, backend: "Backend", rope_freqs):
-        cfg, dev = backend.cfg, backend.dev
-        self.cfg, self.backend, self.rope_freqs = cfg, backend, rope_freqs
-        dtype = np.float16 if backend.kv_f16 else np.float32
-        shape = (backend.n_ctx, cfg.n_head_kv, cfg.head_dim)
-        self.k = [dev.empty(shape, dtype) for _ in range(cfg.n_layer)]
-        self.v = [dev.empty(shape, dtype) for _ in range(cfg.n_layer)]
+class KVLayer:
+    """Layer ``il``'s keys and values on the device (f16 or f32), and its RoPE."""
 
-    def rope(self, il: int, positions: Positions) -> Rotation:
-        c = self.cfg
-        return Rotation(positions, c.rope_base[il], c.rope_scale[il], self.rope_freqs, c.rope_type, c.n_rot)
+    def __init__(self, state: "State", il: int, n_ctx: int):
+        cfg, dev = state.cfg, state.backend.dev
+        self.state, self.il = state, il
+        dtype = np.float16 if state.backend.kv_f16 else np.float32
+        self.k = dev.empty((n_ctx, cfg.n_head_kv, cfg.head_dim), dtype)
+        self.v = dev.empty((n_ctx, cfg.n_head_kv, cfg.head_dim), dtype)
 
-    def store(self, il: int, positions: Positions, k: DArray, v: DArray):
+    def rope(self, positions: Positions) -> Rotation:
+        c, il = self.state.cfg, self.il
+        return Rotation(positions, c.rope_base[il], c.rope_scale[il], self.state.rope_freqs, c.rope_type, c.n_rot)
+
+    def store(self, positions: Positions, k: DArray, v: DArray):
         from . import core_ops
 
-        core_ops.kv_store(self.backend.dev, k, v, self.k[il], self.v[il], positions.dev)
-        return self.k[il], self.v[il]
+        core_ops.kv_store(self.state.backend.dev, k, v, self.k, self.v, positions.dev)
+        return self.k, self.v
+
+    def reset(self) -> None:
+        """Zeroed with memsets on the stream (capturable in a graph)."""
+        dev = self.state.backend.dev
+        dev.fill(self.k, 0)
+        dev.fill(self.v, 0)
+
+
+LAYER_KINDS = {"attention": KVLayer}
+
+
+class State:
+    """The state of one sequence: ``layers[il]`` for each layer, chosen by
+    the layer's kind; ``reset()`` clears all of it."""
+
+    def __init__(self, backend: "Backend", kinds: list[str], rope_freqs):
+        self.cfg, self.backend, self.rope_freqs = backend.cfg, backend, rope_freqs
+        self.layers = [LAYER_KINDS[kind](self, il, backend.n_ctx) for il, kind in enumerate(kinds)]
+
+    def reset(self) -> None:
+        for layer in self.layers:
+            layer.reset()
 
 
 class Ops:
@@ -266,8 +289,8 @@ class Backend:
         data = self.dev.upload(host.reshape(-1), self.weights.empty((host.size,), host.dtype))
         return data if len(shape) == 1 else QWeight(data, qtype, shape[0], shape[1])
 
-    def make_cache(self, rope_freqs) -> KVCache:
-        return KVCache(self, rope_freqs)
+    def make_state(self, kinds: list[str], rope_freqs) -> State:
+        return State(self, kinds, rope_freqs)
 
     def inputs(self, tokens: np.ndarray, start: int):
         self.workspace.reset()

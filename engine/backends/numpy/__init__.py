@@ -7,7 +7,7 @@ import numpy as np
 from ...config import ModelConfig
 from ...gguf_file import GGUFFile
 from . import ops
-from .cache import KVCache
+from .cache import KVLayer, State
 
 
 class Backend:
@@ -24,8 +24,8 @@ class Backend:
         """Weights are dequantised once to float32."""
         return gf.dequantize(name)
 
-    def make_cache(self, rope_freqs) -> KVCache:
-        return KVCache(self.cfg, self.n_ctx, rope_freqs)
+    def make_state(self, kinds: list[str], rope_freqs) -> State:
+        return State(self.cfg, self.n_ctx, kinds, rope_freqs)
 
     def inputs(self, tokens: np.ndarray, start: int):
         return tokens, np.arange(start, start + tokens.size)
@@ -43,4 +43,4 @@ class Backend:
         return self._logits
 
 
-__all__ = ["Backend", "KVCache", "ops"]
+__all__ = ["Backend", "KVLayer", "State", "ops"]

@@ -1,4 +1,6 @@
-"""KV cache and RoPE tables for the NumPy backend.
+"""Per-layer sequence state for the NumPy backend: one object per layer,
+chosen by the layer's kind (``family.layer_kinds``). Softmax attention keeps
+its keys and values (``KVLayer``); a recurrent layer would keep its state.
 
 K and V are kept in float32, matching a llama.cpp reference run with
 ``type_k = type_v = F32`` (its default f16 cache would round them).
@@ -12,22 +14,43 @@ from ...config import ModelConfig
 from . import ops
 
 
-class KVCache:
-    def __init__(self, cfg: ModelConfig, n_ctx: int, rope_freqs: np.ndarray | None = None):
-        self.cfg, self.n_ctx, self.rope_freqs = cfg, n_ctx, rope_freqs
-        shape = (cfg.n_layer, n_ctx, cfg.n_head_kv, cfg.head_dim)
-        self.k = np.zeros(shape, np.float32)
-        self.v = np.zeros(shape, np.float32)
+class KVLayer:
+    """Layer ``il``'s keys and values for positions ``0..n_ctx-1``, and its RoPE."""
 
-    def rope(self, il: int, positions: np.ndarray):
-        """Layer ``il``'s rotation for these positions, for ``ops.rope``."""
-        c = self.cfg
-        cos, sin = ops.rope_angles(positions, c.n_rot, c.rope_base[il], c.rope_scale[il], self.rope_freqs)
+    def __init__(self, state: "State", il: int, n_ctx: int):
+        cfg = state.cfg
+        self.state, self.il = state, il
+        self.k = np.zeros((n_ctx, cfg.n_head_kv, cfg.head_dim), np.float32)
+        self.v = np.zeros_like(self.k)
+
+    def rope(self, positions: np.ndarray):
+        """This layer's rotation for these positions, for ``ops.rope``."""
+        c, il = self.state.cfg, self.il
+        cos, sin = ops.rope_angles(positions, c.n_rot, c.rope_base[il], c.rope_scale[il], self.state.rope_freqs)
         return cos, sin, c.rope_type
 
-    def store(self, il: int, positions: np.ndarray, k: np.ndarray, v: np.ndarray):
+    def store(self, positions: np.ndarray, k: np.ndarray, v: np.ndarray):
         """Write this step's K/V and return every cached position up to the last one."""
         p0, p1 = int(positions[0]), int(positions[-1]) + 1
-        self.k[il, p0:p1] = k
-        self.v[il, p0:p1] = v
-        return self.k[il, :p1], self.v[il, :p1]
+        self.k[p0:p1] = k
+        self.v[p0:p1] = v
+        return self.k[:p1], self.v[:p1]
+
+    def reset(self) -> None:
+        self.k.fill(0)
+        self.v.fill(0)
+
+
+LAYER_KINDS = {"attention": KVLayer}
+
+
+class State:
+    """The state of one sequence: ``layers[il]`` for each layer; ``reset()`` clears all of it."""
+
+    def __init__(self, cfg: ModelConfig, n_ctx: int, kinds: list[str], rope_freqs: np.ndarray | None = None):
+        self.cfg, self.rope_freqs = cfg, rope_freqs
+        self.layers = [LAYER_KINDS[kind](self, il, n_ctx) for il, kind in enumerate(kinds)]
+
+    def reset(self) -> None:
+        for layer in self.layers:
+            layer.reset()

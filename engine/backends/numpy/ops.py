@@ -64,7 +64,7 @@ def rope(rotation: tuple[np.ndarray, np.ndarray, str], *xs: np.ndarray) -> list[
 
 def rope_one(x: np.ndarray, angles: tuple[np.ndarray, np.ndarray, str]) -> np.ndarray:
     """Rotate ``x [T, H, D]`` pairwise by ``angles = (cos, sin, rope_type)``
-    (from ``KVCache.rope``). NORM pairs (2i, 2i+1); NEOX pairs (i, i+D/2)."""
+    (from ``KVLayer.rope``). NORM pairs (2i, 2i+1); NEOX pairs (i, i+D/2)."""
     cos, sin, rope_type = angles
     half = cos.shape[1]
     if rope_type == ROPE_NORM:
