@@ -16,17 +16,24 @@ from pathlib import Path
 from .errors import AnvilError
 
 
-@contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "wb"):
-    """``with atomic_open(path) as f: f.write(...)``; text or binary ``mode``."""
-    if mode not in ("w", "wb"):
-        raise ValueError(f"atomic_open writes whole files: mode 'w' or 'wb', got {mode!r}")
+def check_writable(path) -> Path:
+    """``path`` if a file can be made there: no existing ancestor is a
+    plain file. Callers with slow work before the write check this first."""
     path = Path(path)
     for d in (path.parent, *path.parent.parents):
         if d.exists():
             if not d.is_dir():
                 raise AnvilError(f"{d}: not a directory, so {path} cannot be written")
             break
+    return path
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "wb"):
+    """``with atomic_open(path) as f: f.write(...)``; text or binary ``mode``."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open writes whole files: mode 'w' or 'wb', got {mode!r}")
+    path = check_writable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:

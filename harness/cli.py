@@ -44,12 +44,14 @@ def cmd_models(args) -> int:
 
 def cmd_synth(args) -> int:
     from engine import synth
+    from engine.atomic import check_writable
 
     from . import catalog
 
     if args.preset not in synth.PRESETS:
         raise AnvilError(f"unknown preset '{args.preset}'; available: {', '.join(synth.PRESETS)}")
     preset = synth.PRESETS[args.preset]
+    check_writable(args.out)  # before the vocabulary is fetched
     vocab = Path(args.vocab) if args.vocab else catalog.vocab_source(preset.vocab)
     info = synth.write_synthetic(preset, args.out, vocab_gguf=vocab, seed=args.seed)
     print(f"wrote {info['path']}: {info['bytes'] / 1e6:.1f} MB, {info['n_params'] / 1e6:.1f}M params, "
