@@ -130,7 +130,7 @@ def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: 
 
 
 def format_table(rec: dict) -> str:
-    lines = [f"| model | backend | test | t/s | GB/s |", "|---|---|---|---|---|"]
+    lines = ["| model | backend | test | t/s | GB/s |", "|---|---|---|---|---|"]
     for r in rec["results"]:
         gbs = f"{r['gb_s']:.0f}" if "gb_s" in r else ""
         lines.append(f"| {Path(rec['model']).name} | {rec['backend']} | {r['test']} | "

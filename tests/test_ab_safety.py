@@ -122,7 +122,7 @@ def _fake_wheel(dest: Path, build: str) -> Path:
         digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
         record.append(f"{name},sha256={digest},{len(text.encode())}")
     files["fake_engine-0.1.dist-info/RECORD"] = "\n".join(record + ["fake_engine-0.1.dist-info/RECORD,,"]) + "\n"
-    path = dest / f"fake_engine-0.1-py3-none-any.whl"
+    path = dest / "fake_engine-0.1-py3-none-any.whl"
     dest.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as z:
         for name, text in files.items():

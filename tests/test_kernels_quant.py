@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from engine.backends.cuda import compile as nvrtc
-from engine.backends.cuda import qmatmul
+from engine.backends.cuda import gemv_bench, qmatmul
 from engine.errors import AnvilError
 from engine.quants import BLOCK, QType, dequantize
 
@@ -132,7 +132,7 @@ def test_get_rows_exact(dev, t):
         for scale in (1.0, 45.254833995939045):  # sqrt(2048): gemma's embedding scale
             g = rng("get_rows", t, n_in, scale)
             n_rows = 64
-            raw = qmatmul.random_weights(g, t, n_rows, n_in, wide=t not in FLOATS)
+            raw = gemv_bench.random_weights(g, t, n_rows, n_in, wide=t not in FLOATS)
             ids = g.integers(0, n_rows, 37).astype(np.int32)
             ids[:2] = [0, n_rows - 1]
             W, d_ids = dev.upload(raw), dev.upload(ids)
@@ -151,7 +151,7 @@ def test_dequant_bf16_exact(dev, t):
     for n_in in row_lengths(t):
         for n_rows in (3, 33):
             g = rng("dequant", t, n_in, n_rows)
-            raw = qmatmul.random_weights(g, t, n_rows, n_in, wide=t not in FLOATS)
+            raw = gemv_bench.random_weights(g, t, n_rows, n_in, wide=t not in FLOATS)
             W = dev.upload(raw)
             out = dev.empty((n_rows, n_in), np.uint16)
             dev.fill(out, 0xFF)
@@ -180,7 +180,7 @@ def gemv_cases(t: QType) -> list[tuple[int, int, int | None, str]]:
 def test_gemv(dev, t):
     for n_in, n_out, rows, mode in gemv_cases(t):
         g = rng("gemv", t, n_in, n_out, rows, mode)
-        raw = qmatmul.random_weights(g, t, n_out, n_in)
+        raw = gemv_bench.random_weights(g, t, n_out, n_in)
         x = g.standard_normal(n_in, dtype=np.float32)
         add = g.standard_normal(n_out, dtype=np.float32)
         W, dx = dev.upload(raw), dev.upload(x)

@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import stat
-import subprocess
 import sys
 import zipfile
 from pathlib import Path

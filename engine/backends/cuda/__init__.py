@@ -16,7 +16,6 @@ matrix-vector kernels fetch their weights before waiting for their input.
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 
 import numpy as np

@@ -1,81 +1,20 @@
 """Launchers for the core (non-matmul) kernels: norms, RoPE, KV cache and
 attention, elementwise ops, argmax.
 
-Each function takes ``DArray`` operands, picks grid/block/shared memory and
-enqueues the kernel on ``dev.stream`` (nothing is synchronised). NumPy
-references: ``engine/backends/numpy/ops.py``; tests: tests/test_kernels_core.py.
-
-Graph capture: every launch here has a grid that depends only on shapes
-(never on positions or context length, which kernels read from device
-memory), so a captured decode step replays correctly as the context grows.
-Two ops need a scratch buffer (split-K attention, two-pass argmax); pass one
-(e.g. from the forward pass's Workspace) or let the launcher keep a
-per-device buffer, which it allocates on first use — so run one step
-eagerly before capturing (cuMemAlloc is not allowed inside a capture).
+Each follows the convention of ``launch.py``. NumPy references:
+``engine/backends/numpy/ops.py``; tests: tests/test_kernels_core.py. Two ops
+need a scratch buffer (split-K attention, two-pass argmax); pass one (e.g.
+from the forward pass's Workspace) or the launcher takes ``launch.scratch``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import math
-import weakref
 
 import numpy as np
 
 from ...config import ROPE_NEOX, ROPE_NORM
-from .device import DArray, Device, check
-
-# ---- shared helpers ----------------------------------------------------------
-
-DEFAULT_SMEM = 48 * 1024  # dynamic shared memory allowed without opting in
-
-_scratch: "weakref.WeakKeyDictionary[Device, dict[str, DArray]]" = weakref.WeakKeyDictionary()
-_smem_raised: "weakref.WeakKeyDictionary[Device, set]" = weakref.WeakKeyDictionary()
-
-
-def _null():
-    """A NULL pointer argument. Not ctypes.c_void_p(0): Device.launch passes
-    ``.value`` on, which is None for a null c_void_p, and cuda-python rejects
-    None for a c_void_p parameter. An 8-byte zero packs the same bytes."""
-    return ctypes.c_uint64(0)
-
-
-def _null_or(a: DArray | None):
-    return _null() if a is None else a
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _function(dev: Device, file: str, name: str, defines: dict | None = None, shared: int = 0):
-    """dev.function(), raising the dynamic shared-memory limit when a launch needs > 48 KB."""
-    fn = dev.function(file, name, defines)
-    if shared > DEFAULT_SMEM:
-        key = (file, name, tuple(sorted((defines or {}).items())), shared)
-        done = _smem_raised.setdefault(dev, set())
-        if key not in done:
-            attr = dev.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            check(dev.driver.cuFuncSetAttribute(fn, attr, shared))
-            done.add(key)
-    return fn
-
-
-def _scratch_buffer(dev: Device, name: str, nbytes: int) -> DArray:
-    """A per-device buffer of at least ``nbytes``, reused across calls (one
-    stream, so consecutive kernels never use it concurrently). Allocated
-    with the driver directly, outside Device's list, so dev.free_all() (which
-    tests call between cases) cannot free it while we still hold it."""
-    bufs = _scratch.setdefault(dev, {})
-    buf = bufs.get(name)
-    if buf is None or buf.nbytes < nbytes:
-        if buf is not None:
-            dev.synchronize()  # kernels already queued may still use the old one
-            check(dev.driver.cuMemFree(buf.ptr))
-        nbytes = _ceil(max(nbytes, 1), 1 << 20) << 20  # whole MiB: few regrowths
-        buf = DArray(int(check(dev.driver.cuMemAlloc(nbytes))), (nbytes,), np.dtype(np.uint8), dev)
-        bufs[name] = buf
-    return buf
+from . import launch
+from .device import DArray, Device
 
 
 def _check_f32(*arrays: DArray) -> None:
@@ -88,7 +27,7 @@ def _check_f32(*arrays: DArray) -> None:
 
 def _norm_threads(n: int) -> int:
     """~one float4 per thread: 32 threads for a 128-wide head, 1024 for n >= 4096."""
-    return min(1024, max(32, 32 * _ceil(n, 128)))
+    return min(1024, max(32, 32 * launch.ceil_div(n, 128)))
 
 
 def rms_norm(dev: Device, x: DArray, w: DArray | None, y: DArray, eps: float) -> None:
@@ -98,8 +37,8 @@ def rms_norm(dev: Device, x: DArray, w: DArray | None, y: DArray, eps: float) ->
     n = x.shape[-1]
     rows = x.size // n
     assert y.size == x.size and (w is None or w.size == n), (x.shape, y.shape, w and w.shape)
-    fn = dev.function("norm.cu", "rms_norm")
-    dev.launch(fn, (rows,), (_norm_threads(n),), [x, _null_or(w), y, n, float(eps)])
+    fn = launch.function(dev, "norm.cu", "rms_norm")
+    dev.launch(fn, (rows,), (_norm_threads(n),), [x, launch.null_or(w), y, n, float(eps)])
 
 
 def add_rms_norm(dev: Device, x: DArray, a: DArray, w: DArray | None, y: DArray, eps: float) -> None:
@@ -108,8 +47,8 @@ def add_rms_norm(dev: Device, x: DArray, a: DArray, w: DArray | None, y: DArray,
     n = x.shape[-1]
     rows = x.size // n
     assert a.size == x.size and y.size == x.size and y.ptr != x.ptr
-    fn = dev.function("norm.cu", "add_rms_norm")
-    dev.launch(fn, (rows,), (_norm_threads(n),), [x, a, _null_or(w), y, n, float(eps)])
+    fn = launch.function(dev, "norm.cu", "add_rms_norm")
+    dev.launch(fn, (rows,), (_norm_threads(n),), [x, a, launch.null_or(w), y, n, float(eps)])
 
 
 # ---- RoPE --------------------------------------------------------------------
@@ -128,10 +67,10 @@ def rope(dev: Device, x: DArray, pos: DArray, rope_type: str, n_rot: int, base: 
     assert pos.dtype == np.int32 and pos.size >= T
     assert n_rot % 2 == 0 and n_rot <= head_dim and (freq_div is None or freq_div.size >= n_rot // 2)
     name = {ROPE_NORM: "rope_norm", ROPE_NEOX: "rope_neox"}[rope_type]
-    fn = dev.function("rope.cu", name)
-    dev.launch(fn, (T, n_heads), (32 * _ceil(n_rot // 2, 32),),
+    fn = launch.function(dev, "rope.cu", name)
+    dev.launch(fn, (T, n_heads), (32 * launch.ceil_div(n_rot // 2, 32),),
                [x, pos, n_heads, head_dim, n_rot, rope_theta_scale(base, n_rot), float(scale),
-                _null_or(freq_div)])
+                launch.null_or(freq_div)])
 
 
 # ---- KV cache and attention --------------------------------------------------
@@ -165,7 +104,7 @@ def kv_store(dev: Device, k: DArray, v: DArray, k_cache: DArray, v_cache: DArray
     kv_dim = k.size // T
     assert k_cache.shape[1] * k_cache.shape[2] == kv_dim and v_cache.shape == k_cache.shape
     assert v_cache.dtype == k_cache.dtype and pos.dtype == np.int32
-    fn = dev.function("attention.cu", "kv_store", {"KV_F16": _kv_f16(k_cache)})
+    fn = launch.function(dev, "attention.cu", "kv_store", {"KV_F16": _kv_f16(k_cache)})
     dev.launch(fn, (T,), (256,), [k, v, k_cache, v_cache, pos, T, kv_dim])
 
 
@@ -173,8 +112,8 @@ def decode_splits(sm_count: int, T: int, n_head_kv: int, n_ctx: int) -> int:
     """Fixed split count for the decode kernel: enough blocks for
     ~DEC_BLOCKS_PER_SM per SM, never chunks shorter than DEC_MIN_CHUNK of the
     whole cache. Depends on shapes only (graph-safe)."""
-    want = _ceil(DEC_BLOCKS_PER_SM * sm_count, n_head_kv * T)
-    return max(1, min(_ceil(n_ctx, DEC_MIN_CHUNK), want))
+    want = launch.ceil_div(DEC_BLOCKS_PER_SM * sm_count, n_head_kv * T)
+    return max(1, min(launch.ceil_div(n_ctx, DEC_MIN_CHUNK), want))
 
 
 def attention_scratch_nbytes(dev: Device, T: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int) -> int:
@@ -205,8 +144,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
 
     if path == "prefill":
         shared = 4 * (3 * PF_BQ * (head_dim + 4) + PF_BQ * (PF_BQ + 4))  # Q, K, V tiles + P
-        fn = _function(dev, "attention.cu", "attention_prefill", defines, shared)
-        dev.launch(fn, (_ceil(T, PF_BQ), n_head), (128,),
+        fn = launch.function(dev, "attention.cu", "attention_prefill", defines, shared)
+        dev.launch(fn, (launch.ceil_div(T, PF_BQ), n_head), (128,),
                    [q, k_cache, v_cache, out, pos, T, n_head, n_head_kv] + args_tail, shared=shared)
         return
     assert path == "decode", path
@@ -214,20 +153,20 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     n_splits = decode_splits(dev.sm_count, T, n_head_kv, n_ctx)
     G = defines["GQA"]
     shared = 4 * DEC_WARPS * G * (head_dim + 32 + 2)  # per-warp O (q aliases it) + P + (m, l)
-    fn = _function(dev, "attention.cu", "attention_decode", defines, shared)
+    fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
     if n_splits == 1:
-        part_o = part_ml = _null()
+        part_o = part_ml = launch.null()
     else:
         n_part = T * n_head * n_splits
         nbytes = 4 * n_part * (head_dim + 2)
-        buf = scratch if scratch is not None else _scratch_buffer(dev, "attention", nbytes)
+        buf = scratch if scratch is not None else launch.scratch(dev, "attention", nbytes)
         assert buf.nbytes >= nbytes, (buf.nbytes, nbytes)
         part_o = DArray(buf.ptr, (n_part, head_dim), np.dtype(np.float32), dev)
         part_ml = DArray(buf.ptr + 4 * n_part * head_dim, (n_part, 2), np.dtype(np.float32), dev)
     dev.launch(fn, (n_splits, n_head_kv, T), (32 * DEC_WARPS,),
                [q, k_cache, v_cache, out, part_o, part_ml, pos, n_head, n_head_kv] + args_tail, shared=shared)
     if n_splits > 1:
-        fn = dev.function("attention.cu", "attention_combine", defines)
+        fn = launch.function(dev, "attention.cu", "attention_combine", defines)
         dev.launch(fn, (n_head, T), (head_dim,), [part_o, part_ml, out, pos, n_head, n_splits, int(window)])
 
 
@@ -235,8 +174,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
 
 def _ew_launch(dev: Device, name: str, n: int, args: list) -> None:
     """~one float4 per thread per pass, at most 8 waves of 256-thread blocks."""
-    blocks = max(1, min(_ceil(n, 1024), 8 * dev.sm_count))
-    dev.launch(dev.function("elementwise.cu", name), (blocks,), (256,), args)
+    blocks = max(1, min(launch.ceil_div(n, 1024), 8 * dev.sm_count))
+    dev.launch(launch.function(dev, "elementwise.cu", name), (blocks,), (256,), args)
 
 
 def silu_mul(dev: Device, g: DArray, u: DArray, y: DArray) -> None:
@@ -292,8 +231,8 @@ def bias_add_rows(dev: Device, y: DArray, b: DArray) -> None:
     n = b.size
     rows = y.size // n
     assert rows * n == y.size
-    fn = dev.function("elementwise.cu", "bias_add_rows")
-    dev.launch(fn, (min(_ceil(n, 256), 64), min(rows, 65535)), (256,), [y, b, rows, n])
+    fn = launch.function(dev, "elementwise.cu", "bias_add_rows")
+    dev.launch(fn, (min(launch.ceil_div(n, 256), 64), min(rows, 65535)), (256,), [y, b, rows, n])
 
 
 # ---- argmax ------------------------------------------------------------------
@@ -308,13 +247,13 @@ def argmax(dev: Device, x: DArray, out: DArray, scratch: DArray | None = None) -
     assert out.dtype == np.int32
     n = x.size
     if n <= ARGMAX_ONE_BLOCK:
-        dev.launch(dev.function("argmax.cu", "argmax"), (1,), (1024,), [x, n, out])
+        dev.launch(launch.function(dev, "argmax.cu", "argmax"), (1,), (1024,), [x, n, out])
         return
     # ~8 elements per thread in 256-thread blocks, at most ~4 blocks per SM.
-    nb = min(_ceil(n, 2048), 4 * dev.sm_count)
-    buf = scratch if scratch is not None else _scratch_buffer(dev, "argmax", 8 * nb)
+    nb = min(launch.ceil_div(n, 2048), 4 * dev.sm_count)
+    buf = scratch if scratch is not None else launch.scratch(dev, "argmax", 8 * nb)
     assert buf.nbytes >= 8 * nb
     part_val = DArray(buf.ptr, (nb,), np.dtype(np.float32), dev)
     part_idx = DArray(buf.ptr + 4 * nb, (nb,), np.dtype(np.int32), dev)
-    dev.launch(dev.function("argmax.cu", "argmax_partial"), (nb,), (256,), [x, n, part_val, part_idx])
-    dev.launch(dev.function("argmax.cu", "argmax_final"), (1,), (256,), [part_val, part_idx, nb, out])
+    dev.launch(launch.function(dev, "argmax.cu", "argmax_partial"), (nb,), (256,), [x, n, part_val, part_idx])
+    dev.launch(launch.function(dev, "argmax.cu", "argmax_final"), (1,), (256,), [part_val, part_idx, nb, out])

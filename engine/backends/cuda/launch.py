@@ -1,0 +1,83 @@
+"""The one launcher convention every kernel launcher module follows.
+
+A launcher takes ``DArray`` operands, checks what the kernel assumes (sizes,
+alignment), picks grid/block/shared memory from shapes only (never from
+positions or context length, which kernels read from device memory, so a
+captured decode graph replays correctly as the context grows) and enqueues
+the kernel with ``dev.launch`` on ``dev.stream``; nothing is synchronised.
+The helpers here are the only way launchers look up kernels, opt in to more
+shared memory, pass NULL pointers and get scratch memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import numpy as np
+
+from ...errors import AnvilError
+from .device import DArray, Device, check
+
+DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a kernel may use without opting in
+
+_scratch: "weakref.WeakKeyDictionary[Device, dict[str, DArray]]" = weakref.WeakKeyDictionary()
+_smem_raised: "weakref.WeakKeyDictionary[Device, dict]" = weakref.WeakKeyDictionary()
+
+
+def function(dev: Device, file: str, name: str, defines: dict | None = None, shared: int = 0):
+    """Kernel ``name`` of ``engine/kernels/<file>`` (compiled with ``defines``),
+    opted in to ``shared`` bytes of dynamic shared memory when that is over 48 KB."""
+    fn = dev.function(file, name, defines)
+    if shared > DEFAULT_SMEM:
+        raised = _smem_raised.setdefault(dev, {})
+        key = (file, name, tuple(sorted((defines or {}).items())))  # one compiled kernel
+        if raised.get(key, 0) < shared:
+            attr = dev.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check(dev.driver.cuFuncSetAttribute(fn, attr, shared))
+            raised[key] = shared
+    return fn
+
+
+def null():
+    """A NULL pointer argument. Not ctypes.c_void_p(0): Device.launch passes
+    ``.value`` on, which is None for a null c_void_p, and cuda-python rejects
+    None for a c_void_p parameter. An 8-byte zero packs the same bytes."""
+    return ctypes.c_uint64(0)
+
+
+def null_or(a: DArray | None):
+    return null() if a is None else a
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def grid(dev: Device, work_items: int, threads: int = 256) -> tuple[int]:
+    """For grid-stride kernels: enough blocks to fill the GPU, no more."""
+    return (max(1, min(ceil_div(work_items, threads), dev.sm_count * 16)),)
+
+
+def aligned(a: DArray, what: str, n: int = 16) -> None:
+    if a.ptr % n:
+        raise AnvilError(f"CUDA kernel argument {what} must be {n}-byte aligned (address {a.ptr:#x})")
+
+
+def scratch(dev: Device, name: str, nbytes: int) -> DArray:
+    """A per-device buffer of at least ``nbytes``, reused across calls (one
+    stream, so consecutive kernels never use it concurrently). Allocated
+    with the driver directly, outside Device's list, so dev.free_all() (which
+    tests call between cases) cannot free it while we still hold it. It is
+    allocated on first use: run a step eagerly before capturing a graph
+    (cuMemAlloc is not allowed inside a capture)."""
+    bufs = _scratch.setdefault(dev, {})
+    buf = bufs.get(name)
+    if buf is None or buf.nbytes < nbytes:
+        if buf is not None:
+            dev.synchronize()  # kernels already queued may still use the old one
+            check(dev.driver.cuMemFree(buf.ptr))
+        nbytes = ceil_div(max(nbytes, 1), 1 << 20) << 20  # whole MiB: few regrowths
+        buf = DArray(int(check(dev.driver.cuMemAlloc(nbytes))), (nbytes,), np.dtype(np.uint8), dev)
+        bufs[name] = buf
+    return buf
