@@ -3,8 +3,8 @@ NumPy reference ops.
 
 CPU part: every kernel file compiles with NVRTC for sm_90 (attention for
 f16 and f32 caches at the head dims / GQA ratios the GPU tests use) and
-exports the kernels core_ops launches, so a syntax error fails without a GPU;
-and every core_ops launcher, run against a fake device through the real
+exports the kernels the launchers launch, so a syntax error fails without a GPU;
+and every launcher, run against a fake device through the real
 argument packing, passes each kernel the parameter kinds it declares.
 
 GPU part (@pytest.mark.gpu): fresh random inputs (never zeros), outputs
@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from engine.backends.cuda import compile as nvrtc
-from engine.backends.cuda import core_ops
+from engine.backends.cuda.launchers import argmax, attention, elementwise, norm, rope
 from engine.backends.numpy import ops
 from engine.config import ROPE_NEOX, ROPE_NORM
 
@@ -76,14 +76,14 @@ def test_attention_compiles(kv_f16, head_dim, gqa):
 def test_launch_shapes():
     """Shape-only launch decisions (no GPU): split counts and shared memory."""
     # 8B-like decode (132 SMs, 8 KV heads): ~4 blocks per SM, no chunk under 128 keys
-    assert core_ops.decode_splits(132, 1, 8, 4096) == 32
-    assert core_ops.decode_splits(132, 1, 8, 131072) == 66
-    assert core_ops.decode_splits(132, 1, 1, 100) == 1
+    assert attention.decode_splits(132, 1, 8, 4096) == 32
+    assert attention.decode_splits(132, 1, 8, 131072) == 66
+    assert attention.decode_splits(132, 1, 1, 100) == 1
     for _, d, g in ATTN_SHAPES:
-        assert 4 * core_ops.DEC_WARPS * g * (d + 34) <= 227 * 1024
+        assert 4 * attention.DEC_WARPS * g * (d + 34) <= 227 * 1024
         assert 4 * (3 * 32 * (d + 4) + 32 * 36) <= 227 * 1024
     # llama.cpp's host-side powf(base, -2/n_dims) in float32
-    assert core_ops.rope_theta_scale(10000.0, 128) == float(np.float32(10000.0) ** np.float32(-2 / 128))
+    assert rope.rope_theta_scale(10000.0, 128) == float(np.float32(10000.0) ** np.float32(-2 / 128))
 
 
 def kernel_signatures() -> dict[tuple[str, str], list[str]]:
@@ -101,7 +101,7 @@ def kernel_signatures() -> dict[tuple[str, str], list[str]]:
 
 
 class FakeDevice:
-    """Enough of Device for core_ops to launch into: launches go through the
+    """Enough of Device for the launchers to launch into: launches go through the
     real Device.launch argument conversion and cuda-python's kernel-parameter
     packer, then are recorded instead of run."""
 
@@ -180,28 +180,28 @@ def test_launchers_match_kernels():
     T, H, Hkv, D, n = 5, 32, 8, 128, 4096
     x, w, y = fd.empty((T, n)), fd.empty((n,)), fd.empty((T, n))
     pos = fd.empty((T,), i32)
-    core_ops.rms_norm(fd, x, w, y, 1e-5)
-    core_ops.rms_norm(fd, fd.empty((T, H, D)), None, fd.empty((T, H, D)), 1e-5)
-    core_ops.add_rms_norm(fd, x, fd.empty((T, n)), w, y, 1e-5)
-    core_ops.rope(fd, fd.empty((T, H, D)), pos, ROPE_NEOX, D, 1e6)
-    core_ops.rope(fd, fd.empty((T, H, D)), pos, ROPE_NORM, D, 5e5, 1.0, fd.empty((D // 2,)))
+    norm.rms_norm(fd, x, w, y, 1e-5)
+    norm.rms_norm(fd, fd.empty((T, H, D)), None, fd.empty((T, H, D)), 1e-5)
+    norm.add_rms_norm(fd, x, fd.empty((T, n)), w, y, 1e-5)
+    rope.rope(fd, fd.empty((T, H, D)), pos, ROPE_NEOX, D, 1e6)
+    rope.rope(fd, fd.empty((T, H, D)), pos, ROPE_NORM, D, 5e5, 1.0, fd.empty((D // 2,)))
     for dt, hd in ((f16, 128), (f32, 256), (f16, 64)):
         kc, vc = fd.empty((4096, Hkv, hd), dt), fd.empty((4096, Hkv, hd), dt)
-        core_ops.kv_store(fd, fd.empty((T, Hkv * hd)), fd.empty((T, Hkv * hd)), kc, vc, pos)
+        attention.kv_store(fd, fd.empty((T, Hkv * hd)), fd.empty((T, Hkv * hd)), kc, vc, pos)
         for t, path in ((1, None), (T, "decode"), (T, "prefill"), (600, None)):
-            core_ops.attention(fd, fd.empty((t, H, hd)), kc, vc, fd.empty((t, H * hd)), fd.empty((t,), i32),
+            attention.attention(fd, fd.empty((t, H, hd)), kc, vc, fd.empty((t, H * hd)), fd.empty((t,), i32),
                                0.1, 0, path=path)
-    core_ops.attention(fd, fd.empty((1, 4, 256)), fd.empty((64, 1, 256), f16), fd.empty((64, 1, 256), f16),
+    attention.attention(fd, fd.empty((1, 4, 256)), fd.empty((64, 1, 256), f16), fd.empty((64, 1, 256), f16),
                        fd.empty((1, 1024)), pos, 1.0, 512)  # one split: no combine, NULL partials
-    for op in (core_ops.silu_mul, core_ops.gelu_tanh_mul, core_ops.add):
+    for op in (elementwise.silu_mul, elementwise.gelu_tanh_mul, elementwise.add):
         op(fd, x, y, fd.empty((T, n)))
-    core_ops.scale(fd, x, 0.5)
-    core_ops.softcap(fd, x, 30.0)
-    core_ops.f32_to_bf16(fd, x, fd.empty((T, n), np.uint16))
-    core_ops.f32_to_f16(fd, x, fd.empty((T, n), np.float16))
-    core_ops.bias_add_rows(fd, x, w)
-    core_ops.argmax(fd, fd.empty((1000,)), fd.empty((1,), i32))
-    core_ops.argmax(fd, fd.empty((151936,)), fd.empty((1,), i32))
+    elementwise.scale(fd, x, 0.5)
+    elementwise.softcap(fd, x, 30.0)
+    elementwise.f32_to_bf16(fd, x, fd.empty((T, n), np.uint16))
+    elementwise.f32_to_f16(fd, x, fd.empty((T, n), np.float16))
+    elementwise.bias_add_rows(fd, x, w)
+    argmax.argmax(fd, fd.empty((1000,)), fd.empty((1,), i32))
+    argmax.argmax(fd, fd.empty((151936,)), fd.empty((1,), i32))
 
     launched = {fn for fn, *_ in fd.launches}
     assert launched == set(sigs), f"not launched: {set(sigs) - launched}"
@@ -269,9 +269,9 @@ def test_rms_norm(dev, rows, n, weight):
     dx = dev.upload(x)
     dw = dev.upload(w) if weight else None
     dy = poisoned(dev, (rows, n))
-    core_ops.rms_norm(dev, dx, dw, dy, eps)
+    norm.rms_norm(dev, dx, dw, dy, eps)
     assert_close(dy.numpy(), ops.rms_norm(x, w, eps), NORM_ATOL, NORM_RTOL, f"rms_norm {rows}x{n}")
-    core_ops.rms_norm(dev, dx, dw, dx, eps)  # in place (y aliases x)
+    norm.rms_norm(dev, dx, dw, dx, eps)  # in place (y aliases x)
     assert_close(dx.numpy(), ops.rms_norm(x, w, eps), NORM_ATOL, NORM_RTOL, "rms_norm in place")
 
 
@@ -283,7 +283,7 @@ def test_rms_norm_per_head(dev):
     x = r.standard_normal((T, H, D)).astype(np.float32) * 3
     w = (r.standard_normal(D) * 0.3 + 1).astype(np.float32)
     dx = dev.upload(x)
-    core_ops.rms_norm(dev, dx, dev.upload(w), dx, 1e-6)
+    norm.rms_norm(dev, dx, dev.upload(w), dx, 1e-6)
     assert_close(dx.numpy(), ops.rms_norm(x, w, 1e-6), NORM_ATOL, NORM_RTOL, "per-head rms_norm")
 
 
@@ -295,7 +295,7 @@ def test_add_rms_norm(dev, rows, n):
     a = r.standard_normal((rows, n)).astype(np.float32)
     w = (r.standard_normal(n) * 0.5 + 1).astype(np.float32)
     dx, dy = dev.upload(x), poisoned(dev, (rows, n))
-    core_ops.add_rms_norm(dev, dx, dev.upload(a), dev.upload(w), dy, 1e-5)
+    norm.add_rms_norm(dev, dx, dev.upload(a), dev.upload(w), dy, 1e-5)
     s = x + a  # one float32 rounding, same as the kernel's: exact
     np.testing.assert_array_equal(dx.numpy(), s, err_msg=f"residual x += a (seed {SEED})")
     assert_close(dy.numpy(), ops.rms_norm(s, w, 1e-5), NORM_ATOL, NORM_RTOL, "add_rms_norm")
@@ -342,7 +342,7 @@ def test_rope(dev, rope_type, T, p0, H, D, n_rot, base, scale, ff):
         pos[-1] = p0 + 4 * T + 17  # positions need not be consecutive: each token reads its own
     fdiv = r.uniform(1.0, 8.0, n_rot // 2).astype(np.float32) if ff else None
     dx = dev.upload(x)
-    core_ops.rope(dev, dx, dev.upload(pos), rope_type, n_rot, base, scale, dev.upload(fdiv) if ff else None)
+    rope.rope(dev, dx, dev.upload(pos), rope_type, n_rot, base, scale, dev.upload(fdiv) if ff else None)
     got = dx.numpy()
     cos, sin = ops.rope_angles(pos, n_rot, base, scale, fdiv)
     ref = ops.rope_one(x, (cos, sin, rope_type))
@@ -371,7 +371,7 @@ def test_kv_store(dev, kv_f16):
     v = r.standard_normal((T, Hkv * D)).astype(np.float32)
     pos = r.permutation(n_ctx)[:T].astype(np.int32)  # scattered rows: row t goes to pos[t]
     kc, vc = poisoned(dev, (n_ctx, Hkv, D), dt), poisoned(dev, (n_ctx, Hkv, D), dt)
-    core_ops.kv_store(dev, dev.upload(k), dev.upload(v), kc, vc, dev.upload(pos))
+    attention.kv_store(dev, dev.upload(k), dev.upload(v), kc, vc, dev.upload(pos))
     for got, src in ((kc.numpy(), k), (vc.numpy(), v)):
         # f16: __float2half_rn and NumPy's astype both round to nearest even: exact
         np.testing.assert_array_equal(got[pos].reshape(T, -1), src.astype(dt), err_msg=f"seed {SEED}")
@@ -409,7 +409,7 @@ def run_attention(dev, r, T, p0, n_ctx, Hkv, G, D, kv_f16, window, path, q_gain=
     pos = (p0 + np.arange(T)).astype(np.int32)
     scale = 1.0 / np.sqrt(D)
     out = poisoned(dev, (T, H * D))
-    core_ops.attention(dev, dev.upload(q), kc, vc, out, dev.upload(pos), scale, window, path=path)
+    attention.attention(dev, dev.upload(q), kc, vc, out, dev.upload(pos), scale, window, path=path)
     ref = ops.attention(q, k, v, pos, scale, window)
     assert_close(out.numpy(), ref, ATTN_ATOL, ATTN_RTOL,
                  f"attention {path} T={T} p0={p0} Hkv={Hkv} G={G} D={D} f16={kv_f16} window={window}")
@@ -477,7 +477,7 @@ def test_attention_mask_exact(dev, path, window):
     v[pos[-1] + 1:] = np.nan
     q = r.standard_normal((T, Hkv * G, D)).astype(np.float32)
     out = poisoned(dev, (T, Hkv * G * D))
-    core_ops.attention(dev, dev.upload(q), dev.upload(k), dev.upload(v), out, dev.upload(pos), 0.125, window,
+    attention.attention(dev, dev.upload(q), dev.upload(k), dev.upload(v), out, dev.upload(pos), 0.125, window,
                        path=path)
     lo = np.maximum(0, pos - window + 1) if window else np.zeros_like(pos)
     want = np.broadcast_to(((lo + pos) / 2.0 / 1024.0)[:, None], (T, Hkv * G * D))
@@ -511,13 +511,13 @@ def test_gated_activations(dev, n, misaligned):
     g, u, dg, du, dy = ew_inputs(dev, r, n, misaligned)
     g64, u64 = g.astype(np.float64), u.astype(np.float64)
     # silu: __expf (≲ 2+1.2|x| ulp, |x| ≲ 15 here) and an approximate divide: ~2e-6 relative
-    core_ops.silu_mul(dev, dg, du, dy)
+    elementwise.silu_mul(dev, dg, du, dy)
     assert_close(dy.numpy(), g64 / (1 + np.exp(-g64)) * u64, 1e-7, 1e-5, "silu_mul")
     # gelu: tanhf compiles to tanh.approx.f32 under fast math (max rel. error
     # 2^-11 ≈ 4.9e-4, as in llama.cpp's build), which moves y by up to
     # 0.5·|g·u|·|tanh|·4.9e-4: bound by |g·u| rather than |ref| (ref ≈ 0 when
     # 1+tanh ≈ 0 but the absolute error need not be).
-    core_ops.gelu_tanh_mul(dev, dg, du, dy)
+    elementwise.gelu_tanh_mul(dev, dg, du, dy)
     ref = 0.5 * g64 * (1 + np.tanh(0.7978845608 * g64 * (1 + 0.044715 * g64 * g64))) * u64
     err = np.abs(dy.numpy() - ref)
     bad = ~(err <= 1e-7 + 3e-4 * np.abs(g64 * u64) + 1e-5 * np.abs(ref))
@@ -530,15 +530,15 @@ def test_gated_activations(dev, n, misaligned):
 def test_add_scale_softcap(dev, n, misaligned):
     r = rng("arith", n, misaligned)
     a, b, da, db, dy = ew_inputs(dev, r, n, misaligned)
-    core_ops.add(dev, da, db, dy)  # one float32 rounding either way: exact
+    elementwise.add(dev, da, db, dy)  # one float32 rounding either way: exact
     np.testing.assert_array_equal(dy.numpy(), a + b, err_msg=f"add (seed {SEED})")
-    core_ops.add(dev, da, db, da)  # in place
+    elementwise.add(dev, da, db, da)  # in place
     np.testing.assert_array_equal(da.numpy(), a + b, err_msg=f"add in place (seed {SEED})")
-    core_ops.scale(dev, db, 0.37)  # exact: one multiply
+    elementwise.scale(dev, db, 0.37)  # exact: one multiply
     np.testing.assert_array_equal(db.numpy(), b * np.float32(0.37), err_msg=f"scale (seed {SEED})")
     x = (b * np.float32(0.37)).astype(np.float64) * 20  # logits-like range
     dev.upload(x.astype(np.float32), db)
-    core_ops.softcap(dev, db, 30.0)
+    elementwise.softcap(dev, db, 30.0)
     # tanh.approx.f32 (rel. error ≤ 2^-11) dominates: 6e-4 relative
     assert_close(db.numpy(), 30.0 * np.tanh(x.astype(np.float32).astype(np.float64) / 30.0), 1e-6, 6e-4,
                  "softcap")
@@ -563,7 +563,7 @@ def test_f32_to_bf16(dev, n):
                        np.float32)
     x[: min(n, special.size)] = special[: min(n, special.size)]
     dy = poisoned(dev, (n,), np.uint16)
-    core_ops.f32_to_bf16(dev, dev.upload(x), dy)
+    elementwise.f32_to_bf16(dev, dev.upload(x), dy)
     np.testing.assert_array_equal(dy.numpy(), bf16_bits(x), err_msg=f"f32_to_bf16 (seed {SEED})")
 
 
@@ -578,7 +578,7 @@ def test_f32_to_f16(dev, n):
                         np.float32(1.0 + 3 * 2.0 ** -11)], np.float32)  # tie, odd mantissa: rounds up
     x[: min(n, special.size)] = special[: min(n, special.size)]
     dy = poisoned(dev, (n,), np.float16)
-    core_ops.f32_to_f16(dev, dev.upload(x), dy)
+    elementwise.f32_to_f16(dev, dev.upload(x), dy)
     with np.errstate(over="ignore"):  # the cast overflows to inf on purpose
         want = x.astype(np.float16)
     np.testing.assert_array_equal(dy.numpy().view(np.uint16), want.view(np.uint16), err_msg=f"f32_to_f16 (seed {SEED})")
@@ -591,7 +591,7 @@ def test_bias_add_rows(dev, rows, n):
     y = r.standard_normal((rows, n)).astype(np.float32)
     b = r.standard_normal(n).astype(np.float32)
     dy = dev.upload(y)
-    core_ops.bias_add_rows(dev, dy, dev.upload(b))
+    elementwise.bias_add_rows(dev, dy, dev.upload(b))
     np.testing.assert_array_equal(dy.numpy(), y + b, err_msg=f"bias_add_rows (seed {SEED})")  # one add: exact
 
 
@@ -626,6 +626,6 @@ def test_argmax_ties(dev, n):
         cases[f"{bad} at {where}"] = v
     for name, v in cases.items():
         dev.fill(out, 0xFF)
-        core_ops.argmax(dev, dev.upload(v), out)
+        argmax.argmax(dev, dev.upload(v), out)
         want = int(np.argmax(v)) if np.isfinite(v).all() else -1
         assert int(out.numpy()[0]) == want, f"argmax {name} n={n}: got {out.numpy()[0]}, want {want} (seed {SEED})"

@@ -1,4 +1,4 @@
-"""Weight kernels (gemv.cu, dequant.cu via engine/backends/cuda/qmatmul.py)
+"""Weight kernels (gemv.cu, dequant.cu via engine/backends/cuda/launchers/gemv.py, dequant.py)
 against engine.quants, for every GGUF type the CUDA backend supports.
 
 CPU part: both files compile with NVRTC for sm_90 (gemv.cu for every
@@ -23,12 +23,14 @@ import numpy as np
 import pytest
 
 from engine.backends.cuda import compile as nvrtc
-from engine.backends.cuda import gemv_bench, qmatmul
+from engine.backends.cuda import gemv_bench
+from engine.backends.cuda import launch
+from engine.backends.cuda.launchers import dequant, gemv
 from engine.errors import AnvilError
 from engine.quants import BLOCK, QType, dequantize
 
 SEED = int(os.environ.get("ANVIL_KERNELS_SEED", secrets.randbelow(2**32)))
-TYPES = list(qmatmul.SUPPORTED)
+TYPES = list(launch.WEIGHT_TYPES)
 FLOATS = (QType.F32, QType.F16, QType.BF16)
 
 
@@ -48,7 +50,7 @@ def suffix(t: QType) -> str:
 # ---- CPU ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rows", qmatmul.ROW_CHOICES)
+@pytest.mark.parametrize("rows", gemv.ROW_CHOICES)
 def test_gemv_compiles(rows):
     cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_ROWS": rows})
     for t in TYPES:
@@ -63,24 +65,24 @@ def test_dequant_compiles():
 
 
 def test_gemv_layout_mirror_matches_kernel():
-    # qmatmul sizes shared memory from its own copy of the unit layout: keep them equal
+    # launchers/gemv.py sizes shared memory from its own copy of the unit layout: keep them equal
     src = (nvrtc.KERNELS_DIR / "gemv.cu").read_text()
     structs = {"Q4_0": QType.Q4_0, "Q4_1": QType.Q4_1, "Q5_0": QType.Q5_0, "Q5_1": QType.Q5_1,
                "Q8_0": QType.Q8_0, "Q4K": QType.Q4_K, "Q5K": QType.Q5_K, "Q6K": QType.Q6_K}
     found = {m[0]: tuple(int(v) for v in m[1:]) for m in re.findall(r"struct (\w+) : Layout<(\d+), (\d+), (\d+)>", src)}
     for name, t in structs.items():
-        assert found[name] == qmatmul._GEMV_UNITS[t], name
+        assert found[name] == gemv._GEMV_UNITS[t], name
         upb, elems, nbytes = found[name]
         assert (elems, nbytes) == BLOCK[t]
         # the staging buffer holds the worst case: 15 bytes of misalignment before the span
-        assert qmatmul.gemv_span(upb, nbytes) >= -(-(15 + 32 // upb * nbytes) // 16) * 16
+        assert gemv.gemv_span(upb, nbytes) >= -(-(15 + 32 // upb * nbytes) // 16) * 16
 
 
 @pytest.mark.parametrize("fn", ["gemv", "dequant_bf16", "get_rows"])
 def test_unsupported_type_is_refused(fn):
-    call = {"gemv": lambda: qmatmul.gemv(None, None, QType.Q2_K, None, None, 256, 8),
-            "dequant_bf16": lambda: qmatmul.dequant_bf16(None, None, QType.Q3_K, None, 8, 256),
-            "get_rows": lambda: qmatmul.get_rows(None, None, 99, None, None, 256)}[fn]
+    call = {"gemv": lambda: gemv.gemv(None, None, QType.Q2_K, None, None, 256, 8),
+            "dequant_bf16": lambda: dequant.dequant_bf16(None, None, QType.Q3_K, None, 8, 256),
+            "get_rows": lambda: dequant.get_rows(None, None, 99, None, None, 256)}[fn]
     with pytest.raises(AnvilError, match=r"unsupported weight type .*supported: F32, F16, BF16"):
         call()
 
@@ -88,9 +90,9 @@ def test_unsupported_type_is_refused(fn):
 def test_gemv_plan_covers_rows_and_threads():
     for t in TYPES:
         for n_in, n_out in [(4096, 151936), (14336, 4096), (qk(t), 1), (4096, 1000)]:
-            p = qmatmul.gemv_plan(t, n_in, n_out)
+            p = gemv.gemv_plan(t, n_in, n_out)
             assert p.blocks * p.rows >= n_out > (p.blocks - 1) * p.rows
-            assert 32 <= p.threads <= qmatmul.MAX_THREADS and p.threads % 32 == 0
+            assert 32 <= p.threads <= gemv.MAX_THREADS and p.threads % 32 == 0
             assert p.shared <= 227 * 1024
 
 
@@ -138,7 +140,7 @@ def test_get_rows_exact(dev, t):
             W, d_ids = dev.upload(raw), dev.upload(ids)
             out = dev.empty((ids.size, n_in), np.float32)
             dev.fill(out, 0xFF)
-            qmatmul.get_rows(dev, W, t, d_ids, out, n_in, scale)
+            dequant.get_rows(dev, W, t, d_ids, out, n_in, scale)
             # one fp32 multiply, as the kernel (no value here is denormal, so flush-to-zero cannot differ)
             want = dequantize(raw, t, (n_rows, n_in))[ids] * np.float32(scale)
             assert_bits_equal(out.numpy().view(np.uint32), want.view(np.uint32),
@@ -155,7 +157,7 @@ def test_dequant_bf16_exact(dev, t):
             W = dev.upload(raw)
             out = dev.empty((n_rows, n_in), np.uint16)
             dev.fill(out, 0xFF)
-            qmatmul.dequant_bf16(dev, W, t, out, n_rows, n_in)
+            dequant.dequant_bf16(dev, W, t, out, n_rows, n_in)
             want = bf16_rne(dequantize(raw, t, (n_rows, n_in)))
             assert_bits_equal(out.numpy(), want, f"dequant_bf16 {t.name} [{n_rows} x {n_in}]")
 
@@ -169,7 +171,7 @@ def gemv_cases(t: QType) -> list[tuple[int, int, int | None, str]]:
         (4096, 1000, 16, "none"),          # 16 rows per block, partial last block
         (14336, 300, None, "residual"),    # large n_in, y aliasing add
     ]
-    cases += [(2 * 256, 77, r, "bias") for r in qmatmul.ROW_CHOICES]
+    cases += [(2 * 256, 77, r, "bias") for r in gemv.ROW_CHOICES]
     if t in FLOATS:
         cases += [(1, 5, None, "none"), (100, 9, None, "bias")]  # odd lengths: one element per unit
     return cases
@@ -186,12 +188,12 @@ def test_gemv(dev, t):
         W, dx = dev.upload(raw), dev.upload(x)
         if mode == "residual":  # y holds add: the one output that cannot be poisoned
             y = dev.upload(add)
-            qmatmul.gemv(dev, W, t, dx, y, n_in, n_out, add=y, rows=rows)
+            gemv.gemv(dev, W, t, dx, y, n_in, n_out, add=y, rows=rows)
         else:
             y = dev.empty((n_out,), np.float32)
             dev.fill(y, 0xFF)
             d_add = dev.upload(add) if mode == "bias" else None
-            qmatmul.gemv(dev, W, t, dx, y, n_in, n_out, add=d_add, rows=rows)
+            gemv.gemv(dev, W, t, dx, y, n_in, n_out, add=d_add, rows=rows)
         got = y.numpy()
 
         w = dequantize(raw, t, (n_out, n_in)).astype(np.float64)

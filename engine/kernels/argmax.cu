@@ -7,7 +7,7 @@
 //
 // Napkin math: 152k logits = 608 KB. One block streams that at maybe
 // 100-150 GB/s (one SM's worth of outstanding loads) = ~5 µs; spread over
-// ~100 blocks it is a ~1 µs read. So core_ops uses the single-block `argmax`
+// ~100 blocks it is a ~1 µs read. So launchers/argmax.py uses the single-block `argmax`
 // for small n and `argmax_partial` (many blocks, one (value, index) per
 // block into a scratch buffer) + `argmax_final` (one block) for large n.
 // Decode reads back only the int at `out`.

@@ -8,7 +8,7 @@
 // Rows past the visible range are never read (they may hold garbage or NaN).
 //
 // Compile-time: KV_F16 (0/1), HEAD_DIM (multiple of 64, <= 256), GQA
-// (n_head / n_head_kv). core_ops compiles one module per model shape.
+// (n_head / n_head_kv). launchers/attention.py compiles one module per model shape.
 //
 // Kernels:
 //   kv_store            K/V rows of this step -> cache rows pos[t] (f16: round to nearest)
@@ -126,7 +126,7 @@ extern "C" __global__ void kv_store(const float* k, const float* v, kv_t* k_cach
 // every step, so each block derives its key chunk from pos[t] on the device:
 // chunk = ceil(n_keys / n_splits) rounded up to 32, at least DEC_MIN_CHUNK;
 // splits past the end exit at once. Napkin math, 8B model (8 KV heads,
-// D 128, f16), 1000 cached keys: 4 MB of K/V per layer. core_ops sizes the
+// D 128, f16), 1000 cached keys: 4 MB of K/V per layer. launchers/attention.py sizes the
 // grid for ~4 blocks per SM at full context (e.g. 32 splits per KV head for
 // n_ctx 4096); at 1000 keys the 128-key minimum chunk leaves 8 active splits
 // per head: 64 blocks, 256 warps, each scoring one 32-key tile.
@@ -339,7 +339,7 @@ extern "C" __global__ void attention_combine(const float* part_o, const float* p
 //   O += P V: the same thread owns rows 4rg..4rg+3 x dims kg*4 + 64c (float4s).
 // Shared memory rows are padded to D+4 floats so the 8 threads of a
 // 128-bit access phase hit distinct bank groups. D=128: 54 KB (4 blocks/SM),
-// D=256: 102 KB (2 blocks/SM); core_ops raises the dynamic smem limit.
+// D=256: 102 KB (2 blocks/SM); launch.function raises the dynamic smem limit.
 // Napkin math, per 32-key tile and thread: S is 8*D FMAs from D/4*6 float4
 // shared loads, PV is 8*D FMAs from 32*(1+D/64) float4 loads. D=128: 2048
 // FMAs vs 288 LDS.128 (4 smem cycles each per warp): with 4 warps per SM

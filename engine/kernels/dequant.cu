@@ -12,7 +12,7 @@
 // elements and writes them with one 16-byte store (bf16) or two (fp32):
 // consecutive threads write consecutive 16 B, i.e. fully coalesced. Rows are
 // contiguous runs of whole blocks, so element e of the matrix is element
-// e % QK of block e / QK. Grid-stride loops; launch any grid (qmatmul.py uses
+// e % QK of block e / QK. Grid-stride loops; launch any grid (launchers/dequant.py uses
 // up to 16 blocks of 256 threads per SM).
 //
 // The 8-wide path needs the 8 elements inside one block, which always holds

@@ -3,7 +3,7 @@
 //
 // All memory bound: grid-stride loops, float4 when every pointer is 16-byte
 // aligned (device allocations are; row views of n%4==0 rows stay so), with a
-// scalar tail. core_ops launches ~n/1024 blocks of 256 threads (each thread
+// scalar tail. launchers/elementwise.py launches ~n/1024 blocks of 256 threads (each thread
 // one float4 per pass), capped at a few waves.
 //
 // Expression shapes follow llama.cpp's unary.cu (architectures.md §0.5, §8):
@@ -149,7 +149,7 @@ extern "C" __global__ void f32_to_f16(const float* x, __half* y, int n) {
 }
 
 // y[r, :] += b for each of `rows` rows of length n. grid (ceil(n/1024), rows)
-// is what core_ops uses; any grid works (the loops stride by it).
+// is what launchers/elementwise.py uses; any grid works (the loops stride by it).
 extern "C" __global__ void bias_add_rows(float* y, const float* b, int rows, int n) {
     KERNEL_START();
     for (int r = blockIdx.y; r < rows; r += gridDim.y) {

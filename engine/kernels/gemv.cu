@@ -23,7 +23,7 @@
 // (~1.5 per element, 4x less x traffic, at the price of llama.cpp's
 // activation rounding).
 //
-// Layout. A block of NT threads (a multiple of 32, <= 256; qmatmul.py picks it
+// Layout. A block of NT threads (a multiple of 32, <= 256; launchers/gemv.py picks it
 // so the row's work units divide evenly) computes GEMV_ROWS consecutive rows. A
 // row is cut into work units (16-32 elements: a 16-byte piece of a block, or a
 // 16-byte vector of a float row). Warp w takes units [32w, 32w+32) of every row,
@@ -54,7 +54,7 @@
 #include "quants.cuh"
 
 #ifndef GEMV_ROWS
-#define GEMV_ROWS 4  // rows per block; qmatmul.py compiles 1, 2, 4, 8 and 16
+#define GEMV_ROWS 4  // rows per block; launchers/gemv.py compiles 1, 2, 4, 8 and 16
 #endif
 #define GEMV_MAX_THREADS 256  // __launch_bounds__(256, 2): <= 128 registers (GEMV_ROWS=16 spills a few bytes on Q5_*)
 #define GEMV_MAX_WARPS (GEMV_MAX_THREADS / 32)
@@ -141,7 +141,7 @@ __device__ __forceinline__ uint32_t spread4(uint32_t t) { return (((t & 0xFu) * 
 // Each type: QK elements and BYTES bytes per block (a float "block" is one
 // 16-byte vector, or one element on the odd-length path), UPB work units per
 // block, SPAN = per-row staging bytes of one warp step (32 units' bytes + up to
-// 15 of alignment slack, in whole 16-byte chunks; qmatmul.py computes the same),
+// 15 of alignment slack, in whole 16-byte chunks; launchers/gemv.py computes the same),
 // Xs = the unit's x values, and dot(buf, off, sub, xs) = the unit's partial dot
 // product for the block staged at byte `off` of buf.
 template <int UPB_, int QK_, int BYTES_>
@@ -403,7 +403,7 @@ struct Q5_1 : Layout<1, 32, 24> {  // d, m, qh[4], qs[16]; v d + m
 };
 
 // ---- the kernel ---------------------------------------------------------------
-// Dynamic shared memory: NT/32 * GEMV_ROWS * Q::SPAN bytes (qmatmul.py).
+// Dynamic shared memory: NT/32 * GEMV_ROWS * Q::SPAN bytes (launchers/gemv.py).
 template <class Q>
 __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const float* __restrict__ x, float* y,
                                           const float* add, int n_in, int n_out) {

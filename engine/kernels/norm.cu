@@ -5,7 +5,7 @@
 // y = (scale*x)*w. Memory bound: a row is read twice (the second read hits
 // L1/L2: 8192 floats = 32 KB) and written once.
 //
-// Launch: grid = rows, block = a multiple of 32 up to 1024 (core_ops picks
+// Launch: grid = rows, block = a multiple of 32 up to 1024 (launchers/norm.py picks
 // ~n/4 threads, so each thread owns about one float4: 32 threads for a
 // 128-wide head norm, 1024 for n_embd 4096..8192).
 // y may alias x (each thread rewrites only the elements it read). w may be

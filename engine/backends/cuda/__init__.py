@@ -23,6 +23,7 @@ import numpy as np
 from ...config import ModelConfig
 from ...gguf_file import GGUFFile
 from ...quants import QType
+from . import launchers
 from .device import DArray, Device, Workspace
 
 # Prefill/decode switch: up to this many tokens the matrix-vector kernels
@@ -71,9 +72,7 @@ class KVLayer:
         return Rotation(positions, c.rope_base[il], c.rope_scale[il], self.state.rope_freqs, c.rope_type, c.n_rot)
 
     def store(self, positions: Positions, k: DArray, v: DArray):
-        from . import core_ops
-
-        core_ops.kv_store(self.state.backend.dev, k, v, self.k, self.v, positions.dev)
+        launchers.attention.kv_store(self.state.backend.dev, k, v, self.k, self.v, positions.dev)
         return self.k, self.v
 
     def reset(self) -> None:
@@ -104,9 +103,8 @@ class Ops:
     the workspace, which the model resets at the start of each pass."""
 
     def __init__(self, backend: "Backend"):
-        from . import core_ops, qmatmul
 
-        self.b, self.dev, self.core, self.q = backend, backend.dev, core_ops, qmatmul
+        self.b, self.dev = backend, backend.dev
         self._scratch: DArray | None = None
 
     def _empty(self, shape, dtype=np.float32) -> DArray:
@@ -114,13 +112,13 @@ class Ops:
 
     def embed(self, table: QWeight, tokens: DArray, scale: float = 1.0) -> DArray:
         x = self._empty((tokens.size, table.n_in))
-        self.q.get_rows(self.dev, table.data, table.qtype, tokens, x, table.n_in, scale)
+        launchers.dequant.get_rows(self.dev, table.data, table.qtype, tokens, x, table.n_in, scale)
         self.b.workspace.set_mark()  # everything after the embedding is per-layer scratch
         return x
 
     def rms_norm(self, x: DArray, w: DArray | None, eps: float) -> DArray:
         y = self._empty(x.shape)
-        self.core.rms_norm(self.dev, x, w, y, eps)
+        launchers.norm.rms_norm(self.dev, x, w, y, eps)
         return y
 
     def matmuls(self, x: DArray, weights, biases=None) -> list[DArray]:
@@ -147,7 +145,7 @@ class Ops:
     def add_rms_norm(self, x: DArray, a: DArray, w: DArray, eps: float):
         """``x += a`` in place (x is this pass's residual stream), then the norm."""
         y = self._empty(x.shape)
-        self.core.add_rms_norm(self.dev, x, a, w, y, eps)
+        launchers.norm.add_rms_norm(self.dev, x, a, w, y, eps)
         return x, y
 
     def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None, add: DArray | None = None) -> DArray:
@@ -155,24 +153,24 @@ class Ops:
         y = self._empty((T, w.n_out))
         if T <= GEMV_MAX_TOKENS and (bias is None or add is None):
             # the kernel adds one vector to its output: a bias or the residual
-            self.q.gemv(self.dev, w.data, w.qtype, x, y, w.n_in, w.n_out, add=bias if add is None else add)
+            launchers.gemv.gemv(self.dev, w.data, w.qtype, x, y, w.n_in, w.n_out, add=bias if add is None else add)
             return y
         if w.qtype == QType.F32:  # the file's own precision: an fp32 GEMM, nothing rounded
             self.b.cublas.gemm(x, w.data, y, T, w.n_in, w.n_out, "f32")
         elif w.qtype == QType.F16:  # f16 weights as stored, activations rounded to f16
             xh = self._empty((T, w.n_in), np.float16)
-            self.core.f32_to_f16(self.dev, x, xh)
+            launchers.elementwise.f32_to_f16(self.dev, x, xh)
             self.b.cublas.gemm(xh, w.data, y, T, w.n_in, w.n_out, "f16")
         else:  # quantised types dequantised to bf16; BF16 copied through the same path, bit for bit
             wb = self._bf16_scratch(w.n_out * w.n_in).reshape(w.n_out, w.n_in)
-            self.q.dequant_bf16(self.dev, w.data, w.qtype, wb, w.n_out, w.n_in)
+            launchers.dequant.dequant_bf16(self.dev, w.data, w.qtype, wb, w.n_out, w.n_in)
             xb = self._empty((T, w.n_in), np.uint16)  # bf16 bits
-            self.core.f32_to_bf16(self.dev, x, xb)
+            launchers.elementwise.f32_to_bf16(self.dev, x, xb)
             self.b.cublas.gemm(xb, wb, y, T, w.n_in, w.n_out, "bf16")
         if bias is not None:
-            self.core.bias_add_rows(self.dev, y, bias)
+            launchers.elementwise.bias_add_rows(self.dev, y, bias)
         if add is not None:
-            self.core.add(self.dev, y, add, y)
+            launchers.elementwise.add(self.dev, y, add, y)
         return y
 
     def _bf16_scratch(self, n: int) -> DArray:
@@ -191,33 +189,33 @@ class Ops:
             groups = xs
         for x in groups:
             r = rotation
-            self.core.rope(self.dev, x, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale, r.freq_div)
+            launchers.rope.rope(self.dev, x, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale, r.freq_div)
         return list(xs)
 
     def attention(self, q: DArray, keys: DArray, values: DArray, positions: Positions, scale: float,
                   window: int = 0) -> DArray:
         T, H, D = q.shape
         out = self._empty((T, H * D))
-        self.core.attention(self.dev, q, keys, values, out, positions.dev, scale, window)
+        launchers.attention.attention(self.dev, q, keys, values, out, positions.dev, scale, window)
         return out
 
     def add(self, a: DArray, b: DArray) -> DArray:
         y = self._empty(a.shape)
-        self.core.add(self.dev, a, b, y)
+        launchers.elementwise.add(self.dev, a, b, y)
         return y
 
     def swiglu(self, g: DArray, u: DArray) -> DArray:
         y = self._empty(g.shape)
-        self.core.silu_mul(self.dev, g, u, y)
+        launchers.elementwise.silu_mul(self.dev, g, u, y)
         return y
 
     def geglu(self, g: DArray, u: DArray) -> DArray:
         y = self._empty(g.shape)
-        self.core.gelu_tanh_mul(self.dev, g, u, y)
+        launchers.elementwise.gelu_tanh_mul(self.dev, g, u, y)
         return y
 
     def softcap(self, x: DArray, cap: float) -> DArray:
-        self.core.softcap(self.dev, x, cap)
+        launchers.elementwise.softcap(self.dev, x, cap)
         return x
 
     def last_row(self, x: DArray) -> DArray:
@@ -332,10 +330,8 @@ class Backend:
         return self.dev.download(self.logits).reshape(-1)
 
     def _decode_body(self, model) -> None:
-        from . import core_ops
 
         self.workspace.reset()
         self.logits = model.run(self.token, Positions(self.pos, 1))
-        core_ops.argmax(self.dev, self.logits, self.next_token)
-        self.dev.launch(self.dev.function("decode.cu", "advance"), (1,), (1,),
-                        (self.next_token, self.token, self.pos))
+        launchers.argmax.argmax(self.dev, self.logits, self.next_token)
+        launchers.decode.advance(self.dev, self.next_token, self.token, self.pos)

@@ -13,7 +13,8 @@ import numpy as np
 
 from ...quants import BLOCK, QType, row_bytes
 from .device import DArray, Device, check
-from .qmatmul import SUPPORTED, gemv, gemv_plan
+from .launch import WEIGHT_TYPES
+from .launchers.gemv import gemv, gemv_plan
 
 _F16_FIELDS = {QType.Q4_0: (0,), QType.Q4_1: (0, 2), QType.Q5_0: (0,), QType.Q5_1: (0, 2), QType.Q8_0: (0,),
                QType.Q4_K: (0, 2), QType.Q5_K: (0, 2), QType.Q6_K: (208,)}
@@ -113,7 +114,7 @@ def bench_gemv(dev: Device, qtype, n_in: int, n_out: int, iters: int = 50, rows:
 QWEN3_8B_SHAPES = ((4096, 4096), (4096, 1024), (4096, 12288), (12288, 4096), (4096, 151936))
 
 
-def bench_all(dev: Device, types=SUPPORTED, shapes=QWEN3_8B_SHAPES, iters: int = 50,
+def bench_all(dev: Device, types=WEIGHT_TYPES, shapes=QWEN3_8B_SHAPES, iters: int = 50,
               rows: int | None = None, max_bytes: int = 1 << 30) -> list[dict]:
     """``bench_gemv`` over types x shapes (skipping weights over ``max_bytes``);
     one dict per case, also printed as a table."""

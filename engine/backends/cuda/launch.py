@@ -17,6 +17,7 @@ import weakref
 import numpy as np
 
 from ...errors import AnvilError
+from ...quants import QType
 from .device import DArray, Device, check
 
 DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a kernel may use without opting in
@@ -64,6 +65,12 @@ def aligned(a: DArray, what: str, n: int = 16) -> None:
         raise AnvilError(f"CUDA kernel argument {what} must be {n}-byte aligned (address {a.ptr:#x})")
 
 
+def check_f32(*arrays: DArray | None) -> None:
+    for a in arrays:
+        if a is not None and a.dtype != np.float32:
+            raise TypeError(f"expected a float32 DArray, got {a.dtype} {a.shape}")
+
+
 def scratch(dev: Device, name: str, nbytes: int) -> DArray:
     """A per-device buffer of at least ``nbytes``, reused across calls (one
     stream, so consecutive kernels never use it concurrently). Allocated
@@ -81,3 +88,26 @@ def scratch(dev: Device, name: str, nbytes: int) -> DArray:
         buf = DArray(int(check(dev.driver.cuMemAlloc(nbytes))), (nbytes,), np.dtype(np.uint8), dev)
         bufs[name] = buf
     return buf
+
+
+# ---- the GGUF weight types the kernels read (gemv.cu, dequant.cu) ----------
+
+WEIGHT_TYPES: tuple[QType, ...] = (
+    QType.F32, QType.F16, QType.BF16, QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1,
+    QType.Q8_0, QType.Q4_K, QType.Q5_K, QType.Q6_K,
+)
+TYPE_SUFFIX = {QType.F32: "f32", QType.F16: "f16", QType.BF16: "bf16", QType.Q4_0: "q4_0", QType.Q4_1: "q4_1",
+           QType.Q5_0: "q5_0", QType.Q5_1: "q5_1", QType.Q8_0: "q8_0", QType.Q4_K: "q4_k", QType.Q5_K: "q5_k",
+           QType.Q6_K: "q6_k"}
+
+
+def weight_type(qtype, what: str) -> QType:
+    try:
+        qt = QType(int(qtype))
+    except ValueError:
+        qt = None
+    if qt not in TYPE_SUFFIX:
+        name = qt.name if qt is not None else f"ggml type {int(qtype)}"
+        raise AnvilError(f"CUDA {what}: unsupported weight type {name}; "
+                         f"supported: {', '.join(t.name for t in WEIGHT_TYPES)}")
+    return qt

@@ -1,0 +1,106 @@
+"""Launchers for attention.cu: the KV-cache store and causal GQA attention
+(split-K decode for a few queries, tiled prefill otherwise). Attention needs
+a scratch buffer for its splits: pass one (e.g. from the forward pass's
+Workspace) or the launcher takes ``launch.scratch``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import launch
+from ..device import DArray, Device
+
+
+DECODE_MAX_T = 4        # up to this many queries use the split-K decode kernel
+DEC_WARPS = 4           # attention.cu: warps per decode block
+DEC_MIN_CHUNK = 128     # attention.cu: smallest key chunk per split
+DEC_BLOCKS_PER_SM = 4   # split so decode fills ~4 blocks per SM at full context
+PF_BQ = 32              # attention.cu: queries per prefill block
+
+
+def _kv_f16(cache: DArray) -> int:
+    if cache.dtype == np.float16:
+        return 1
+    if cache.dtype == np.float32:
+        return 0
+    raise TypeError(f"KV cache must be float16 or float32, got {cache.dtype}")
+
+
+def attention_defines(k_cache: DArray, n_head: int) -> dict:
+    n_ctx, n_head_kv, head_dim = k_cache.shape
+    assert n_head % n_head_kv == 0, (n_head, n_head_kv)
+    return {"KV_F16": _kv_f16(k_cache), "HEAD_DIM": head_dim, "GQA": n_head // n_head_kv}
+
+
+def kv_store(dev: Device, k: DArray, v: DArray, k_cache: DArray, v_cache: DArray, pos: DArray) -> None:
+    """Write k, v [T, n_head_kv*head_dim] into cache rows pos[t] of the
+    [n_ctx, n_head_kv, head_dim] caches (f16 caches round to nearest)."""
+    launch.check_f32(k, v)
+    T = k.shape[0]
+    kv_dim = k.size // T
+    assert k_cache.shape[1] * k_cache.shape[2] == kv_dim and v_cache.shape == k_cache.shape
+    assert v_cache.dtype == k_cache.dtype and pos.dtype == np.int32
+    fn = launch.function(dev, "attention.cu", "kv_store", {"KV_F16": _kv_f16(k_cache)})
+    dev.launch(fn, (T,), (256,), [k, v, k_cache, v_cache, pos, T, kv_dim])
+
+
+def decode_splits(sm_count: int, T: int, n_head_kv: int, n_ctx: int) -> int:
+    """Fixed split count for the decode kernel: enough blocks for
+    ~DEC_BLOCKS_PER_SM per SM, never chunks shorter than DEC_MIN_CHUNK of the
+    whole cache. Depends on shapes only (graph-safe)."""
+    want = launch.ceil_div(DEC_BLOCKS_PER_SM * sm_count, n_head_kv * T)
+    return max(1, min(launch.ceil_div(n_ctx, DEC_MIN_CHUNK), want))
+
+
+def attention_scratch_nbytes(dev: Device, T: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int) -> int:
+    """Scratch the decode path needs (0 for prefill or a single split)."""
+    if T > DECODE_MAX_T:
+        return 0
+    s = decode_splits(dev.sm_count, T, n_head_kv, n_ctx)
+    return 0 if s == 1 else 4 * T * n_head * s * (head_dim + 2)
+
+
+def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DArray, pos: DArray,
+              scale: float, window: int = 0, scratch: DArray | None = None, path: str | None = None) -> None:
+    """Causal GQA attention of q [T, n_head, head_dim] (query t at position
+    pos[t]) over the cache rows it can see; out [T, n_head*head_dim].
+
+    path: None picks decode (split-K) for T <= DECODE_MAX_T, else prefill
+    (tiled); "decode" / "prefill" force one (both are correct for any T).
+    """
+    launch.check_f32(q, out)
+    T, n_head, head_dim = q.shape
+    n_ctx, n_head_kv, hd = k_cache.shape
+    assert hd == head_dim and head_dim in (64, 128, 256), head_dim  # attention.cu static_assert
+    assert v_cache.shape == k_cache.shape and v_cache.dtype == k_cache.dtype
+    assert out.size == q.size and pos.dtype == np.int32 and pos.size >= T
+    defines = attention_defines(k_cache, n_head)
+    args_tail = [float(scale), int(window)]
+    path = path or ("decode" if T <= DECODE_MAX_T else "prefill")
+
+    if path == "prefill":
+        shared = 4 * (3 * PF_BQ * (head_dim + 4) + PF_BQ * (PF_BQ + 4))  # Q, K, V tiles + P
+        fn = launch.function(dev, "attention.cu", "attention_prefill", defines, shared)
+        dev.launch(fn, (launch.ceil_div(T, PF_BQ), n_head), (128,),
+                   [q, k_cache, v_cache, out, pos, T, n_head, n_head_kv] + args_tail, shared=shared)
+        return
+    assert path == "decode", path
+
+    n_splits = decode_splits(dev.sm_count, T, n_head_kv, n_ctx)
+    G = defines["GQA"]
+    shared = 4 * DEC_WARPS * G * (head_dim + 32 + 2)  # per-warp O (q aliases it) + P + (m, l)
+    fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
+    if n_splits == 1:
+        part_o = part_ml = launch.null()
+    else:
+        n_part = T * n_head * n_splits
+        nbytes = 4 * n_part * (head_dim + 2)
+        buf = scratch if scratch is not None else launch.scratch(dev, "attention", nbytes)
+        assert buf.nbytes >= nbytes, (buf.nbytes, nbytes)
+        part_o = DArray(buf.ptr, (n_part, head_dim), np.dtype(np.float32), dev)
+        part_ml = DArray(buf.ptr + 4 * n_part * head_dim, (n_part, 2), np.dtype(np.float32), dev)
+    dev.launch(fn, (n_splits, n_head_kv, T), (32 * DEC_WARPS,),
+               [q, k_cache, v_cache, out, part_o, part_ml, pos, n_head, n_head_kv] + args_tail, shared=shared)
+    if n_splits > 1:
+        fn = launch.function(dev, "attention.cu", "attention_combine", defines)
+        dev.launch(fn, (n_head, T), (head_dim,), [part_o, part_ml, out, pos, n_head, n_splits, int(window)])

@@ -1,0 +1,71 @@
+"""Launchers for elementwise.cu: gated activations, adds, scales, softcap, casts, bias rows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import launch
+from ..device import DArray, Device
+
+
+def _ew_launch(dev: Device, name: str, n: int, args: list) -> None:
+    """~one float4 per thread per pass, at most 8 waves of 256-thread blocks."""
+    blocks = max(1, min(launch.ceil_div(n, 1024), 8 * dev.sm_count))
+    dev.launch(launch.function(dev, "elementwise.cu", name), (blocks,), (256,), args)
+
+
+def silu_mul(dev: Device, g: DArray, u: DArray, y: DArray) -> None:
+    """y = silu(g) * u (SwiGLU)."""
+    launch.check_f32(g, u, y)
+    assert g.size == u.size == y.size
+    _ew_launch(dev, "silu_mul", g.size, [g, u, y, g.size])
+
+
+def gelu_tanh_mul(dev: Device, g: DArray, u: DArray, y: DArray) -> None:
+    """y = gelu_tanh(g) * u (GeGLU, gemma)."""
+    launch.check_f32(g, u, y)
+    assert g.size == u.size == y.size
+    _ew_launch(dev, "gelu_tanh_mul", g.size, [g, u, y, g.size])
+
+
+def add(dev: Device, a: DArray, b: DArray, y: DArray) -> None:
+    """y = a + b (y may be a or b)."""
+    launch.check_f32(a, b, y)
+    assert a.size == b.size == y.size
+    _ew_launch(dev, "add", a.size, [a, b, y, a.size])
+
+
+def scale(dev: Device, x: DArray, s: float) -> None:
+    """x *= s in place."""
+    launch.check_f32(x)
+    _ew_launch(dev, "scale", x.size, [x, float(s), x.size])
+
+
+def softcap(dev: Device, x: DArray, cap: float) -> None:
+    """x = cap * tanh(x / cap) in place."""
+    launch.check_f32(x)
+    _ew_launch(dev, "softcap", x.size, [x, float(cap), x.size])
+
+
+def f32_to_bf16(dev: Device, x: DArray, y: DArray) -> None:
+    """y (any 2-byte dtype, e.g. uint16 holding bf16 bits) = bf16(x), round to nearest even."""
+    launch.check_f32(x)
+    assert y.size == x.size and np.dtype(y.dtype).itemsize == 2
+    _ew_launch(dev, "f32_to_bf16", x.size, [x, y, x.size])
+
+
+def f32_to_f16(dev: Device, x: DArray, y: DArray) -> None:
+    """y (float16, or any 2-byte dtype) = f16(x), round to nearest even."""
+    launch.check_f32(x)
+    assert y.size == x.size and np.dtype(y.dtype).itemsize == 2
+    _ew_launch(dev, "f32_to_f16", x.size, [x, y, x.size])
+
+
+def bias_add_rows(dev: Device, y: DArray, b: DArray) -> None:
+    """y[r, :] += b for every row of y (row length b.size)."""
+    launch.check_f32(y, b)
+    n = b.size
+    rows = y.size // n
+    assert rows * n == y.size
+    fn = launch.function(dev, "elementwise.cu", "bias_add_rows")
+    dev.launch(fn, (min(launch.ceil_div(n, 256), 64), min(rows, 65535)), (256,), [y, b, rows, n])
