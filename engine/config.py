@@ -67,8 +67,9 @@ class ModelConfig:
             return gf.get(full) if default is ... else gf.get(full, default)
 
         def positive_int(name, value):
-            if not isinstance(value, int) or value <= 0:
-                raise GGUFError(gf.path, f"key '{arch}.{name}' must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                stored = "" if isinstance(value, int) else f" (stored as {type(value).__name__})"
+                raise GGUFError(gf.path, f"key '{arch}.{name}' must be a positive integer, got {value!r}{stored}")
             return value
 
         def real(name, value, *, zero_ok=False):
