@@ -38,6 +38,10 @@ from gguf import GGUFValueType as V
 from gguf import LlamaFileType as FT
 
 from .atomic import atomic_open
+from .config import ModelConfig
+from .gguf_file import GGUFFile
+from .models import family
+from .models.weights import GLOBAL
 
 GAIN = 1.0           # weight std = GAIN/sqrt(fan_in): unit-RMS inputs give O(1) outputs
 EMBD_STD = 1.0       # x0 (the embedded token) has RMS 1, like one layer's contribution
@@ -130,14 +134,46 @@ def _q4_k_m(role: str, il: int, p: Preset) -> T:
     return T.Q4_K            # token_embd (untied) keeps the default type
 
 
+def preset_config(p: Preset, n_vocab: int) -> ModelConfig:
+    """The ModelConfig of a file of preset ``p``: the metadata this module
+    writes, read by config.py (the one reader of GGUF keys), plus which
+    optional tensors the preset carries (config.py learns those from the
+    tensor table, which is not written yet)."""
+    import tempfile
+
+    kvs = _metadata(p, n_vocab)
+    with tempfile.TemporaryDirectory(prefix="anvil-synth-") as d:
+        path = Path(d) / "metadata.gguf"
+        path.write_bytes(struct.pack("<IIQQ", GGUF_MAGIC, GGUF_VERSION, 0, len(kvs)) + b"".join(kvs))
+        cfg = ModelConfig.from_gguf(GGUFFile(path))
+    return replace(cfg, qkv_bias=p.qkv_bias, has_rope_freqs=p.rope_freqs, tied_output=p.tied)
+
+
+def _converter_order(specs: list) -> list:
+    """A bias right after its weight, as llama.cpp's converters write them."""
+    biases = {s.gguf_name.removesuffix(".bias"): s for s in specs if s.gguf_name.endswith(".bias")}
+    out = []
+    for s in specs:
+        if not s.gguf_name.endswith(".bias"):
+            out.append(s)
+            if s.gguf_name.removesuffix(".weight") in biases:
+                out.append(biases[s.gguf_name.removesuffix(".weight")])
+    return out
+
+
 def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, str, float]]:
-    """(name, ne (ne0 first), type, init kind, std) for every tensor, in file order."""
-    E, hd, L = p.n_embd, p.head_dim, p.n_layer
-    q_dim, kv_dim = p.n_head * hd, p.n_head_kv * hd
+    """(name, ne (ne0 first), type, init kind, std) for every tensor, in file
+    order. Names and shapes are the family's (``layer_tensors``); the types
+    and initial values are this module's choice per role."""
+    cfg = preset_config(p, n_vocab)
+    E = p.n_embd
     mix = None if p.mix == "Q4_K_M" else {r: T[t] for r, t in p.mix}
 
     def qtype(role: str, il: int = -1) -> T:
         return _q4_k_m(role, il, p) if mix is None else mix[role]
+
+    def ne(shape) -> tuple[int, ...]:  # GGUF order: ne0 (the row length) first
+        return tuple(reversed(shape))
 
     # logit std = std(head) * sqrt(n_embd) * rms(output_norm weight), see _logit_std.
     # Untied: output_norm ~1 and the head std sets the logit std. Tied: the
@@ -149,35 +185,26 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
     # context swamp the token's identity (23-47% repeats). Random signs make the
     # bonus sum g_i e_i^2 zero-mean, giving untied-like behaviour.
     rms_g = math.sqrt(1 + NORM_JITTER ** 2)
-    x0_scale = math.sqrt(E) if p.arch == "gemma3" else 1.0
-    embd_std = EMBD_STD / x0_scale
+    embd_std = EMBD_STD / cfg.embd_scale  # gemma3 scales x0 by sqrt(n_embd)
     head_std = embd_std if p.tied else _logit_std(p, n_vocab) / (math.sqrt(E) * rms_g)
     out_gain = _logit_std(p, n_vocab) / (embd_std * math.sqrt(E) * rms_g) if p.tied else 1.0
-    out = [("token_embd.weight", (E, n_vocab), qtype("token_embd"), "head" if p.tied else "weight", embd_std)]
-    if p.rope_freqs:
-        out.append(("rope_freqs.weight", (hd // 2,), T.F32, "rope_freqs", 0.0))
-    for il in range(L):
-        b = f"blk.{il}."
-        out.append((b + "attn_norm.weight", (E,), T.F32, "norm", 0.0))
-        for role, rows in (("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim)):
-            out.append((b + role + ".weight", (E, rows), qtype(role, il), "weight", GAIN / math.sqrt(E)))
-            if p.qkv_bias:
-                out.append((b + role + ".bias", (rows,), T.F32, "bias", BIAS_STD))
-        if p.arch in ("qwen3", "gemma3"):
-            out.append((b + "attn_q_norm.weight", (hd,), T.F32, "norm", 0.0))
-            out.append((b + "attn_k_norm.weight", (hd,), T.F32, "norm", 0.0))
-        out.append((b + "attn_output.weight", (q_dim, E), qtype("attn_output", il), "weight", GAIN / math.sqrt(q_dim)))
-        if p.arch == "gemma3":
-            out.append((b + "post_attention_norm.weight", (E,), T.F32, "norm", 0.0))
-        out.append((b + "ffn_norm.weight", (E,), T.F32, "norm", 0.0))
-        out.append((b + "ffn_gate.weight", (E, p.n_ff), qtype("ffn_gate", il), "weight", GAIN / math.sqrt(E)))
-        out.append((b + "ffn_up.weight", (E, p.n_ff), qtype("ffn_up", il), "weight", GAIN / math.sqrt(E)))
-        out.append((b + "ffn_down.weight", (p.n_ff, E), qtype("ffn_down", il), "weight", GAIN / math.sqrt(p.n_ff)))
-        if p.arch == "gemma3":
-            out.append((b + "post_ffw_norm.weight", (E,), T.F32, "norm", 0.0))
-    out.append(("output_norm.weight", (E,), T.F32, "norm_signed" if p.tied else "norm", out_gain))
+    out = [("token_embd.weight", ne(GLOBAL["token_embd"].shape(cfg)), qtype("token_embd"),
+            "head" if p.tied else "weight", embd_std)]
+    if GLOBAL["rope_freqs"].required(cfg):
+        out.append(("rope_freqs.weight", ne(GLOBAL["rope_freqs"].shape(cfg)), T.F32, "rope_freqs", 0.0))
+    fam = family(cfg.arch)
+    for il in range(cfg.n_layer):
+        for spec in _converter_order([s for s in fam.layer_tensors(cfg, il).values() if s.required(cfg)]):
+            name, shape = spec.gguf_name.format(i=il), spec.shape(cfg)
+            if len(shape) == 1:
+                bias = name.endswith(".bias")
+                out.append((name, ne(shape), T.F32, "bias" if bias else "norm", BIAS_STD if bias else 0.0))
+            else:  # role: "attn_q" of blk.N.attn_q.weight; unit-RMS inputs give O(1) outputs
+                out.append((name, ne(shape), qtype(name.split(".")[2], il), "weight", GAIN / math.sqrt(shape[-1])))
+    out.append(("output_norm.weight", ne(GLOBAL["output_norm"].shape(cfg)), T.F32,
+                "norm_signed" if p.tied else "norm", out_gain))
     if not p.tied:
-        out.append(("output.weight", (E, n_vocab), qtype("output"), "head", head_std))
+        out.append(("output.weight", ne(GLOBAL["output"].shape(cfg)), qtype("output"), "head", head_std))
     return out
 
 
