@@ -21,6 +21,16 @@ ROPE_NEOX = "neox"  # rotate (i, i + n_rot/2): qwen2, qwen3, gemma3
 
 
 @dataclass(frozen=True)
+class MoEConfig:
+    """Mixture-of-Experts FFN (architectures.md §0.6, §3): a router over
+    ``n_expert`` SwiGLU experts of width ``n_ff_exp``, ``n_expert_used`` per token."""
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    norm_topk: bool  # renormalise the chosen experts' weights to sum 1 (qwen3moe: always)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     arch: str
     n_vocab: int
@@ -51,6 +61,7 @@ class ModelConfig:
     tied_output: bool  # head reuses token_embd
     bos_token_id: int | None
     eos_token_id: int | None
+    moe: MoEConfig | None = None  # the MoE group, for architectures with routed experts
 
     @property
     def n_gqa(self) -> int:
@@ -137,15 +148,27 @@ class ModelConfig:
             softcap = real("final_logit_softcapping", key("final_logit_softcapping", 0.0), zero_ok=True)
             activation = "gelu_tanh"
 
+        moe = None
+        if arch == "qwen3moe":
+            n_expert = positive_int("expert_count", key("expert_count"))
+            n_used = positive_int("expert_used_count", key("expert_used_count"))
+            if n_used > n_expert:
+                raise GGUFError(gf.path, f"key '{arch}.expert_used_count' ({n_used}) exceeds expert_count ({n_expert})")
+            n_ff_exp = positive_int("expert_feed_forward_length",
+                                    _scalar(gf, f"{arch}.expert_feed_forward_length",
+                                            key("expert_feed_forward_length", n_ff // n_used)))
+            # llama.cpp hard-codes norm_w = true for qwen3moe (HF's norm_topk_prob is not read)
+            moe = MoEConfig(n_expert, n_used, n_ff_exp, norm_topk=True)
+
         return cls(
-            arch=arch, n_vocab=int(n_vocab), n_ctx_train=positive_int("context_length", key("context_length")),
+            arch=arch, moe=moe, n_vocab=int(n_vocab), n_ctx_train=positive_int("context_length", key("context_length")),
             n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
             n_ff=n_ff, n_rot=n_rot, rope_type=ROPE_NORM if arch == "llama" else ROPE_NEOX, rms_eps=rms_eps,
             rope_base=tuple(rope_base), rope_scale=tuple(rope_scale),
             has_rope_freqs=arch == "llama" and gf.has_tensor("rope_freqs.weight"),
             swa_window=tuple(swa_window), attn_scale=attn_scale, embd_scale=embd_scale,
             final_softcap=softcap, activation=activation,
-            qk_norm=arch in ("qwen3", "gemma3"), post_norms=arch == "gemma3",
+            qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"), post_norms=arch == "gemma3",
             qkv_bias=gf.has_tensor("blk.0.attn_q.bias"),
             output_bias=arch == "qwen2" and gf.has_tensor("output.bias"),
             tied_output=not gf.has_tensor("output.weight"),

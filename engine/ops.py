@@ -49,6 +49,16 @@ class Ops(Protocol):
     def geglu(self, g, u):
         """``GELU_tanh(g) ⊙ u``, ``GELU_tanh(x) = 0.5x(1 + tanh(0.7978845608·x·(1 + 0.044715x²)))``."""
 
+    def moe_route(self, x, router, k, norm):
+        """Per row of x ``[T, n_embd]``: ``p = softmax(router·x)`` over the ``[n_expert, n_embd]``
+        router's experts, the top ``k`` by p (ties to the lower id, in descending order) and their
+        weights ``p[ids]``, divided by ``max(Σ, 2^-14)`` when ``norm``. (ids int32 ``[T, k]``,
+        weights ``[T, k]``)."""
+
+    def moe_ffn(self, x, ids, weights, gate_exps, up_exps, down_exps):
+        """``Σ_j weights[t, j] · down[e]·(SiLU(gate[e]·x_t) ⊙ (up[e]·x_t))``, ``e = ids[t, j]``, summed
+        in selection order; expert tensors ``[n_expert, n_out, n_in]``. ``[T, n_embd]``."""
+
     def softcap(self, x, cap):
         """``cap · tanh(x / cap)`` (gemma's final logit softcap)."""
 

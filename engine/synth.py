@@ -75,6 +75,9 @@ class Preset:
     softcap: float = 0.0      # gemma3 final_logit_softcapping
     logit_std: float | None = None  # pre-softcap logit std; None -> napkin formula
     head_row_sigma: float = 0.0     # log-normal spread of head row norms
+    n_expert: int = 0               # MoE (qwen3moe): experts per layer, used per token, expert FFN width
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
 
 
 _TINY = dict(n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512)
@@ -104,6 +107,12 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     # The 8B shapes' head is scaled past the napkin target: at its median 1.5
     # llama.cpp's CUDA references measured median top-2 margins of 1.52-1.56;
     # logit std 17 puts them near 2.5, above the decisive 2.
+    # Mixture of experts: 8 SwiGLU experts of width 256, 2 per token, on every layer.
+    Preset("tiny-qwen3moe", "qwen3moe", **_TINY, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6,
+           vocab="qwen2", n_expert=8, n_expert_used=2, n_ff_exp=256, file_type=FT.MOSTLY_Q4_K_M,
+           mix=(("token_embd", "Q4_K"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
+                ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("ffn_gate_exps", "Q4_K"),
+                ("ffn_up_exps", "Q4_K"), ("ffn_down_exps", "Q6_K"))),
     Preset("qwen3-8b", "qwen3", n_embd=4096, n_layer=36, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=12288, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2",
            mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
@@ -170,6 +179,8 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
     mix = None if p.mix == "Q4_K_M" else {r: T[t] for r, t in p.mix}
 
     def qtype(role: str, il: int = -1) -> T:
+        if role == "ffn_gate_inp":
+            return T.F32  # the router: llama.cpp's quantizer never quantises it
         return _q4_k_m(role, il, p) if mix is None else mix[role]
 
     def ne(shape) -> tuple[int, ...]:  # GGUF order: ne0 (the row length) first
@@ -456,6 +467,10 @@ def _metadata(p: Preset, n_vocab: int) -> list[bytes]:
         kv.append(_kv(f"{a}.rope.freq_base_swa", V.FLOAT32, p.rope_freq_base_swa))
     if p.softcap:
         kv.append(_kv(f"{a}.final_logit_softcapping", V.FLOAT32, p.softcap))
+    if p.n_expert:
+        for k, v in (("expert_count", p.n_expert), ("expert_used_count", p.n_expert_used),
+                     ("expert_feed_forward_length", p.n_ff_exp)):
+            kv.append(_kv(f"{a}.{k}", V.UINT32, v))
     return kv
 
 

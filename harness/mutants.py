@@ -117,6 +117,35 @@ def _gelu_erf(x):
     return (np.float32(0.5) * x * (np.float32(1) + erf(x / np.float32(np.sqrt(2))))).astype(np.float32)
 
 
+def _moe(c):
+    return c.moe is not None
+
+
+def _moe_route_sigmoid(x, router, k, norm):
+    """Router gating by sigmoid instead of softmax (another family's choice)."""
+    import numpy as np
+
+    from engine.backends.numpy.ops import MOE_NORM_CLAMP
+
+    p = (1.0 / (1.0 + np.exp(-(x @ router.T).astype(np.float64)))).astype(np.float32)
+    ids = np.argsort(-p, axis=-1, kind="stable")[:, :k].astype(np.int32)
+    w = np.take_along_axis(p, ids, axis=-1)
+    return ids, (w / np.maximum(w.sum(axis=-1, keepdims=True), MOE_NORM_CLAMP) if norm else w).astype(np.float32)
+
+
+def _moe_weights_reversed():
+    """Each chosen expert weighted by another's routing weight: the router's
+    weights handed on in reverse order of its expert ids."""
+    from engine.backends.numpy import ops
+
+    real = ops.moe_route
+
+    def route(x, router, k, norm):
+        ids, w = real(x, router, k, norm)
+        return ids, w[:, ::-1]
+    yield mock.patch.object(ops, "moe_route", route)
+
+
 def _gelu_quick(x):
     import numpy as np
 
@@ -223,6 +252,14 @@ MUTANTS = [
     # erf and tanh GELU differ by < 5e-4, under one f16 step of llama.cpp's CPU
     # GELU table: against CPU references only just visible (gemma3-270m's twin);
     # the CUDA engine against the NumPy oracle (both fp32) sees it clearly.
+    Mutant("moe-top-k-less", "one expert fewer per token than expert_used_count", _moe,
+           _config(moe=lambda c: dataclasses.replace(c.moe, n_expert_used=c.moe.n_expert_used - 1))),
+    Mutant("moe-no-renorm", "the chosen experts' weights not renormalised to sum 1", _moe,
+           _config(moe=lambda c: dataclasses.replace(c.moe, norm_topk=False))),
+    Mutant("moe-router-sigmoid", "router probabilities by sigmoid instead of softmax", _moe,
+           _op("moe_route", _moe_route_sigmoid)),
+    Mutant("moe-weights-reversed", "each chosen expert weighted by another's routing weight", _moe,
+           _moe_weights_reversed),
     Mutant("gelu-erf", "GELU computed with erf instead of llama.cpp's tanh approximation",
            lambda c: c.activation == "gelu_tanh",
            _op("gelu_tanh", _gelu_erf, _kernel_source(

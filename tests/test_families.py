@@ -18,7 +18,7 @@ def test_every_supported_architecture_has_a_family():
         models.family("mamba")
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-gemma3"])
 def test_declared_tensors_are_the_files_tensors(model_path, name):
     """Every tensor of the file is declared (none ignored silently), and each
     group (Q/K/V, gate/up) is declared back to back, so it is uploaded so."""
@@ -55,10 +55,14 @@ def test_both_backends_implement_exactly_the_op_set():
         names = list(inspect.signature(fn).parameters)
         return names[1:] if drop_self else names
 
+    cuda_pending = {"moe_route", "moe_ffn"}  # the CUDA backend refuses MoE models until they land
     for name in protocol.OP_NAMES:
         want = params(getattr(protocol.Ops, name), drop_self=True)
         assert params(getattr(numpy_ops, name)) == want, ("numpy", name)
-        assert params(getattr(CudaOps, name), drop_self=True) == want, ("cuda", name)
+        if name not in cuda_pending:
+            assert params(getattr(CudaOps, name), drop_self=True) == want, ("cuda", name)
+        else:
+            assert not hasattr(CudaOps, name), f"{name} landed on CUDA: drop it from cuda_pending"
     engine_dir = Path(protocol.__file__).parent
     used = set()
     for f in [engine_dir / "model.py", *sorted((engine_dir / "models").glob("*.py"))]:
@@ -82,3 +86,15 @@ def test_reset_clears_every_layer_state(model_path):
     m.reset()
     assert m.pos == 0 and not any(np.any(s.k) or np.any(s.v) for s in m.cache.layers)
     np.testing.assert_array_equal(m.forward([5, 6, 7]), first)
+
+
+def test_the_cuda_backend_refuses_what_it_cannot_run_in_one_line(model_path):
+    """qwen3moe runs on the NumPy engine only, until its CUDA kernels land."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "engine", "generate", str(model_path("tiny-qwen3moe")), "--prompt-ids",
+                        "1,2", "-n", "2", "--backend", "cuda"], capture_output=True, text=True)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].endswith(
+        "the CUDA backend does not run qwen3moe models yet (no Mixture-of-Experts kernels): use --backend numpy")

@@ -25,7 +25,8 @@ from gguf import GGMLQuantizationType, GGUFReader
 
 from engine import cli
 
-ARCHS = {"llama": "tiny-llama", "qwen2": "tiny-qwen2", "qwen3": "tiny-qwen3", "gemma3": "tiny-gemma3"}
+ARCHS = {"llama": "tiny-llama", "qwen2": "tiny-qwen2", "qwen3": "tiny-qwen3", "qwen3moe": "tiny-qwen3moe",
+         "gemma3": "tiny-gemma3"}
 SECONDS = 10.0  # per case, in process (a clean error takes well under one)
 PEAK_BYTES = 1 << 30  # Python/NumPy allocations of one case; a declared 2^40-item array must not get near
 
@@ -61,7 +62,8 @@ def norm_tensor(lay: Layout) -> str:
 
 
 def ffn_up(lay: Layout) -> str:
-    return next(n for n in lay.order if n.endswith("ffn_up.weight"))
+    """The first FFN up-projection: a dense one, or a MoE's 3-D expert stack."""
+    return next(n for n in lay.order if n.endswith(("ffn_up.weight", "ffn_up_exps.weight")))
 
 
 # Each mutation: (id, function(buf, layout, arch) -> bytes, what the one line must say). In the
@@ -128,10 +130,9 @@ def _tensor_value(pick, value: float):
 def _swap_dims(pick):
     def mutate(buf, lay, arch):
         t = lay.tensors[pick(lay)]
-        d0, d1 = t["shape"][:2]
-        assert d0 != d1
-        put(buf, t["dims"], "<Q", d1)
-        put(buf, t["dims"] + 8, "<Q", d0)
+        i = next(i for i in range(len(t["shape"]) - 1) if t["shape"][i] != t["shape"][i + 1])
+        put(buf, t["dims"] + 8 * i, "<Q", t["shape"][i + 1])  # the first two neighbouring dims that differ
+        put(buf, t["dims"] + 8 * i + 8, "<Q", t["shape"][i])
         return bytes(buf)
     return mutate
 
@@ -194,13 +195,13 @@ MUTATIONS = [
     # -- the tensor table
     ("norm with 5 dimensions", _tensor_field(norm_tensor, "ndims", "<I", lambda t, l: 5), "has 5 dimensions"),
     ("norm of unknown type", _tensor_field(norm_tensor, "type", "<I", lambda t, l: 99), "unknown type id 99"),
-    ("ffn_up retyped", _tensor_field(ffn_up, "type", "<I", _other_type), "ffn_up.weight"),
+    ("ffn_up retyped", _tensor_field(ffn_up, "type", "<I", _other_type), "ffn_up"),
     ("norm offset misaligned", _tensor_field(norm_tensor, "offset", "<Q", lambda t, l: t["data"] - l.data_start + 8),
      "not a multiple of the alignment"),
     ("norm overlaps the first tensor", _tensor_field(norm_tensor, "offset", "<Q", _overlap), "overlaps"),
     ("norm offset wraps past 2^64", _tensor_field(norm_tensor, "offset", "<Q", lambda t, l: (1 << 64) - 32),
      "truncated or corrupt"),
-    ("ffn_up dimensions swapped", _swap_dims(ffn_up), "ffn_up.weight"),
+    ("ffn_up dimensions swapped", _swap_dims(ffn_up), "ffn_up"),
     ("a tensor listed twice", _rename_tensor("blk.0.attn_k.weight", "blk.0.attn_q.weight"),
      "tensor 'blk.0.attn_q.weight' appears twice"),
     ("a layer's tensor missing", _rename_tensor("blk.1.attn_k.weight", "blk.1.attn_x.weight"),
@@ -209,7 +210,14 @@ MUTATIONS = [
     ("NaN in a norm", _tensor_value(norm_tensor, math.nan), "non-finite"),
     ("+Inf in the output norm", _tensor_value(lambda lay: "output_norm.weight", math.inf), "non-finite"),
 ]
-CASES = [(arch, *m) for arch in ARCHS for m in MUTATIONS]
+# the keys only one architecture reads
+ARCH_MUTATIONS = {"qwen3moe": [
+    ("more experts used than exist", _kv_value("{arch}.expert_used_count", "<I", 9),
+     "key 'qwen3moe.expert_used_count' (9) exceeds expert_count (8)"),
+    ("no experts", _kv_value("{arch}.expert_count", "<I", 0), "key 'qwen3moe.expert_count' must be a positive integer"),
+    ("expert width off by one", _kv_value("{arch}.expert_feed_forward_length", "<I", 255), "ffn_gate_exps.weight"),
+]}
+CASES = [(arch, *m) for arch in ARCHS for m in MUTATIONS + ARCH_MUTATIONS.get(arch, [])]
 
 
 @pytest.fixture(scope="module")

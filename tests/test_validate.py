@@ -111,10 +111,14 @@ def test_gate_per_backend_and_reference_set():
     assert e.gate("numpy") == g and e.gate("cuda") == gc and e.gate("cuda", "gpu") is None
     # every cpu-tier reference set is judged on all three measures for the NumPy engine
     # (the oracle set is the NumPy engine's own: only the CUDA engine is judged against it)
+    from engine.backends.cuda import PENDING_ARCHS  # not run by the CUDA engine yet: no CUDA gates
+
     for name, e in catalog.load().items():
         for s in e.reference_sets:
             if catalog.REFERENCE_SETS[s] == "cpu":
                 for backend in ("numpy", "cuda") if s != "oracle" else ("cuda",):
+                    if backend == "cuda" and e.arch in PENDING_ARCHS:
+                        continue
                     gate = e.gate(backend, s)
                     assert gate and gate.margin > 0 and gate.logit > 0 and gate.kl > 0, (name, s, backend)
 

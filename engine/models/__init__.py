@@ -3,7 +3,7 @@ architecture whole. A family module defines
 
 - ``ARCHS``: the ``general.architecture`` values it runs;
 - ``layer_tensors(cfg, il)``: the tensors of layer ``il`` ({name: weights.Spec}),
-  built from the shared groups (``attention.TENSORS``, ``ffn.TENSORS``) plus its own;
+  built from the shared groups (``attention.TENSORS``, ``ffn.TENSORS``, ``moe.TENSORS``) plus its own;
 - ``layer_kinds(cfg)``: each layer's kind ("attention"), which picks the
   backend's state object for it (an attention layer keeps keys and values);
 - ``block(ops, cfg, w, il, x, positions, state)``: one layer, written as the math
@@ -19,9 +19,9 @@ The embedding, the final norm and the head are shared (``weights.GLOBAL``,
 from __future__ import annotations
 
 from ..errors import AnvilError
-from . import gemma3, llama
+from . import gemma3, llama, qwen3moe
 
-FAMILIES = {arch: module for module in (llama, gemma3) for arch in module.ARCHS}
+FAMILIES = {arch: module for module in (llama, qwen3moe, gemma3) for arch in module.ARCHS}
 
 
 def family(arch: str):

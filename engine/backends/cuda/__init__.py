@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...config import ModelConfig
+from ...errors import AnvilError
 from ...gguf_file import GGUFFile
 from ...quants import QType
 from . import launchers
@@ -29,6 +30,9 @@ from .device import DArray, Device, Workspace
 # Prefill/decode switch: up to this many tokens the matrix-vector kernels
 # read the quantised weights directly; above it, dequantise + GEMM.
 GEMV_MAX_TOKENS = 1
+
+# Architectures whose ops (engine/ops.py) have no CUDA kernels yet: refused at load.
+PENDING_ARCHS = frozenset({"qwen3moe"})
 
 DEFAULT_WORKSPACE_MB = 256  # one micro-batch (model.UBATCH = 512 tokens) of an 8B shape fits
 
@@ -260,6 +264,9 @@ class Backend:
                  workspace_mb: int | None = None):
         from .cublas import Cublas
 
+        if cfg.arch in PENDING_ARCHS:
+            raise AnvilError(f"the CUDA backend does not run {cfg.arch} models yet (no Mixture-of-Experts kernels): "
+                             f"use --backend numpy")
         self.cfg, self.n_ctx, self.kv_f16, self.eager = cfg, n_ctx, kv_f16, eager
         self.dev = Device()
         self.cublas = Cublas(self.dev.stream)

@@ -129,6 +129,34 @@ def geglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
     return gelu_tanh(g) * u
 
 
+MOE_NORM_CLAMP = 6.103515625e-5  # 2^-14: llama.cpp's floor on the renormalising sum
+
+
+def moe_route(x: np.ndarray, router: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` experts per row by softmax probability (ties to the lower id,
+    descending) and their weights, renormalised to sum 1 when ``norm``."""
+    logits = x @ router.T  # [T, n_expert]
+    e = np.exp((logits - logits.max(axis=-1, keepdims=True)).astype(np.float64))
+    p = (e / e.sum(axis=-1, keepdims=True)).astype(F32)
+    ids = np.argsort(-p, axis=-1, kind="stable")[:, :k].astype(np.int32)
+    w = np.take_along_axis(p, ids, axis=-1)
+    if norm:
+        w = (w / np.maximum(w.sum(axis=-1, keepdims=True, dtype=np.float64), MOE_NORM_CLAMP)).astype(F32)
+    return ids, w
+
+
+def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, gate_exps: np.ndarray, up_exps: np.ndarray,
+            down_exps: np.ndarray) -> np.ndarray:
+    """Each row's chosen SwiGLU experts, weighted and summed in selection order."""
+    out = np.zeros((x.shape[0], down_exps.shape[1]), F32)
+    for t in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e = ids[t, j]
+            h = swiglu(gate_exps[e] @ x[t], up_exps[e] @ x[t])
+            out[t] += (down_exps[e] @ h) * weights[t, j]
+    return out
+
+
 def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a + b
 

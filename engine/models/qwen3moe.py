@@ -1,0 +1,45 @@
+"""Qwen3 MoE (``qwen3moe``, architectures.md §3): qwen3's attention (per-head
+Q/K RMSNorm, NEOX RoPE) and a routed Mixture-of-Experts FFN on every layer.
+
+    x = x + Wo · Attn(RoPE(RMSNorm_h(Wq·n)), RoPE(RMSNorm_h(Wk·n)), Wv·n),  n = RMSNorm(x)·attn_norm
+    x = x + MoE(m),                                                        m = RMSNorm(x)·ffn_norm
+"""
+
+from __future__ import annotations
+
+from . import attention, moe, weights
+
+ARCHS = ("qwen3moe",)
+
+
+def layer_tensors(cfg, il: int) -> dict:
+    return attention.TENSORS | moe.TENSORS
+
+
+def layer_kinds(cfg) -> list[str]:
+    """Every layer is softmax attention (its state: keys and values)."""
+    return ["attention"] * cfg.n_layer
+
+
+def block(ops, cfg, w, il, x, positions, state):
+    a = attention.self_attention(ops, cfg, w, il, x, positions, state)
+    x, m = ops.add_rms_norm(x, a, w.ffn_norm, cfg.rms_eps)  # x += a; m = RMSNorm(x)·ffn_norm
+    return ops.add(x, moe.moe_ffn(ops, cfg, w, m))
+
+
+def bytes_per_token(gf, cfg) -> int:
+    """Attention, router and head in full; of each expert tensor, the
+    ``n_expert_used`` experts a token is routed to."""
+    total = weights.bytes_read_per_token(gf, cfg, layer_tensors)
+    experts = sum(int(gf.raw(moe.TENSORS[k].gguf_name.format(i=il)).nbytes)
+                  for il in range(cfg.n_layer) for k in moe.EXPERT_TENSORS)
+    return total - experts + experts * cfg.moe.n_expert_used // cfg.moe.n_expert
+
+
+def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:
+    """llama.cpp's names for this block's intermediates (src/models/qwen3moe.cpp),
+    each as (op, its occurrence in the layer, which output), for ``harness diff``."""
+    return {"attn_norm": ("rms_norm", 0, 0), "Qcur_normed": ("rms_norm", 1, 0), "Kcur_normed": ("rms_norm", 2, 0),
+            "Qcur": ("rope", 0, 0), "Kcur": ("rope", 0, 1), "Vcur": ("matmuls", 0, 2),
+            "kqv_out": ("attention", 0, 0), "attn_out": ("matmul", 0, 0), "ffn_inp": ("add_rms_norm", 0, 0),
+            "ffn_norm": ("add_rms_norm", 0, 1), "ffn_moe_out": ("moe_ffn", 0, 0), "l_out": ("add", 0, 0)}
