@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _backend_args(p) -> None:
     p.add_argument("--backend", choices=["auto", "cuda", "numpy"], default="auto",
-                   help="auto (default): cuda when an NVIDIA GPU is usable, else numpy")
+                   help="auto (default): cuda when an NVIDIA GPU is usable and runs the model's architecture, "
+                        "else numpy")
     p.add_argument("--eager", action="store_true", help="cuda: run decode without CUDA graphs")
     p.add_argument("--kv", choices=["f16", "f32"], default="f16", help="cuda: KV cache type (default f16)")
 
@@ -67,14 +68,9 @@ def _backend_args(p) -> None:
 def _load(args):
     from .model import Model
 
-    backend = args.backend
-    if backend == "auto":
-        from .backends.cuda.device import gpu_available
-
-        backend = "cuda" if gpu_available() else "numpy"
-    options = {"eager": args.eager, "kv_f16": args.kv == "f16"} if backend == "cuda" else {}
-    args.backend = backend
-    return Model(args.model, n_ctx=args.ctx, backend=backend, **options)
+    model = Model(args.model, n_ctx=args.ctx, backend=args.backend, eager=args.eager, kv_f16=args.kv == "f16")
+    args.backend = model.backend.name  # what "auto" chose
+    return model
 
 
 def cmd_generate(args) -> int:

@@ -26,12 +26,21 @@ UBATCH = 512
 
 
 def make_backend(name: str, cfg: ModelConfig, n_ctx: int, **options):
+    """``name``: numpy, cuda, or auto (cuda when an NVIDIA GPU is usable and
+    runs this architecture, else numpy). ``options`` are the CUDA backend's."""
+    if name == "auto":
+        from .backends.cuda import PENDING_ARCHS
+        from .backends.cuda.device import gpu_available
+
+        name = "cuda" if cfg.arch not in PENDING_ARCHS and gpu_available() else "numpy"
     if name == "numpy":
         from .backends.numpy import Backend
+
+        options = {}  # the CUDA options (graphs, KV type) mean nothing here
     elif name == "cuda":
         from .backends.cuda import Backend
     else:
-        raise AnvilError(f"unknown backend '{name}' (available: numpy, cuda)")
+        raise AnvilError(f"unknown backend '{name}' (available: numpy, cuda, auto)")
     return Backend(cfg, n_ctx, **options)
 
 

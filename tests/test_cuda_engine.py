@@ -160,3 +160,11 @@ def test_reset_clears_the_device_state(engines):
     m.backend.dev.synchronize()
     assert not any(s.k.numpy().any() or s.v.numpy().any() for s in m.cache.layers)
     assert greedy(m, PROMPT, 8).tokens == first
+
+
+def test_auto_backend_picks_cuda_only_for_what_it_runs():
+    import engine
+
+    assert engine.load(catalog.model_path("tiny-qwen3", progress=False), backend="auto").backend.name == "cuda"
+    moe = engine.load(catalog.model_path("tiny-qwen3moe", progress=False), backend="auto", kv_f16=True)
+    assert moe.backend.name == "numpy"  # no MoE kernels yet: the NumPy engine runs it
