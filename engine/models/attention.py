@@ -39,6 +39,12 @@ TENSORS = {
 }
 
 
+def every_layer(cfg) -> list[str]:
+    """``layer_kinds`` of a family whose every layer is softmax attention
+    (each layer's state: its keys and values)."""
+    return ["attention"] * cfg.n_layer
+
+
 def self_attention(ops, cfg, w, il, x, positions, kv):
     """``Wo · Attn(...)`` of layer ``il`` for the rows of ``x`` at ``positions``;
     the layer's keys and values are stored in its state ``kv`` on the way."""

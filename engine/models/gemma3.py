@@ -28,9 +28,7 @@ def layer_tensors(cfg, il: int) -> dict:
         {"post_ffn_norm": _POST_NORMS["post_ffn_norm"]}
 
 
-def layer_kinds(cfg) -> list[str]:
-    """Every layer is softmax attention (its state: keys and values)."""
-    return ["attention"] * cfg.n_layer
+layer_kinds = attention.every_layer
 
 
 def block(ops, cfg, w, il, x, positions, state):

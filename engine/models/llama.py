@@ -21,9 +21,7 @@ def layer_tensors(cfg, il: int) -> dict:
     return attention.TENSORS | ffn.TENSORS
 
 
-def layer_kinds(cfg) -> list[str]:
-    """Every layer is softmax attention (its state: keys and values)."""
-    return ["attention"] * cfg.n_layer
+layer_kinds = attention.every_layer
 
 
 def block(ops, cfg, w, il, x, positions, state):
