@@ -16,6 +16,8 @@ from .models import FAMILIES
 
 SUPPORTED_ARCHS = tuple(FAMILIES)  # every architecture some family module runs
 
+HYBRID_ARCHS = ("qwen35",)  # Gated DeltaNet + gated attention (architectures.md §5)
+
 ROPE_NORM = "norm"  # rotate consecutive pairs (2i, 2i+1): llama
 ROPE_NEOX = "neox"  # rotate (i, i + n_rot/2): qwen2, qwen3, gemma3
 
@@ -28,6 +30,30 @@ class MoEConfig:
     n_expert_used: int
     n_ff_exp: int
     norm_topk: bool  # renormalise the chosen experts' weights to sum 1 (qwen3moe: always)
+
+
+@dataclass(frozen=True)
+class SSMConfig:
+    """Gated DeltaNet linear attention (architectures.md §5.4): ``n_v_heads``
+    value heads of width ``head_v``, each reading key head ``h mod n_k_heads``
+    (width ``head_k``), a causal depthwise conv of ``d_conv`` taps over q, k, v."""
+    d_conv: int     # ssm.conv_kernel
+    n_k_heads: int  # ssm.group_count
+    n_v_heads: int  # ssm.time_step_rank
+    head_k: int     # ssm.state_size
+    head_v: int     # ssm.inner_size / time_step_rank
+
+    @property
+    def key_dim(self) -> int:
+        return self.n_k_heads * self.head_k
+
+    @property
+    def value_dim(self) -> int:
+        return self.n_v_heads * self.head_v
+
+    @property
+    def conv_dim(self) -> int:  # q, k and v side by side
+        return 2 * self.key_dim + self.value_dim
 
 
 @dataclass(frozen=True)
@@ -62,6 +88,9 @@ class ModelConfig:
     bos_token_id: int | None
     eos_token_id: int | None
     moe: MoEConfig | None = None  # the MoE group, for architectures with routed experts
+    ssm: SSMConfig | None = None  # the Gated DeltaNet group, for hybrids (qwen35)
+    recurrent: tuple[bool, ...] = ()  # per layer: a recurrent (DeltaNet) layer rather than softmax attention
+    attn_gate: bool = False  # the Q projection interleaves a sigmoid output gate per head (qwen35)
 
     @property
     def n_gqa(self) -> int:
@@ -107,7 +136,11 @@ class ModelConfig:
         if head_dim_v != head_dim:
             raise GGUFError(gf.path, f"key '{arch}.attention.value_length' ({head_dim_v}) != key_length ({head_dim}): unsupported")
         n_rot = key("rope.dimension_count", head_dim)
-        if n_rot != head_dim:
+        if arch in HYBRID_ARCHS:  # partial rotation: the first n_rot dims of each head
+            if isinstance(n_rot, bool) or not isinstance(n_rot, int) or not 0 < n_rot <= head_dim or n_rot % 2:
+                raise GGUFError(gf.path, f"key '{arch}.rope.dimension_count' must be an even integer in 2..{head_dim} "
+                                         f"(the head dim), got {n_rot!r}")
+        elif n_rot != head_dim:
             # llama.cpp itself refuses this for llama; the other three are never partial
             raise GGUFError(gf.path, f"key '{arch}.rope.dimension_count' ({n_rot}) != head dim ({head_dim}): partial RoPE unsupported")
         rms_eps = real("attention.layer_norm_rms_epsilon", key("attention.layer_norm_rms_epsilon"))
@@ -160,21 +193,56 @@ class ModelConfig:
             # llama.cpp hard-codes norm_w = true for qwen3moe (HF's norm_topk_prob is not read)
             moe = MoEConfig(n_expert, n_used, n_ff_exp, norm_topk=True)
 
+        ssm, recurrent = None, [False] * n_layer
+        if arch in HYBRID_ARCHS:
+            ssm, recurrent = _deltanet(gf, arch, key, positive_int, n_layer)
+
         return cls(
-            arch=arch, moe=moe, n_vocab=int(n_vocab), n_ctx_train=positive_int("context_length", key("context_length")),
+            arch=arch, moe=moe, ssm=ssm, recurrent=tuple(recurrent), attn_gate=arch in HYBRID_ARCHS, n_vocab=int(n_vocab), n_ctx_train=positive_int("context_length", key("context_length")),
             n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
             n_ff=n_ff, n_rot=n_rot, rope_type=ROPE_NORM if arch == "llama" else ROPE_NEOX, rms_eps=rms_eps,
             rope_base=tuple(rope_base), rope_scale=tuple(rope_scale),
             has_rope_freqs=arch == "llama" and gf.has_tensor("rope_freqs.weight"),
             swa_window=tuple(swa_window), attn_scale=attn_scale, embd_scale=embd_scale,
             final_softcap=softcap, activation=activation,
-            qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"), post_norms=arch == "gemma3",
+            qk_norm=arch in ("qwen3", "qwen3moe", "gemma3", *HYBRID_ARCHS), post_norms=arch == "gemma3",
             qkv_bias=gf.has_tensor("blk.0.attn_q.bias"),
             output_bias=arch == "qwen2" and gf.has_tensor("output.bias"),
             tied_output=not gf.has_tensor("output.weight"),
             bos_token_id=gf.get("tokenizer.ggml.bos_token_id", None),
             eos_token_id=gf.get("tokenizer.ggml.eos_token_id", None),
         )
+
+
+def _deltanet(gf: GGUFFile, arch: str, key, positive_int, n_layer: int) -> tuple[SSMConfig, list[bool]]:
+    """The Gated DeltaNet group and which layers are recurrent
+    (llama_model_qwen35::load_arch_hparams): ``attention.recurrent_layers``
+    (a bool per layer) if present, else layer il is recurrent iff
+    (il + 1) % full_attention_interval != 0."""
+    d_conv = positive_int("ssm.conv_kernel", key("ssm.conv_kernel"))
+    d_inner = positive_int("ssm.inner_size", key("ssm.inner_size"))
+    head_k = positive_int("ssm.state_size", key("ssm.state_size"))
+    n_v = positive_int("ssm.time_step_rank", key("ssm.time_step_rank"))
+    n_k = positive_int("ssm.group_count", key("ssm.group_count"))
+    if d_inner % n_v or n_v % n_k:
+        raise GGUFError(gf.path, f"key '{arch}.ssm.inner_size' ({d_inner}) must be a multiple of time_step_rank "
+                                 f"({n_v}), and that of group_count ({n_k})")
+    if d_inner // n_v != head_k:  # llama.cpp's fused and chunked paths both assert it
+        raise GGUFError(gf.path, f"value head width {d_inner // n_v} (ssm.inner_size / time_step_rank) != "
+                                 f"key head width {head_k} (key '{arch}.ssm.state_size'): unsupported")
+    sections = key("rope.dimension_sections")  # required by llama.cpp; text positions use none of them
+    if not isinstance(sections, list) or len(sections) != 4 or any(isinstance(v, bool) or not isinstance(v, int)
+                                                                    or v < 0 for v in sections):
+        raise GGUFError(gf.path, f"key '{arch}.rope.dimension_sections' must be 4 non-negative integers, got {sections!r}")
+    layers = key("attention.recurrent_layers", None)
+    if layers is not None:
+        if not isinstance(layers, list) or len(layers) < n_layer:
+            raise GGUFError(gf.path, f"key '{arch}.attention.recurrent_layers' must list {n_layer} layers")
+        recurrent = [bool(v) for v in layers[:n_layer]]
+    else:
+        interval = positive_int("full_attention_interval", key("full_attention_interval", 4))
+        recurrent = [(il + 1) % interval != 0 for il in range(n_layer)]
+    return SSMConfig(d_conv, n_k, n_v, head_k, d_inner // n_v), recurrent
 
 
 def _scalar(gf: GGUFFile, full_key: str, value):

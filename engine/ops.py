@@ -55,9 +55,34 @@ class Ops(Protocol):
         weights ``p[ids]``, divided by ``max(Σ, 2^-14)`` when ``norm``. (ids int32 ``[T, k]``,
         weights ``[T, k]``)."""
 
-    def moe_ffn(self, x, ids, weights, gate_exps, up_exps, down_exps):
+    def moe_ffn(self, x, ids, weights, gate_exps, up_exps, down_exps, add=None):
         """``Σ_j weights[t, j] · down[e]·(SiLU(gate[e]·x_t) ⊙ (up[e]·x_t))``, ``e = ids[t, j]``, summed
-        in selection order; expert tensors ``[n_expert, n_out, n_in]``. ``[T, n_embd]``."""
+        in selection order (``+ add``, a residual); expert tensors ``[n_expert, n_out, n_in]``. ``[T, n_embd]``."""
+
+    def split(self, x, sizes):
+        """The columns of ``x [T, Σ sizes]`` as consecutive ``[T, size]`` pieces."""
+
+    def split_gate(self, x, n_head, head_dim):
+        """``x [T, H·2D]`` holding ``[q | gate]`` per head: ``(q [T, H, D], gate [T, H·D])``."""
+
+    def sigmoid_mul(self, a, g):
+        """``a ⊙ sigmoid(g)``, ``sigmoid(x) = 1 / (1 + exp(-x))``."""
+
+    def decay_gates(self, b, a, dt_bias, ssm_a):
+        """DeltaNet's per-head gates from ``[T, H_v]`` projections: ``(sigmoid(b), softplus(a + dt_bias)·ssm_a)``,
+        ``softplus(x) = log(1 + e^x)`` (``x`` above 20)."""
+
+    def causal_conv(self, x, w, state):
+        """``SiLU(y)``, ``y[t, c] = Σ_j win[t + j, c]·w[c, j]``: the causal depthwise conv of ``x [T, C]`` with
+        ``w [C, K]``, ``win`` = the K-1 inputs the layer ``state`` carries, then ``x``; carries the last K-1 on."""
+
+    def l2_norm(self, x, eps):
+        """``x / sqrt(Σx² + eps)`` over the last axis (as ``rms_norm(x, eps/S)·(1/√S)``)."""
+
+    def delta_rule(self, q, k, v, g, beta, state):
+        """The gated delta rule over the layer ``state``'s ``S [H_v, S_k, S_v]``, token by token: value head h
+        with key head ``h mod H_k``, ``S ← e^g S``, ``S ← S + k (β (v − Sᵀk))ᵀ``, out ``Sᵀq / √S_v``.
+        q, k ``[T, H_k, S_k]``, v ``[T, H_v, S_v]``, g, beta ``[T, H_v]``; ``[T, H_v, S_v]``."""
 
     def softcap(self, x, cap):
         """``cap · tanh(x / cap)`` (gemma's final logit softcap)."""

@@ -180,9 +180,11 @@ def _lower_ascii(c: int) -> int:
     return c | 0x20 if 0x41 <= c <= 0x5A else c
 
 
-def _split_llama3_qwen2(cps, fl, chunks, max_digits):
-    """unicode_regex_split_custom_llama3 (max_digits=3) and _qwen2 (max_digits=1):
+def _split_llama3_qwen2(cps, fl, chunks, max_digits, marks=False):
+    """unicode_regex_split_custom_llama3 (max_digits=3), _qwen2 (max_digits=1) and
+    _qwen35 (max_digits=1, marks: letter runs also take combining marks \\p{M}):
     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"""
+    _LM = _L | _M if marks else _L
     out = []
     push = out.append
     for ini, end in chunks:
@@ -201,10 +203,10 @@ def _split_llama3_qwen2(cps, fl, chunks, max_digits):
                     pos += 3
                     continue
             start = pos
-            if not (cpt == 0x0D or cpt == 0x0A or f & _N):  # [^\r\n\p{L}\p{N}]?\p{L}+
-                if f & _L or (pos + 1 < end and fl[pos + 1] & _L):
+            if not (cpt == 0x0D or cpt == 0x0A or f & _N):  # [^\r\n\p{L}\p{N}]?\p{L}+ (qwen35: [\p{L}\p{M}]+)
+                if f & _LM or (pos + 1 < end and fl[pos + 1] & _LM):
                     pos += 1
-                    while pos < end and fl[pos] & _L:
+                    while pos < end and fl[pos] & _LM:
                         pos += 1
                     push((start, pos))
                     continue
@@ -225,9 +227,9 @@ def _split_llama3_qwen2(cps, fl, chunks, max_digits):
                 f2 = fl[pos + 1] if pos + 1 < end else 0
             else:
                 f2 = f
-            if not f2 & (_W | _L | _N):  # ' ?[^\s\p{L}\p{N}]+[\r\n]*' (f is never 0 here)
+            if not f2 & (_W | _LM | _N):  # ' ?[^\s\p{L}\p{N}]+[\r\n]*' (f is never 0 here)
                 pos += cpt == 0x20
-                while pos < end and not fl[pos] & (_W | _L | _N):
+                while pos < end and not fl[pos] & (_W | _LM | _N):
                     pos += 1
                 while pos < end and cps[pos] in (0x0D, 0x0A):
                     pos += 1
@@ -257,6 +259,10 @@ def _split_llama3(cps, fl, chunks):
 
 def _split_qwen2(cps, fl, chunks):
     return _split_llama3_qwen2(cps, fl, chunks, 1)
+
+
+def _split_qwen35(cps, fl, chunks):
+    return _split_llama3_qwen2(cps, fl, chunks, 1, marks=True)
 
 
 def _split_matches(chunks, matches_of):
@@ -336,6 +342,7 @@ for _names, _cfg in [
     (("dbrx", "smaug-bpe"), ((_split_llama3,), False, False)),
     (("qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open",
       "grok-2"), ((_split_qwen2,), False, False)),
+    (("qwen35",), ((_split_qwen35,), False, False)),
     (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b", "mellum2"),
      (_SPLIT_SMOLLM, False, False)),
     (("gpt-2", "phi-2", "gigachat", "a.x-4.0", "mellum", "exaone4", "mpt", "olmo", "jais", "trillion",

@@ -54,7 +54,7 @@ CHUNK_BYTES = 16 << 20  # generation chunk; part of the seed schedule, never cha
 @dataclass(frozen=True)
 class Preset:
     name: str
-    arch: str                 # llama | qwen2 | qwen3 | gemma3
+    arch: str                 # a family's architecture (engine/models)
     n_embd: int
     n_layer: int
     n_head: int
@@ -78,6 +78,12 @@ class Preset:
     n_expert: int = 0               # MoE (qwen3moe): experts per layer, used per token, expert FFN width
     n_expert_used: int = 0
     n_ff_exp: int = 0
+    n_rot: int = 0                  # rotated dims per head (0: all); qwen35 rotates a quarter
+    ssm_d_conv: int = 0             # Gated DeltaNet (qwen35): conv taps, key / value heads, head width
+    ssm_k_heads: int = 0
+    ssm_v_heads: int = 0
+    ssm_head: int = 0
+    full_attention_interval: int = 0
 
 
 _TINY = dict(n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512)
@@ -113,9 +119,22 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            mix=(("token_embd", "Q4_K"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
                 ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("ffn_gate_exps", "Q4_K"),
                 ("ffn_up_exps", "Q4_K"), ("ffn_down_exps", "Q6_K"))),
+    # Gated DeltaNet hybrid: layers 0-2 recurrent (2 key / 4 value heads of 32, conv 4), layer 3
+    # gated attention rotating 16 of its 64 dims.
+    Preset("tiny-qwen35", "qwen35", **_TINY, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6,
+           vocab="qwen2", n_rot=16, ssm_d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=32,
+           full_attention_interval=4, file_type=FT.MOSTLY_Q4_K_M,
+           mix=(("token_embd", "Q4_K"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
+                ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("attn_qkv", "Q5_K"), ("attn_gate", "Q4_K"),
+                ("ssm_beta", "Q8_0"), ("ssm_alpha", "F32"), ("ssm_conv1d", "F32"), ("ssm_out", "Q8_0"),
+                ("ffn_gate", "Q4_K"), ("ffn_up", "Q4_K"), ("ffn_down", "Q6_K"))),
     Preset("qwen3-8b", "qwen3", n_embd=4096, n_layer=36, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=12288, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2",
            mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
+    # The real Qwen3-30B-A3B shape: 128 experts of width 768, 8 per token, on all 48 layers.
+    Preset("qwen3moe-30b-a3b", "qwen3moe", n_embd=2048, n_layer=48, n_head=32, n_head_kv=4, head_dim=128,
+           n_ff=6144, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2", n_expert=128,
+           n_expert_used=8, n_ff_exp=768, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
     Preset("llama3-8b", "llama", n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=14336, context_length=131072, rope_freq_base=500000.0, rms_eps=1e-5,
            vocab="llama-bpe", rope_freqs=True, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
@@ -133,12 +152,13 @@ for _name in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"):
 # ---------------------------------------------------------------- tensor plan
 
 def _q4_k_m(role: str, il: int, p: Preset) -> T:
-    """src/llama-quant.cpp llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q4_K_M (dense, non-falcon)."""
+    """src/llama-quant.cpp llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q4_K_M (non-falcon; its
+    n_expert == 8 bumps do not apply to the presets here, and the router stays F32)."""
     n = p.n_layer
     more_bits = il < n // 8 or il >= 7 * n // 8 or (il - n // 8) % 3 == 2
     if role == "output" or (role == "token_embd" and p.tied):
         return T.Q6_K        # the OUTPUT rule; a tied token_embd is quantised as the head
-    if role in ("attn_v", "ffn_down") and more_bits:
+    if role in ("attn_v", "ffn_down", "ffn_down_exps") and more_bits:  # name.find("ffn_down"): experts too
         return T.Q6_K
     return T.Q4_K            # token_embd (untied) keeps the default type
 
@@ -160,10 +180,12 @@ def preset_config(p: Preset, n_vocab: int) -> ModelConfig:
 
 def _converter_order(specs: list) -> list:
     """A bias right after its weight, as llama.cpp's converters write them."""
-    biases = {s.gguf_name.removesuffix(".bias"): s for s in specs if s.gguf_name.endswith(".bias")}
+    weights = {s.gguf_name.removesuffix(".weight") for s in specs if s.gguf_name.endswith(".weight")}
+    biases = {s.gguf_name.removesuffix(".bias"): s for s in specs
+              if s.gguf_name.endswith(".bias") and s.gguf_name.removesuffix(".bias") in weights}
     out = []
     for s in specs:
-        if not s.gguf_name.endswith(".bias"):
+        if s not in biases.values():  # a bias of no weight (ssm_dt.bias) stays where it is declared
             out.append(s)
             if s.gguf_name.removesuffix(".weight") in biases:
                 out.append(biases[s.gguf_name.removesuffix(".weight")])
@@ -209,7 +231,8 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
             name, shape = spec.gguf_name.format(i=il), spec.shape(cfg)
             if len(shape) == 1:
                 bias = name.endswith(".bias")
-                out.append((name, ne(shape), T.F32, "bias" if bias else "norm", BIAS_STD if bias else 0.0))
+                kind = "bias" if bias else "decay" if name.endswith(".ssm_a") else "norm"
+                out.append((name, ne(shape), T.F32, kind, BIAS_STD if bias else 0.0))
             else:  # role: "attn_q" of blk.N.attn_q.weight; unit-RMS inputs give O(1) outputs
                 out.append((name, ne(shape), qtype(name.split(".")[2], il), "weight", GAIN / math.sqrt(shape[-1])))
     out.append(("output_norm.weight", ne(GLOBAL["output_norm"].shape(cfg)), T.F32,
@@ -370,6 +393,10 @@ def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float
     if kind == "bias":
         yield _float_values(_raw(seed, name, 0, n=n_el), n_el, std, T.F32).tobytes()
         return
+    if kind == "decay":  # DeltaNet's ssm_a = -exp(A_log): -0.05..-0.5, a memory of a few tokens
+        u = (_raw(seed, name, 0, n=n_el) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        yield (-(0.05 + 0.45 * u)).astype(np.float32).tobytes()
+        return
     blk_el, blk_bytes = GGML_QUANT_SIZES[qt]
     bpr = ne[0] // blk_el                               # blocks per row
     row_bytes = bpr * blk_bytes
@@ -447,6 +474,8 @@ def _kv(key: str, vt: V, val) -> bytes:
     if vt == V.STRING:
         s = val.encode()
         return head + struct.pack("<Q", len(s)) + s
+    if vt == V.ARRAY:  # of INT32
+        return head + struct.pack("<IQ", V.INT32, len(val)) + struct.pack(f"<{len(val)}i", *val)
     return head + struct.pack({V.UINT32: "<I", V.FLOAT32: "<f"}[vt], val)
 
 
@@ -458,7 +487,7 @@ def _metadata(p: Preset, n_vocab: int) -> list[bytes]:
                  ("block_count", p.n_layer), ("feed_forward_length", p.n_ff),
                  ("attention.head_count", p.n_head), ("attention.head_count_kv", p.n_head_kv),
                  ("attention.key_length", p.head_dim), ("attention.value_length", p.head_dim),
-                 ("rope.dimension_count", p.head_dim), ("vocab_size", n_vocab)):
+                 ("rope.dimension_count", p.n_rot or p.head_dim), ("vocab_size", n_vocab)):
         kv.append(_kv(f"{a}.{k}", V.UINT32, v))
     kv.append(_kv(f"{a}.rope.freq_base", V.FLOAT32, p.rope_freq_base))
     kv.append(_kv(f"{a}.attention.layer_norm_rms_epsilon", V.FLOAT32, p.rms_eps))
@@ -471,6 +500,17 @@ def _metadata(p: Preset, n_vocab: int) -> list[bytes]:
         for k, v in (("expert_count", p.n_expert), ("expert_used_count", p.n_expert_used),
                      ("expert_feed_forward_length", p.n_ff_exp)):
             kv.append(_kv(f"{a}.{k}", V.UINT32, v))
+    if p.ssm_d_conv:
+        for k, v in (("ssm.conv_kernel", p.ssm_d_conv), ("ssm.state_size", p.ssm_head),
+                     ("ssm.group_count", p.ssm_k_heads), ("ssm.time_step_rank", p.ssm_v_heads),
+                     ("ssm.inner_size", p.ssm_v_heads * p.ssm_head),
+                     ("full_attention_interval", p.full_attention_interval)):
+            kv.append(_kv(f"{a}.{k}", V.UINT32, v))
+        # M-RoPE sections over the rotated pairs (the converter's 11/11/10 split, scaled); text
+        # positions are the same in every section, so they change nothing here
+        third = ((p.n_rot or p.head_dim) // 2 + 2) // 3
+        kv.append(_kv(f"{a}.rope.dimension_sections", V.ARRAY,
+                      [third, third, (p.n_rot or p.head_dim) // 2 - 2 * third, 0]))
     return kv
 
 

@@ -77,6 +77,15 @@ def _op(numpy_name: str, numpy_op: Callable, cuda=None):
     return patches
 
 
+def _wrap(numpy_name: str, wrapper: Callable):
+    """Replace a NumPy operator by ``wrapper(real_op, *args)``."""
+    def patches():
+        from engine.backends.numpy import ops
+
+        yield mock.patch.object(ops, numpy_name, functools.partial(wrapper, getattr(ops, numpy_name)))
+    return patches
+
+
 def _kernel_source(file: str, old: str, new: str):
     """Compile the CUDA kernels from a copy with ``old`` replaced by ``new``
     in ``file`` (and a kernel cache of their own)."""
@@ -144,6 +153,40 @@ def _moe_weights_reversed():
         ids, w = real(x, router, k, norm)
         return ids, w[:, ::-1]
     yield mock.patch.object(ops, "moe_route", route)
+    yield from _kernel_source("moe.cu", "weights[(size_t)t * k + lane] = finite ? my_w * scale",
+                              "weights[(size_t)t * k + (k - 1 - lane)] = finite ? my_w * scale")()
+
+
+def _deltanet(c):
+    return c.ssm is not None
+
+
+def _conv_state_dropped(real, x, w, state):
+    """The conv's carried inputs zeroed on every call: a decode step forgets the tokens before it."""
+    state.conv = state.conv * 0
+    return real(x, w, state)
+
+
+def _decay_sign(real, b, a, dt_bias, ssm_a):
+    beta, g = real(b, a, dt_bias, ssm_a)
+    return beta, -g
+
+
+def _grouped_key_heads(real, q, k, v, g, beta, state):
+    """Value head h reads key head h // (H_v / H_k) (a grouped layout) instead of h mod H_k."""
+    import numpy as np
+
+    idx = np.arange(v.shape[1]) // (v.shape[1] // q.shape[1])
+    return real(q[:, idx], k[:, idx], v, g, beta, state)
+
+
+def _gate_halves(real, x, n_head, head_dim):
+    """[all q | all gates] instead of [q | gate] per head."""
+    import numpy as np
+
+    T = x.shape[0]
+    return np.ascontiguousarray(x[:, :n_head * head_dim]).reshape(T, n_head, head_dim), \
+        np.ascontiguousarray(x[:, n_head * head_dim:])
 
 
 def _gelu_quick(x):
@@ -257,9 +300,25 @@ MUTANTS = [
     Mutant("moe-no-renorm", "the chosen experts' weights not renormalised to sum 1", _moe,
            _config(moe=lambda c: dataclasses.replace(c.moe, norm_topk=False))),
     Mutant("moe-router-sigmoid", "router probabilities by sigmoid instead of softmax", _moe,
-           _op("moe_route", _moe_route_sigmoid)),
+           _op("moe_route", _moe_route_sigmoid, _kernel_source(
+               "moe.cu", "for (int e = lane; e < n_expert; e += 32) p[e] *= inv;",
+               "for (int e = lane; e < n_expert; e += 32) p[e] = 1.0f / (1.0f + __expf(-l[e]));"))),
     Mutant("moe-weights-reversed", "each chosen expert weighted by another's routing weight", _moe,
            _moe_weights_reversed),
+    Mutant("deltanet-conv-state-dropped", "the DeltaNet conv's carried inputs zeroed on every call", _deltanet,
+           _wrap("causal_conv", _conv_state_dropped)),
+    Mutant("deltanet-decay-sign", "DeltaNet's log-decay g with the wrong sign (the state grows)", _deltanet,
+           _wrap("decay_gates", _decay_sign)),
+    Mutant("deltanet-l2norm-dropped", "DeltaNet's q and k not L2-normalised", _deltanet,
+           _op("l2_norm", lambda x, eps: x)),
+    Mutant("deltanet-key-heads-grouped", "value head h reads key head h // (H_v/H_k), not h mod H_k", _deltanet,
+           _wrap("delta_rule", _grouped_key_heads)),
+    Mutant("attn-gate-dropped", "the gated attention's sigmoid output gate not applied", lambda c: c.attn_gate,
+           _op("sigmoid_mul", lambda a, g: a)),
+    Mutant("q-gate-halves", "the Q projection read as [all q | all gates], not [q | gate] per head",
+           lambda c: c.attn_gate, _wrap("split_gate", _gate_halves)),
+    Mutant("rope-partial-full", "every head dim rotated where the file rotates rope.dimension_count of them",
+           lambda c: c.n_rot < c.head_dim, _config(n_rot=lambda c: c.head_dim)),
     Mutant("gelu-erf", "GELU computed with erf instead of llama.cpp's tanh approximation",
            lambda c: c.activation == "gelu_tanh",
            _op("gelu_tanh", _gelu_erf, _kernel_source(

@@ -162,9 +162,8 @@ def test_reset_clears_the_device_state(engines):
     assert greedy(m, PROMPT, 8).tokens == first
 
 
-def test_auto_backend_picks_cuda_only_for_what_it_runs():
+def test_auto_backend_picks_cuda_when_a_gpu_is_usable():
     import engine
 
-    assert engine.load(catalog.model_path("tiny-qwen3", progress=False), backend="auto").backend.name == "cuda"
-    moe = engine.load(catalog.model_path("tiny-qwen3moe", progress=False), backend="auto", kv_f16=True)
-    assert moe.backend.name == "numpy"  # no MoE kernels yet: the NumPy engine runs it
+    for name in ("tiny-qwen3", "tiny-qwen3moe"):
+        assert engine.load(catalog.model_path(name, progress=False), backend="auto").backend.name == "cuda", name

@@ -64,17 +64,29 @@ def test_every_kernel_waits_for_the_previous_one_before_touching_memory():
     """Kernels are launched with programmatic dependent launch (common.cuh):
     a kernel that touched activations before pdl_wait() would race with the
     kernel before it. Each kernel body starts with KERNEL_START(), except the
-    GEMVs, whose shared body waits after prefetching only weights."""
+    weight kernels (gemv.cu, moe.cu: ``WITH_LAYOUT_<type>`` into an impl),
+    which prefetch only weights before their wait."""
     import re
 
     for name in nvrtc.kernel_files():
         src = (nvrtc.KERNELS_DIR / name).read_text()
         for m in re.finditer(r"__global__[^{;]*?(\w+)\s*\([^)]*\)\s*\{", src):
             body = src[m.end():m.end() + 400].lstrip(" \\\n")
-            assert body.startswith("KERNEL_START();") or body.startswith("GEMV_BODY") \
-                or "GEMV(" in src[m.start() - 200:m.start()], f"{name}: kernel {m.group(1)} does not start with KERNEL_START()"
-    gemv = (nvrtc.KERNELS_DIR / "gemv.cu").read_text()
-    impl = gemv[gemv.index("__device__ __forceinline__ void gemv_impl"):gemv.index("#define GEMV(name)")]
-    before_wait = impl[:impl.index("pdl_wait();")]
-    # before the wait: only weight staging (cp.async of W), no x / y / add access
-    assert "load_x" not in before_wait.split("auto stage")[0] and "y[" not in before_wait and "add[" not in before_wait
+            assert body.startswith("KERNEL_START();") or body.startswith("WITH_LAYOUT_"), \
+                f"{name}: kernel {m.group(1)} does not start with KERNEL_START()"
+
+    def before_wait(file, impl):
+        src = (nvrtc.KERNELS_DIR / file).read_text()
+        body = src[src.index(f"__device__ __forceinline__ void {impl}"):]
+        return body[:body.index("pdl_wait();")]
+
+    # dense: only the weight staging of the first step (stage_rows of W), no x / y / add access
+    pre = before_wait("gemv.cu", "gemv_impl")
+    assert "x[" not in pre and "y[" not in pre and "add[" not in pre and "dot_rows" not in pre
+    # experts: the gate/up kernel reads ids (the previous kernel's) only after its wait; the
+    # down kernel stages the first expert's weights from ids two kernels back, nothing else
+    pre = before_wait("moe.cu", "moe_rows_impl")
+    assert "ids[" not in pre and "x[" not in pre and "stage_rows" not in pre
+    pre = before_wait("moe.cu", "moe_down_impl")
+    assert "h[" not in pre and "h +" not in pre and "add[" not in pre \
+        and "weights[" not in pre and "dot_rows" not in pre

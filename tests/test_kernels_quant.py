@@ -66,7 +66,7 @@ def test_dequant_compiles():
 
 def test_gemv_layout_mirror_matches_kernel():
     # launchers/gemv.py sizes shared memory from its own copy of the unit layout: keep them equal
-    src = (nvrtc.KERNELS_DIR / "gemv.cu").read_text()
+    src = (nvrtc.KERNELS_DIR / "gemv.cuh").read_text()
     structs = {"Q4_0": QType.Q4_0, "Q4_1": QType.Q4_1, "Q5_0": QType.Q5_0, "Q5_1": QType.Q5_1,
                "Q8_0": QType.Q8_0, "Q4K": QType.Q4_K, "Q5K": QType.Q5_K, "Q6K": QType.Q6_K}
     found = {m[0]: tuple(int(v) for v in m[1:]) for m in re.findall(r"struct (\w+) : Layout<(\d+), (\d+), (\d+)>", src)}

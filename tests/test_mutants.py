@@ -54,13 +54,16 @@ def test_an_uncaught_mutant_fails_the_command(monkeypatch, capsys):
 def test_kernel_source_mutants_still_apply_and_compile():
     """A CUDA mutant edits a kernel's source: the text it replaces must still
     be there, and the result must compile (NVRTC runs without a GPU)."""
-    code = ("from harness.mutants import BY_NAME; from engine.backends.cuda import compile as c\n"
-            "with BY_NAME['gelu-erf'].on():\n"
-            "    assert 'erff(' in (c.KERNELS_DIR / 'elementwise.cu').read_text()\n"
-            "    print(len(c.compile_cubin('elementwise.cu', 'sm_90')))\n"
-            "assert 'erff(' not in (c.KERNELS_DIR / 'elementwise.cu').read_text()  # undone on exit\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert p.returncode == 0 and int(p.stdout) > 0, p.stderr[-2000:]
+    for name, file, mark in (("gelu-erf", "elementwise.cu", "erff("),
+                             ("moe-router-sigmoid", "moe.cu", "__expf(-l[e])"),
+                             ("moe-weights-reversed", "moe.cu", "(k - 1 - lane)")):
+        code = ("from harness.mutants import BY_NAME; from engine.backends.cuda import compile as c\n"
+                f"with BY_NAME[{name!r}].on():\n"
+                f"    assert {mark!r} in (c.KERNELS_DIR / {file!r}).read_text()\n"
+                f"    print(len(c.compile_cubin({file!r}, 'sm_90')))\n"
+                f"assert {mark!r} not in (c.KERNELS_DIR / {file!r}).read_text()  # undone on exit\n")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert p.returncode == 0 and int(p.stdout) > 0, (name, p.stderr[-2000:])
 
 
 def test_a_mutant_is_undone_when_its_block_ends(model_path):

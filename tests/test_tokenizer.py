@@ -70,10 +70,10 @@ def _read_vectors(gguf: Path) -> list[tuple[str, list[int]]]:
     return [(s, [int(t) for t in o.split()]) for s, o in zip(inputs, outputs)]
 
 
-# qwen2, llama-bpe: ours. llama-spm: the SentencePiece path Gemma 3 takes (with a
+# qwen2, qwen35 (Qwen3.5/3.6: letter runs take combining marks), llama-bpe: ours. llama-spm: the SentencePiece path Gemma 3 takes (with a
 # space prefix; Gemma 3 has none). starcoder: the pre-tokenizer SmolLM2's
 # "smollm" selects. gpt-2: the plain GPT-2 splitter that "default" also uses.
-@pytest.mark.parametrize("vocab", ["qwen2", "llama-bpe", "llama-spm", "starcoder", "gpt-2"])
+@pytest.mark.parametrize("vocab", ["qwen2", "qwen35", "llama-bpe", "llama-spm", "starcoder", "gpt-2"])
 def test_llamacpp_vectors(vocab):
     path = fetch.fetch_llamacpp_vocab(vocab, progress=False)
     cases = _read_vectors(path)
@@ -130,6 +130,23 @@ def test_recorded_strings(vocab, vocab_paths):
     for s, ids in zip(_RECORDED_STRINGS, _RECORDED_IDS[vocab]):
         expect = ids[1:] if t.add_bos else ids
         assert t.encode(s, add_bos=False) == expect, s
+
+
+def test_qwen35_letter_runs_take_combining_marks():
+    """Qwen3.5's pre-tokenizer: letter runs also consume combining marks
+    (\\p{M}), so Thai vowel signs, Arabic harakat and decomposed Vietnamese
+    accents stay inside their words; with qwen2's runs each of these strings
+    tokenizes differently. Ids recorded from llama-cpp-python 0.3.36."""
+    t = _tokenizer(str(fetch.fetch_llamacpp_vocab("qwen35", progress=False)))
+    cases = {
+        "\u0e20\u0e32\u0e29\u0e32\u0e44\u0e17\u0e22 \u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35\u0e04\u0e23\u0e31\u0e1a":
+            [127382, 125451, 129328, 124294, 35648, 124311, 125459],
+        "\u0627\u0644\u0639\u064e\u0631\u064e\u0628\u0650\u064a\u064e\u0651\u0629 \u0644\u064f\u063a\u064e\u0629":
+            [31382, 131319, 131082, 130750, 14558, 27910, 73771, 25871, 56794, 64604, 81778, 27910, 25871],
+        "Tie\u0302\u0301ng Vie\u0302\u0323t": [51, 645, 136, 224, 53839, 968, 59302, 136, 224, 136, 96, 83],
+    }
+    for text, ids in cases.items():
+        assert t.encode(text, add_bos=False) == ids, text
 
 
 def test_special_tokens_are_text(tok):

@@ -4,8 +4,9 @@ shares (architectures.md §0.3, §0.4; llama.cpp's ``build_qkv`` and
 
     n = RMSNorm(x)·attn_norm
     Q, K, V = Wq·n + bq, Wk·n + bk, Wv·n + bv             (biases: qwen2)
-    Q, K = RMSNorm_head(Q)·q_norm, RMSNorm_head(K)·k_norm  (qwen3, gemma3)
+    Q, K = RMSNorm_head(Q)·q_norm, RMSNorm_head(K)·k_norm  (qwen3, gemma3, qwen35)
     out = Wo · Attn(RoPE(Q), RoPE(K), V)                   (window: sliding layers)
+    out = Wo · (Attn(...) ⊙ sigmoid(G)), [Q | G] per head  (gated: qwen35, partial RoPE)
 
 The caller adds ``out`` to the residual stream (after its own post-norm, if any).
 """
@@ -39,6 +40,12 @@ TENSORS = {
 }
 
 
+# Gated attention (qwen35): the Q projection yields [q | gate] per head, twice
+# the rows; no biases.
+GATED_TENSORS = {k: v for k, v in TENSORS.items() if k not in ("bq", "bk", "bv")} | {
+    "wq": Spec("blk.{i}.attn_q.weight", lambda c: (2 * _q(c), c.n_embd), group="qkv")}
+
+
 def every_layer(cfg) -> list[str]:
     """``layer_kinds`` of a family whose every layer is softmax attention
     (each layer's state: its keys and values)."""
@@ -50,7 +57,10 @@ def self_attention(ops, cfg, w, il, x, positions, kv):
     the layer's keys and values are stored in its state ``kv`` on the way."""
     T = x.shape[0]
     n = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
-    q, k, v = ops.matmuls(n, (w.wq, w.wk, w.wv), (w.bq, w.bk, w.bv))
+    q, k, v = ops.matmuls(n, (w.wq, w.wk, w.wv), (getattr(w, "bq", None), getattr(w, "bk", None),
+                                                   getattr(w, "bv", None)))
+    if cfg.attn_gate:
+        q, gate = ops.split_gate(q, cfg.n_head, cfg.head_dim)
     q = q.reshape(T, cfg.n_head, cfg.head_dim)
     k = k.reshape(T, cfg.n_head_kv, cfg.head_dim)
     v = v.reshape(T, cfg.n_head_kv, cfg.head_dim)
@@ -61,4 +71,6 @@ def self_attention(ops, cfg, w, il, x, positions, kv):
     q, k = ops.rope(rotation, q, k)
     keys, values = kv.store(positions, k, v)
     a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
+    if cfg.attn_gate:
+        a = ops.sigmoid_mul(a, gate)  # the output gate, per element
     return ops.matmul(a, w.wo)

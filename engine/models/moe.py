@@ -26,7 +26,8 @@ TENSORS = {
 EXPERT_TENSORS = ("gate_exps", "up_exps", "down_exps")
 
 
-def moe_ffn(ops, cfg, w, m):
-    """The routed experts' weighted sum for the rows of ``m`` (already normed)."""
+def moe_ffn(ops, cfg, w, m, add=None):
+    """The routed experts' weighted sum for the rows of ``m`` (already normed),
+    plus ``add`` (the residual, which the backend may fuse)."""
     ids, weights = ops.moe_route(m, w.router, cfg.moe.n_expert_used, cfg.moe.norm_topk)
-    return ops.moe_ffn(m, ids, weights, w.gate_exps, w.up_exps, w.down_exps)
+    return ops.moe_ffn(m, ids, weights, w.gate_exps, w.up_exps, w.down_exps, add=add)

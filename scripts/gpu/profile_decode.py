@@ -1,7 +1,8 @@
-"""Per-kernel device time of one decode step, for Nsight Compute.
+"""Per-kernel device time of one decode step (or, with ``--prefill N``, of
+one N-token prefill), for Nsight Compute.
 
     ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \\
-        --csv --log-file ncu.csv python3 scripts/gpu/profile_decode.py MODEL.gguf
+        --csv --log-file ncu.csv python3 scripts/gpu/profile_decode.py MODEL.gguf [--prefill 512]
     python3 scripts/gpu/profile_decode.py --summarize ncu.csv
 
 The step runs eagerly (every kernel launched from Python, as before graph
@@ -19,7 +20,7 @@ import sys
 from collections import defaultdict
 
 
-def profile(path: str) -> None:
+def profile(path: str, prefill: int = 0) -> None:
     from cuda.bindings import driver
 
     from engine.backends.cuda.device import check
@@ -41,11 +42,18 @@ def profile(path: str) -> None:
     dev.launch = counting
     dev.synchronize()
     check(driver.cuProfilerStart())
-    tok = m.decode_next(tok)
+    if prefill:
+        m.reset()
+        m.forward([(7 * i) % 1000 + 1 for i in range(prefill)])
+    else:
+        tok = m.decode_next(tok)
     dev.synchronize()
     check(driver.cuProfilerStop())
     dev.launch = launch
-    print(f"decode step: {launches} kernel launches eagerly; one graph launch of as many kernel nodes when captured")
+    if prefill:
+        print(f"prefill of {prefill} tokens: {launches} kernel launches")
+    else:
+        print(f"decode step: {launches} kernel launches eagerly; one graph launch of as many kernel nodes when captured")
 
 
 def summarize(csv_path: str, top: int = 30) -> None:
@@ -75,10 +83,11 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?")
     ap.add_argument("--summarize", metavar="NCU_CSV")
+    ap.add_argument("--prefill", type=int, default=0, metavar="N", help="profile an N-token prefill instead")
     a = ap.parse_args()
     if a.summarize:
         summarize(a.summarize)
     elif a.model:
-        profile(a.model)
+        profile(a.model, a.prefill)
     else:
         sys.exit("usage: profile_decode.py MODEL.gguf | --summarize NCU_CSV")

@@ -31,8 +31,9 @@ from .device import DArray, Device, Workspace
 # read the quantised weights directly; above it, dequantise + GEMM.
 GEMV_MAX_TOKENS = 1
 
-# Architectures whose ops (engine/ops.py) have no CUDA kernels yet: refused at load.
-PENDING_ARCHS = frozenset({"qwen3moe"})
+# Architectures whose ops (engine/ops.py) have no CUDA kernels yet: refused at
+# load, and --backend auto runs them on NumPy (model.make_backend).
+PENDING_ARCHS: frozenset[str] = frozenset({"qwen35"})
 
 DEFAULT_WORKSPACE_MB = 256  # one micro-batch (model.UBATCH = 512 tokens) of an 8B shape fits
 
@@ -43,6 +44,7 @@ class QWeight:
     qtype: QType
     n_out: int
     n_in: int
+    n_expert: int = 0  # a 3-D expert tensor: n_expert matrices [n_out, n_in] back to back
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,54 @@ class Ops:
         launchers.elementwise.gelu_tanh_mul(self.dev, g, u, y)
         return y
 
+    def moe_route(self, x: DArray, router: QWeight, k: int, norm: bool):
+        """The router's logits (a matmul), then softmax and top-k on the device:
+        ids and weights stay in device memory for the expert kernels."""
+        logits = self.matmul(x, router)
+        ids = self._empty((x.shape[0], k), np.int32)
+        weights = self._empty((x.shape[0], k))
+        launchers.moe.route(self.dev, logits, ids, weights, k, norm)
+        return ids, weights
+
+    def moe_ffn(self, x: DArray, ids: DArray, weights: DArray, gate_exps: QWeight, up_exps: QWeight,
+                down_exps: QWeight, add: DArray | None = None) -> DArray:
+        """Decode: the k selected experts of each token as matrix-vector
+        products reading their ids on the device (gate and up in one launch
+        with SwiGLU; the down projection sums the experts and adds ``add``).
+        Prefill: the (token, expert) pairs grouped by expert on the device,
+        one grouped GEMM per projection."""
+        T, k = ids.shape
+        n_embd, n_ff, n_expert = down_exps.n_out, down_exps.n_in, down_exps.n_expert
+        y = self._empty((T, n_embd))
+        if T <= GEMV_MAX_TOKENS or n_embd % launchers.moe.BK or n_ff % launchers.moe.BK:
+            # (widths the grouped GEMM cannot tile run token by token: grid.z = T)
+            h = self._empty((T, k, n_ff))
+            if gate_exps.qtype == up_exps.qtype:
+                launchers.moe.glu(self.dev, gate_exps.data, up_exps.data, gate_exps.qtype, ids, x, h, n_embd, n_ff,
+                                  n_expert)
+            else:  # no fused kernel for two types: each projection, then SwiGLU
+                g, u = self._empty((T, k, n_ff)), self._empty((T, k, n_ff))
+                for w, out in ((gate_exps, g), (up_exps, u)):
+                    launchers.moe.gemv(self.dev, w.data, w.qtype, ids, x, out, n_embd, n_ff, n_expert)
+                launchers.elementwise.silu_mul(self.dev, g, u, h)
+            launchers.moe.down(self.dev, down_exps.data, down_exps.qtype, ids, weights, h, y, add, n_ff, n_embd,
+                               n_expert)
+            return y
+        grouping = launchers.moe.Grouping.empty(self._empty, T * k, n_expert)
+        launchers.moe.sort(self.dev, ids, grouping)
+        xs = self._empty((T * k, n_embd), np.uint16)  # bf16 bits, in expert order
+        launchers.moe.gather_bf16(self.dev, x, grouping, k, xs)
+        g, u = self._empty((T * k, n_ff)), self._empty((T * k, n_ff))
+        launchers.moe.gemm(self.dev, gate_exps.data, gate_exps.qtype, xs, grouping, g, n_embd, n_ff)
+        launchers.moe.gemm(self.dev, up_exps.data, up_exps.qtype, xs, grouping, u, n_embd, n_ff)
+        launchers.elementwise.silu_mul(self.dev, g, u, g)
+        hs = self._empty((T * k, n_ff), np.uint16)
+        launchers.elementwise.f32_to_bf16(self.dev, g, hs)
+        d = self._empty((T * k, n_embd))
+        launchers.moe.gemm(self.dev, down_exps.data, down_exps.qtype, hs, grouping, d, n_ff, n_embd)
+        launchers.moe.combine(self.dev, d, grouping, weights, add, y)
+        return y
+
     def softcap(self, x: DArray, cap: float) -> DArray:
         launchers.elementwise.softcap(self.dev, x, cap)
         return x
@@ -265,8 +315,7 @@ class Backend:
         from .cublas import Cublas
 
         if cfg.arch in PENDING_ARCHS:
-            raise AnvilError(f"the CUDA backend does not run {cfg.arch} models yet (no Mixture-of-Experts kernels): "
-                             f"use --backend numpy")
+            raise AnvilError(f"the CUDA backend does not run {cfg.arch} models yet: use --backend numpy")
         self.cfg, self.n_ctx, self.kv_f16, self.eager = cfg, n_ctx, kv_f16, eager
         self.dev = Device()
         self.cublas = Cublas(self.dev.stream)
@@ -291,7 +340,9 @@ class Backend:
         qtype = gf.tensor_type(name)
         host = gf.dequantize(name) if len(shape) == 1 else np.ascontiguousarray(gf.raw(name)).view(np.uint8)
         data = self.dev.upload(host.reshape(-1), self.weights.empty((host.size,), host.dtype))
-        return data if len(shape) == 1 else QWeight(data, qtype, shape[0], shape[1])
+        if len(shape) == 1:
+            return data
+        return QWeight(data, qtype, *shape[-2:], n_expert=shape[0] if len(shape) == 3 else 0)
 
     def make_state(self, kinds: list[str], rope_freqs) -> State:
         return State(self, kinds, rope_freqs)

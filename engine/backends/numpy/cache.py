@@ -1,6 +1,7 @@
 """Per-layer sequence state for the NumPy backend: one object per layer,
 chosen by the layer's kind (``family.layer_kinds``). Softmax attention keeps
-its keys and values (``KVLayer``); a recurrent layer would keep its state.
+its keys and values (``KVLayer``); a recurrent (Gated DeltaNet) layer its
+conv inputs and delta-rule state (``RecurrentLayer``).
 
 K and V are kept in float32, matching a llama.cpp reference run with
 ``type_k = type_v = F32`` (its default f16 cache would round them).
@@ -41,7 +42,23 @@ class KVLayer:
         self.v.fill(0)
 
 
-LAYER_KINDS = {"attention": KVLayer}
+class RecurrentLayer:
+    """A Gated DeltaNet layer's carried state (fp32, as llama.cpp keeps it):
+    the last d_conv-1 inputs of its causal conv, ``conv [d_conv-1, conv_dim]``,
+    and the delta-rule state ``s [H_v, S_k, S_v]``. ops.causal_conv and
+    ops.delta_rule read and advance them."""
+
+    def __init__(self, state: "State", il: int, n_ctx: int):
+        c = state.cfg.ssm
+        self.conv = np.zeros((c.d_conv - 1, c.conv_dim), np.float32)
+        self.s = np.zeros((c.n_v_heads, c.head_k, c.head_v), np.float32)
+
+    def reset(self) -> None:
+        self.conv = np.zeros_like(self.conv)
+        self.s = np.zeros_like(self.s)
+
+
+LAYER_KINDS = {"attention": KVLayer, "recurrent": RecurrentLayer}
 
 
 class State:

@@ -129,6 +129,81 @@ def geglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
     return gelu_tanh(g) * u
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(F32)
+
+
+def split_gate(x: np.ndarray, n_head: int, head_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``x [T, H·2D]`` holding ``[q | gate]`` per head: ``q [T, H, D]`` and ``gate [T, H·D]``."""
+    xh = x.reshape(x.shape[0], n_head, 2 * head_dim)
+    return np.ascontiguousarray(xh[..., :head_dim]), np.ascontiguousarray(xh[..., head_dim:]).reshape(x.shape[0], -1)
+
+
+def sigmoid_mul(a: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """``a ⊙ sigmoid(g)`` (the gated attention's output gate)."""
+    return a * sigmoid(g)
+
+
+def split(x: np.ndarray, sizes) -> list[np.ndarray]:
+    """The columns of ``x [T, Σ sizes]`` cut into consecutive ``[T, size]`` pieces."""
+    cuts = np.cumsum(sizes)[:-1]
+    return [np.ascontiguousarray(p) for p in np.split(x, cuts, axis=-1)]
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """``log(1 + e^x)``, ``x`` itself above 20 (ggml's op_softplus)."""
+    x64 = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        return np.where(x64 > 20.0, x64, np.log1p(np.exp(x64))).astype(F32)
+
+
+def decay_gates(b: np.ndarray, a: np.ndarray, dt_bias: np.ndarray, ssm_a: np.ndarray):
+    """DeltaNet's per-head gates: ``β = sigmoid(b)`` and the log-decay ``g = softplus(a + dt_bias) · ssm_a``."""
+    return sigmoid(b), softplus(a + dt_bias) * ssm_a
+
+
+def causal_conv(x: np.ndarray, w: np.ndarray, state) -> np.ndarray:
+    """SiLU of the causal depthwise convolution of ``x [T, C]`` with ``w [C, K]``
+    over time: ``y[t, c] = Σ_j win[t + j, c]·w[c, j]`` (tap K-1 on the current
+    token, summed in tap order in fp32), ``win`` = the K-1 inputs carried in
+    ``state.conv`` then ``x``; the last K-1 inputs are carried on."""
+    K = w.shape[1]
+    win = np.concatenate([state.conv, x.astype(F32)], axis=0)
+    y = np.zeros_like(x, dtype=F32)
+    for j in range(K):
+        y = y + win[j:j + x.shape[0]] * w[:, j]
+    state.conv = win[win.shape[0] - (K - 1):].copy()
+    return silu(y)
+
+
+def l2_norm(x: np.ndarray, eps: float) -> np.ndarray:
+    """``x / sqrt(Σx² + eps)`` over the last axis, rounded as llama.cpp's
+    ``rms_norm(x, eps/S)·(1/√S)`` (two fp32 steps)."""
+    S = x.shape[-1]
+    return rms_norm(x, None, eps / S) * F32(1.0 / np.sqrt(S))
+
+
+def delta_rule(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray, state) -> np.ndarray:
+    """The gated delta rule, token by token, over ``state.s [H_v, S_k, S_v]``
+    (fp32; value head h reads key head ``h mod H_k``): ``γ = e^g``,
+    ``δ = β (v − γ Sᵀk)``, ``S ← γS + k δᵀ``, ``o = Sᵀq / √S_v``.
+    q, k ``[T, H_k, S_k]``; v ``[T, H_v, S_v]``; g, beta ``[T, H_v]``. ``[T, H_v, S_v]``."""
+    T, H_v, S_v = v.shape
+    kh = np.arange(H_v) % q.shape[1]
+    S = state.s.astype(np.float64)
+    out = np.empty((T, H_v, S_v), F32)
+    for t in range(T):
+        qt, kt = q[t, kh].astype(np.float64), k[t, kh].astype(np.float64)  # [H_v, S_k]
+        gamma = np.exp(g[t].astype(np.float64))[:, None]                 # [H_v, 1]
+        kv = np.einsum("hic,hi->hc", S, kt)
+        delta = (v[t] - gamma * kv) * beta[t].astype(np.float64)[:, None]
+        S = (gamma[:, :, None] * S + kt[:, :, None] * delta[:, None, :]).astype(F32).astype(np.float64)
+        out[t] = np.einsum("hic,hi->hc", S, qt) / np.sqrt(S_v)
+    state.s = S.astype(F32)
+    return out
+
+
 MOE_NORM_CLAMP = 6.103515625e-5  # 2^-14: llama.cpp's floor on the renormalising sum
 
 
@@ -146,15 +221,15 @@ def moe_route(x: np.ndarray, router: np.ndarray, k: int, norm: bool) -> tuple[np
 
 
 def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, gate_exps: np.ndarray, up_exps: np.ndarray,
-            down_exps: np.ndarray) -> np.ndarray:
-    """Each row's chosen SwiGLU experts, weighted and summed in selection order."""
+            down_exps: np.ndarray, add: np.ndarray | None = None) -> np.ndarray:
+    """Each row's chosen SwiGLU experts, weighted and summed in selection order (then ``+ add``)."""
     out = np.zeros((x.shape[0], down_exps.shape[1]), F32)
     for t in range(x.shape[0]):
         for j in range(ids.shape[1]):
             e = ids[t, j]
             h = swiglu(gate_exps[e] @ x[t], up_exps[e] @ x[t])
             out[t] += (down_exps[e] @ h) * weights[t, j]
-    return out
+    return out if add is None else add + out
 
 
 def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:

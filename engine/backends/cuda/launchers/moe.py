@@ -1,0 +1,222 @@
+"""Launchers for moe.cu: routing on the device, the selected experts as
+matrix-vector products (decode: one launch runs all k experts of a token,
+reading their ids from device memory), and the grouped prefill (pairs sorted
+by expert, one grouped GEMM per projection, the weighted combine).
+
+An expert tensor is the raw 3-D GGUF tensor: ``n_expert`` matrices
+``[n_out, n_in]`` back to back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ....errors import AnvilError
+from ....quants import BLOCK, row_bytes
+from .. import launch
+from ..device import DArray, Device
+from . import gemv as gemv_launcher
+
+ROW_CHOICES = (16, 8, 4, 2)  # GEMV_ROWS of the expert kernels (even: a GLU warp splits them gate/up)
+MAX_WARPS = 8                # moe.cu MOE_MAX_WARPS: selected experts run side by side in a block
+ROUTE_WARPS = 4              # moe.cu: tokens per moe_route block
+MAX_K = 32                   # moe_route: lane j keeps pick j
+SORT_THREADS = 32 * 32       # moe.cu SORT_WARPS
+BM, BN, BK = 32, 128, 64     # moe.cu MOE_BM, MOE_BN, MOE_BK: grouped GEMM tile
+GEMM_THREADS = 256           # moe.cu MOE_GEMM_THREADS
+
+
+def _expert_bytes(qt, n_out: int, n_in: int) -> int:
+    nbytes = n_out * row_bytes(qt, n_in)
+    if nbytes >= 2**31:
+        raise AnvilError(f"CUDA MoE: one expert's matrix [{n_out} x {n_in}] {qt.name} is {nbytes} bytes; "
+                         f"the kernels index experts with 32-bit byte offsets")
+    return nbytes
+
+
+def _check_experts(what: str, W: DArray, qt, n_expert: int, n_out: int, n_in: int) -> int:
+    eb = _expert_bytes(qt, n_out, n_in)
+    if W.nbytes < n_expert * eb:
+        raise AnvilError(f"CUDA {what} {qt.name}: {n_expert} experts of [{n_out} x {n_in}] need "
+                         f"{n_expert * eb} bytes, the tensor has {W.nbytes}")
+    launch.aligned(W, "W")
+    return eb
+
+
+def _check_ids(ids: DArray, weights: DArray | None, T: int, k: int) -> None:
+    if np.dtype(ids.dtype) != np.int32 or ids.size < T * k or (weights is not None and weights.size < T * k):
+        raise AnvilError(f"CUDA MoE: ids must be int32 [{T}, {k}] (got {np.dtype(ids.dtype)} {ids.shape})"
+                         + (f", weights [{T}, {k}] (got {weights.shape})" if weights is not None else ""))
+
+
+@dataclass(frozen=True)
+class ExpertPlan:
+    rows: int     # GEMV_ROWS: rows per warp (gate and up halves for the GLU kernel)
+    threads: int  # one warp per selected expert, up to MAX_WARPS
+    blocks: int   # row groups (grid.x); grid.z is the token
+    shared: int   # dynamic shared memory bytes
+
+
+def expert_plan(qtype, n_in: int, n_out: int, k: int, T: int, glu: bool, sm_count: int = 132) -> ExpertPlan:
+    """Rows per warp: the most that still give every SM a block (each block
+    is already k warps)."""
+    qt = launch.weight_type(qtype, "MoE expert")
+    upb, qk, nbytes = gemv_launcher._gemv_layout(qt, n_in)
+    if n_in <= 0 or n_out <= 0 or n_in % qk:
+        raise AnvilError(f"CUDA MoE experts: {qt.name} needs n_in a positive multiple of {qk}, got {n_in}")
+    per_block = (lambda r: r // 2) if glu else (lambda r: r)
+    rows = next((r for r in ROW_CHOICES if -(-n_out // per_block(r)) * T >= sm_count), ROW_CHOICES[-1])
+    warps = min(k, MAX_WARPS)
+    shared = warps * rows * gemv_launcher.gemv_span(upb, nbytes)
+    return ExpertPlan(rows, 32 * warps, -(-n_out // per_block(rows)), shared)
+
+
+def route(dev: Device, logits: DArray, ids: DArray, weights: DArray, k: int, norm: bool) -> None:
+    """Per row of ``logits`` [T, n_expert]: softmax, the top ``k`` (ties to the
+    lower id, descending) into ``ids`` [T, k] and their probabilities into
+    ``weights``, divided by max(sum, 2^-14) when ``norm``."""
+    T, n_expert = logits.shape
+    launch.check_f32(logits, weights)
+    if not 1 <= k <= min(MAX_K, n_expert):
+        raise AnvilError(f"CUDA moe_route: {k} experts per token of {n_expert} (at most {MAX_K})")
+    _check_ids(ids, weights, T, k)
+    shared = ROUTE_WARPS * n_expert * 4
+    fn = launch.function(dev, "moe.cu", "moe_route", shared=shared)
+    dev.launch(fn, (launch.ceil_div(T, ROUTE_WARPS),), (32 * ROUTE_WARPS,),
+               (logits, T, n_expert, k, int(norm), ids, weights), shared=shared)
+
+
+def _expert_fn(dev, kind: str, qt, plan: ExpertPlan):
+    return launch.function(dev, "moe.cu", f"moe_{kind}_{launch.TYPE_SUFFIX[qt]}", {"GEMV_ROWS": plan.rows},
+                           shared=plan.shared)
+
+
+def glu(dev: Device, Wg: DArray, Wu: DArray, qtype, ids: DArray, x: DArray, h: DArray, n_in: int, n_out: int,
+        n_expert: int) -> None:
+    """h[t, j] = SiLU(gate[e]·x[t]) ⊙ (up[e]·x[t]), e = ids[t, j]: gate and up
+    experts of one type, x [T, n_in], h [T, k, n_out]."""
+    qt = launch.weight_type(qtype, "moe_glu")
+    T, k = ids.shape
+    eb = _check_experts("moe_glu", Wg, qt, n_expert, n_out, n_in)
+    _check_experts("moe_glu", Wu, qt, n_expert, n_out, n_in)
+    _check_ids(ids, None, T, k)
+    launch.check_f32(x, h)
+    launch.aligned(x, "x")
+    if x.size < T * n_in or h.size < T * k * n_out:
+        raise AnvilError(f"CUDA moe_glu: x {x.shape}, h {h.shape} for {T} tokens x {k} experts [{n_out} x {n_in}]")
+    plan = expert_plan(qt, n_in, n_out, k, T, True, dev.sm_count)
+    dev.launch(_expert_fn(dev, "glu", qt, plan), (plan.blocks, 1, T), (plan.threads,),
+               (Wg, Wu, ids, x, h, n_in, n_out, eb, k), shared=plan.shared)
+
+
+def gemv(dev: Device, W: DArray, qtype, ids: DArray, x: DArray, y: DArray, n_in: int, n_out: int,
+         n_expert: int) -> None:
+    """y[t, j] = W[ids[t, j]]·x[t]: x [T, n_in], y [T, k, n_out]."""
+    qt = launch.weight_type(qtype, "moe_gemv")
+    T, k = ids.shape
+    eb = _check_experts("moe_gemv", W, qt, n_expert, n_out, n_in)
+    _check_ids(ids, None, T, k)
+    launch.check_f32(x, y)
+    launch.aligned(x, "x")
+    if x.size < T * n_in or y.size < T * k * n_out:
+        raise AnvilError(f"CUDA moe_gemv: x {x.shape}, y {y.shape} for {T} tokens x {k} experts [{n_out} x {n_in}]")
+    plan = expert_plan(qt, n_in, n_out, k, T, False, dev.sm_count)
+    dev.launch(_expert_fn(dev, "gemv", qt, plan), (plan.blocks, 1, T), (plan.threads,),
+               (W, ids, x, y, n_in, n_out, eb, k), shared=plan.shared)
+
+
+def down(dev: Device, W: DArray, qtype, ids: DArray, weights: DArray, h: DArray, y: DArray, add: DArray | None,
+         n_in: int, n_out: int, n_expert: int) -> None:
+    """y[t] = add[t] + sum_j weights[t, j] · W[ids[t, j]]·h[t, j] (selection
+    order): h [T, k, n_in], y [T, n_out]; ``add`` may be ``y`` itself."""
+    qt = launch.weight_type(qtype, "moe_down")
+    T, k = ids.shape
+    eb = _check_experts("moe_down", W, qt, n_expert, n_out, n_in)
+    _check_ids(ids, weights, T, k)
+    launch.check_f32(weights, h, y, add)
+    launch.aligned(h, "h")
+    if h.size < T * k * n_in or y.size < T * n_out or (add is not None and add.size < T * n_out):
+        raise AnvilError(f"CUDA moe_down: h {h.shape}, y {y.shape} for {T} tokens x {k} experts [{n_out} x {n_in}]")
+    plan = expert_plan(qt, n_in, n_out, k, T, False, dev.sm_count)
+    dev.launch(_expert_fn(dev, "down", qt, plan), (plan.blocks, 1, T), (plan.threads,),
+               (W, ids, weights, h, y, launch.null_or(add), n_in, n_out, eb, k), shared=plan.shared)
+
+
+# ---- prefill: pairs grouped by expert ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """The P = T·k (token, slot) pairs sorted by expert (moe_sort)."""
+    P: int
+    n_expert: int
+    offsets: DArray   # int32 [n_expert + 1]: expert e's pairs are sorted positions offsets[e]..offsets[e+1]-1
+    pair_at: DArray   # int32 [P]: the pair t·k + j at each sorted position
+    pos_of: DArray    # int32 [P]: each pair's sorted position
+    tile_e: DArray    # int32 [max_tiles]: a GEMM tile's expert (-1: no tile)
+    tile_r0: DArray   # int32 [max_tiles]: its first sorted position
+
+    @property
+    def max_tiles(self) -> int:
+        return self.tile_e.size
+
+    @classmethod
+    def empty(cls, alloc: Callable[[tuple, type], DArray], P: int, n_expert: int) -> "Grouping":
+        tiles = launch.ceil_div(P, BM) + n_expert  # each expert adds at most one partial tile
+        i32 = np.int32
+        return cls(P, n_expert, alloc((n_expert + 1,), i32), alloc((P,), i32), alloc((P,), i32),
+                   alloc((tiles,), i32), alloc((tiles,), i32))
+
+
+def sort(dev: Device, ids: DArray, g: Grouping) -> None:
+    """Group the pairs of ``ids`` [T, k] by expert, stably, into ``g``."""
+    if np.dtype(ids.dtype) != np.int32 or ids.size != g.P:
+        raise AnvilError(f"CUDA moe_sort: ids must be int32 with {g.P} entries, got {np.dtype(ids.dtype)} {ids.shape}")
+    shared = 4 * (g.n_expert + 1 + g.P)  # the counts and the ids
+    fn = launch.function(dev, "moe.cu", "moe_sort", shared=shared)
+    dev.launch(fn, (1,), (SORT_THREADS,), (ids, g.P, g.n_expert, g.max_tiles, g.offsets, g.pair_at, g.pos_of,
+                                           g.tile_e, g.tile_r0), shared=shared)
+
+
+def gather_bf16(dev: Device, x: DArray, g: Grouping, k: int, xs: DArray) -> None:
+    """xs[i] = bf16(x[token of the pair at sorted position i]): x [T, n] f32, xs [P, n] bf16 bits."""
+    n = x.shape[-1]
+    launch.check_f32(x)
+    if n % 8 or x.size * k != g.P * n or xs.nbytes < 2 * g.P * n:
+        raise AnvilError(f"CUDA moe_gather_bf16: x {x.shape} (row length a multiple of 8), {g.P} pairs, "
+                         f"xs {xs.nbytes} bytes")
+    launch.aligned(x, "x")
+    launch.aligned(xs, "xs")
+    fn = launch.function(dev, "moe.cu", "moe_gather_bf16")
+    dev.launch(fn, launch.grid(dev, max(g.P * n // 8, 1)), (256,), (x, g.pair_at, g.P, k, n, xs))
+
+
+def gemm(dev: Device, W: DArray, qtype, xs: DArray, g: Grouping, y: DArray, n_in: int, n_out: int) -> None:
+    """y[i] = W[expert of sorted pair i]·xs[i] for all P pairs at once: xs
+    [P, n_in] bf16 bits, y [P, n_out] f32; bf16 products, fp32 sums."""
+    qt = launch.weight_type(qtype, "moe_gemm")
+    eb = _check_experts("moe_gemm", W, qt, g.n_expert, n_out, n_in)
+    if n_in % BK:
+        raise AnvilError(f"CUDA moe_gemm: the grouped GEMM needs n_in a multiple of {BK}, got {n_in}")
+    if BLOCK[qt][0] == 1:  # float rows: deq8 reads 16-byte vectors
+        launch.aligned(W, "W", 32)
+    launch.check_f32(y)
+    if xs.nbytes < 2 * g.P * n_in or y.size < g.P * n_out:
+        raise AnvilError(f"CUDA moe_gemm: xs {xs.nbytes} bytes, y {y.shape} for {g.P} pairs [{n_out} x {n_in}]")
+    launch.aligned(xs, "xs")
+    fn = launch.function(dev, "moe.cu", f"moe_gemm_{launch.TYPE_SUFFIX[qt]}")
+    dev.launch(fn, (launch.ceil_div(n_out, BN), g.max_tiles), (GEMM_THREADS,),
+               (W, eb, xs, g.tile_e, g.tile_r0, g.offsets, y, n_out, n_in))
+
+
+def combine(dev: Device, d: DArray, g: Grouping, weights: DArray, add: DArray | None, y: DArray) -> None:
+    """y[t] = add[t] + sum_j weights[t, j] · d[position of pair (t, j)] (selection order)."""
+    T, k = weights.shape
+    n = y.shape[-1]
+    launch.check_f32(d, weights, add, y)
+    if T * k != g.P or d.size < g.P * n or y.size < T * n or (add is not None and add.size < T * n):
+        raise AnvilError(f"CUDA moe_combine: d {d.shape}, weights {weights.shape}, y {y.shape} for {g.P} pairs")
+    fn = launch.function(dev, "moe.cu", "moe_combine")
+    dev.launch(fn, launch.grid(dev, T * n), (256,), (d, g.pos_of, weights, launch.null_or(add), y, T, k, n))

@@ -1,0 +1,466 @@
+// Matrix-vector products over raw GGUF weight rows, for every weight type: the
+// machinery shared by gemv.cu (dense decode projections) and moe.cu (the
+// routed experts). A warp computes GEMV_ROWS rows' dot products with one fp32
+// vector x (stage_rows + dot_rows, at the end of this file); the kernels
+// choose the rows and what to do with the sums.
+//
+// W is the raw GGUF tensor (row r at byte r*row_bytes), x fp32. W must be
+// 16-byte aligned (device allocations are 256-byte aligned; GGUF tensor data
+// 32-byte aligned).
+//
+// Why fp32 activations, not llama.cpp's q8_1 + dp4a: with the PRMT trick below
+// a weight element is decoded and multiplied in 2 instructions, so the kernel
+// can stay memory bound with the accuracy of a plain fp32 dot product (no 8-bit
+// rounding of x) and without a separate quantise kernel per activation.
+// Napkin math for Q4_K, the densest common type: 4.3 TB/s / 144 B per 256
+// elements = 7.6 G elements/s; 132 SMs x 4 schedulers x 1.98 GHz = 33 T thread
+// instructions/s, so ~4.4 instructions per element at full bandwidth. Counted
+// in the SASS (GEMV_ROWS=8), the compute loop spends 3.7 per element on Q4_K,
+// 4.5 of 5.3 on Q5_K, 4.7 of 6.4 on Q6_K, 4.7 of 8.3 on Q8_0 and 3.2 of 4.4 on
+// Q4_0: the 2 per element, ~0.4 of nibble masking, and ~40 per unit per row
+// for scales and the affine correction. So Q4_K/Q5_K run close to the issue
+// limit; if they measure issue-bound, the options are a lane per 32 qs bytes
+// (halves the per-row scale work, doubles x's L1 traffic) or q8_1 + dp4a
+// (~1.5 per element, 4x less x traffic, at the price of llama.cpp's
+// activation rounding).
+//
+// Layout (gemv.cu; moe.cu gives each warp its own rows). A block of NT threads (a multiple of 32, <= 256; launchers/gemv.py picks it
+// so the row's work units divide evenly) computes GEMV_ROWS consecutive rows. A
+// row is cut into work units (16-32 elements: a 16-byte piece of a block, or a
+// 16-byte vector of a float row). Warp w takes units [32w, 32w+32) of every row,
+// then [32w+NT, ...), ...; lane l of a step does unit base+l of ALL GEMV_ROWS
+// rows, so the unit's x values are loaded once into registers (through L1:
+// every block on the SM reads the same x) and reused GEMV_ROWS times. That
+// reuse is what keeps x's L1 traffic (4 bytes per element) below the weights'.
+// Per-thread fp32 partial sums -> warp_sum -> shared memory across warps.
+//
+// Weight loads: each warp step copies the byte span of its 32 units, for each
+// of the GEMV_ROWS rows, into the warp's own shared-memory buffer with 16-byte
+// cp.async (coalesced, L1 bypassed; from the 16-byte-aligned floor of the span,
+// so any block alignment works), waits, then decodes from shared memory. The
+// copies of all rows are in flight at once without holding registers (direct
+// 16-byte loads were sunk next to their use by ptxas: ~2 rows in flight per
+// thread), and 2-byte-aligned layouts (Q4_0 18 B, Q5_0 22 B, Q8_0 34 B, Q6_K
+// 210 B) need no 2-byte global loads: a 2-aligned word in shared memory costs
+// two aligned loads and a funnel shift (lds_a2). Q4_K/Q5_K blocks (144/176 B)
+// and float vectors stay 16-byte aligned there and are read with LDS.128.
+//
+// Integer to float in 2 instructions (fq): for a byte v < 128, PRMT builds the
+// bits 0x3F00_0000 | v << 16, i.e. the float 0.5 + v/256 exactly, and one FFMA
+// accumulates S = sum (0.5 + v/256) x. With X = sum x over the same elements
+// (computed once per unit, shared by all rows), sum v*x = 256*(S - X/2) in
+// exact arithmetic; in fp32 the 0.5*x terms cost ~4-5 of the 24 bits (relative
+// error ~2^-19 per unit), far below anything a test or a model can see.
+// (I2F runs at 1/8 of the FFMA rate: too slow at one conversion per element.)
+#pragma once
+#include "quants.cuh"
+
+#ifndef GEMV_ROWS
+#define GEMV_ROWS 4  // rows per block; launchers/gemv.py compiles 1, 2, 4, 8 and 16
+#endif
+#define GEMV_MAX_THREADS 256  // __launch_bounds__(256, 2): <= 128 registers (GEMV_ROWS=16 spills a few bytes on Q5_*)
+#define GEMV_MAX_WARPS (GEMV_MAX_THREADS / 32)
+
+#define U4(v, j) ((j) == 0 ? (v).x : (j) == 1 ? (v).y : (j) == 2 ? (v).z : (v).w)
+
+// ---- loads -------------------------------------------------------------------
+__device__ __forceinline__ float4 ld_x4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float sum4(float4 a) { return (a.x + a.y) + (a.z + a.w); }
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Copy bytes [src, src+len) (any alignment) to dst as whole 16-byte chunks from
+// the aligned floor of src; returns where src's first byte landed in dst. The
+// chunks past either end hold bytes of the same 16-byte granule as a wanted
+// byte, so they never touch another page. The warp's lanes share the chunks.
+__device__ __forceinline__ int stage_span(uint8_t* dst, const uint8_t* src, int len, int lane) {
+    const size_t s = reinterpret_cast<size_t>(src), a0 = s & ~(size_t)15;
+    const int n = (int)((s + len + 15 - a0) >> 4);
+    for (int i = lane; i < n; i += 32) cp_async16(dst + 16 * i, reinterpret_cast<const void*>(a0 + 16 * (size_t)i));
+    return (int)(s & 15);
+}
+
+// N little-endian words starting at byte `off` (2-byte aligned) of a 16-byte
+// aligned shared buffer: N+1 aligned loads and funnel shifts.
+template <int N>
+__device__ __forceinline__ void lds_a2(const uint8_t* buf, int off, uint32_t* out) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(buf) + (off >> 2);
+    const uint32_t sh = (off & 2) * 8;
+    uint32_t prev = w[0];
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const uint32_t next = w[i + 1];
+        out[i] = __funnelshift_r(prev, next, sh);
+        prev = next;
+    }
+}
+__device__ __forceinline__ uint4 lds16(const uint8_t* buf, int off) {  // off % 16 == 0
+    return *reinterpret_cast<const uint4*>(buf + off);
+}
+__device__ __forceinline__ float lds_half(const uint8_t* buf, int off) {  // off even
+    return __half2float(reinterpret_cast<const __half*>(buf)[off >> 1]);
+}
+__device__ __forceinline__ float half_lo(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w & 0xFFFFu))); }
+__device__ __forceinline__ float half_hi(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
+
+// ---- integer -> float ----------------------------------------------------------
+// 0.5 + v/256 for byte K of w (v < 128): PRMT puts v in bits 16..22 under the
+// exponent of 0.5 (bytes 0,1 = 0x00 from y, byte 3 = 0x3F; bit 23 = v's bit 7 = 0).
+template <int K>
+__device__ __forceinline__ float fq(uint32_t w) {
+    return __uint_as_float(__byte_perm(w, 0x3F000000u, 0x7044u | (K << 8)));
+}
+// s + sum_k (0.5 + v_k/256) * x_k over the 4 bytes of w
+__device__ __forceinline__ float dot4q(uint32_t w, float4 x, float s) {
+    s = fmaf(fq<0>(w), x.x, s);
+    s = fmaf(fq<1>(w), x.y, s);
+    s = fmaf(fq<2>(w), x.z, s);
+    return fmaf(fq<3>(w), x.w, s);
+}
+// Signed byte K of w, exactly: u = w ^ 0x80808080 holds q+128 in 0..255; the
+// float 2^23 + (q+128) minus (2^23 + 128) is q. 3 instructions (Q8_0 has the budget).
+template <int K>
+__device__ __forceinline__ float fi8(uint32_t u) {
+    return __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7650u | K)) - 8388736.0f;
+}
+__device__ __forceinline__ float dot4i8(uint32_t w, float4 x, float s) {
+    const uint32_t u = w ^ 0x80808080u;
+    s = fmaf(fi8<0>(u), x.x, s);
+    s = fmaf(fi8<1>(u), x.y, s);
+    s = fmaf(fi8<2>(u), x.z, s);
+    return fmaf(fi8<3>(u), x.w, s);
+}
+// 4 bits -> bit 4 of each byte: bit i of t moves to bit 8i (t * 0x204081 puts
+// copies at shifts 0, 7, 14, 21, which never overlap for t < 16), then << 4.
+__device__ __forceinline__ uint32_t spread4(uint32_t t) { return (((t & 0xFu) * 0x00204081u) & 0x01010101u) << 4; }
+
+// ---- weight types ---------------------------------------------------------------
+// Each type: QK elements and BYTES bytes per block (a float "block" is one
+// 16-byte vector, or one element on the odd-length path), UPB work units per
+// block, SPAN = per-row staging bytes of one warp step (32 units' bytes + up to
+// 15 of alignment slack, in whole 16-byte chunks; launchers/gemv.py computes the same),
+// Xs = the unit's x values, and dot(buf, off, sub, xs) = the unit's partial dot
+// product for the block staged at byte `off` of buf.
+template <int UPB_, int QK_, int BYTES_>
+struct Layout {
+    static constexpr int UPB = UPB_, QK = QK_, BYTES = BYTES_;
+    static constexpr int SPAN = ((32 / UPB) * BYTES + 15 + 15) / 16 * 16;
+};
+
+// F32/F16/BF16 rows of whole 16-byte vectors (n_in % (16/esize) == 0).
+template <int KIND>  // 0 f32, 1 f16, 2 bf16
+struct FVec : Layout<1, KIND == 0 ? 4 : 8, 16> {
+    struct Xs { float4 a, b; };
+    __device__ static void load_x(Xs& xs, const float* x, int u) {
+        if constexpr (KIND == 0) {
+            xs.a = ld_x4(x + 4 * u);
+        } else {
+            xs.a = ld_x4(x + 8 * u);
+            xs.b = ld_x4(x + 8 * u + 4);
+        }
+    }
+    __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
+        const uint4 w = lds16(buf, off);
+        if constexpr (KIND == 0) {
+            float s = __uint_as_float(w.x) * xs.a.x;
+            s = fmaf(__uint_as_float(w.y), xs.a.y, s);
+            s = fmaf(__uint_as_float(w.z), xs.a.z, s);
+            return fmaf(__uint_as_float(w.w), xs.a.w, s);
+        } else {
+            float f[8];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t v = U4(w, i);
+                f[2 * i] = KIND == 1 ? half_lo(v) : __uint_as_float(v << 16);
+                f[2 * i + 1] = KIND == 1 ? half_hi(v) : __uint_as_float(v & 0xFFFF0000u);
+            }
+            float s = f[0] * xs.a.x;
+            s = fmaf(f[1], xs.a.y, s);
+            s = fmaf(f[2], xs.a.z, s);
+            s = fmaf(f[3], xs.a.w, s);
+            s = fmaf(f[4], xs.b.x, s);
+            s = fmaf(f[5], xs.b.y, s);
+            s = fmaf(f[6], xs.b.z, s);
+            return fmaf(f[7], xs.b.w, s);
+        }
+    }
+};
+
+// Float rows of any length: unit = one element (slow path, odd n_in only).
+template <int KIND>
+struct FOne : Layout<1, 1, KIND == 0 ? 4 : 2> {
+    struct Xs { float a; };
+    __device__ static void load_x(Xs& xs, const float* x, int u) { xs.a = __ldg(x + u); }
+    __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
+        if constexpr (KIND == 0) return *reinterpret_cast<const float*>(buf + off) * xs.a;
+        const uint32_t v = *reinterpret_cast<const uint16_t*>(buf + off);
+        return (KIND == 1 ? half_lo(v) : __uint_as_float(v << 16)) * xs.a;
+    }
+};
+
+// Q4_K / Q5_K: unit k (0..7) = qs bytes [16k, 16k+16) = sub-blocks 2c (low
+// nibbles) and 2c+1 (high nibbles), c = k/2, element l = 16(k&1) + i of each.
+struct XsK {
+    float4 lo[4], hi[4];  // x of the 16 low-nibble / high-nibble elements
+    float slo, shi;       // their sums
+};
+__device__ __forceinline__ void load_x_k(XsK& xs, const float* x, int u) {
+    const int k = u & 7;
+    const float* p = x + (u >> 3) * 256 + 64 * (k >> 1) + 16 * (k & 1);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        xs.lo[i] = ld_x4(p + 4 * i);
+        xs.hi[i] = ld_x4(p + 32 + 4 * i);
+    }
+    xs.slo = (sum4(xs.lo[0]) + sum4(xs.lo[1])) + (sum4(xs.lo[2]) + sum4(xs.lo[3]));
+    xs.shi = (sum4(xs.hi[0]) + sum4(xs.hi[1])) + (sum4(xs.hi[2]) + sum4(xs.hi[3]));
+}
+// sum over the unit of (d*sc*q - dmin*mn) * x, from S = sum (0.5 + q/256) x of
+// each sub-block. The scales of sub-blocks 2c, 2c+1 as byte pairs, as in
+// llama.cpp's vec_dot_q4_K: for c < 2 the low 6 bits of scales[2c..2c+1] (mins
+// [2c+4..2c+5]); for c >= 2 a nibble of scales[2c+4..2c+5] plus the top 2 bits
+// of scales[2c-4..2c-3] (mins: of scales[2c..2c+1]).
+__device__ __forceinline__ float k_affine(uint4 h, int c, float s_lo, float s_hi, float x_lo, float x_hi) {
+    const int sh = (c & 1) * 16;
+    const uint32_t a = h.y >> sh, b = h.z >> sh, e = h.w >> sh;  // scales bytes 0-3, 4-7, 8-11
+    const bool high = c >= 2;
+    const uint32_t sc = high ? ((e & 0x0F0Fu) | ((a >> 2) & 0x3030u)) : (a & 0x3F3Fu);
+    const uint32_t mn = high ? (((e >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u)) : (b & 0x3F3Fu);
+    const float d256 = 256.0f * half_lo(h.x), dmin = half_hi(h.x);
+    float r = (d256 * (float)(sc & 0xFFu)) * fmaf(-0.5f, x_lo, s_lo);
+    r = fmaf(d256 * (float)(sc >> 8), fmaf(-0.5f, x_hi, s_hi), r);
+    r = fmaf(-dmin * (float)(mn & 0xFFu), x_lo, r);
+    return fmaf(-dmin * (float)(mn >> 8), x_hi, r);
+}
+
+struct Q4K : Layout<8, 256, 144> {  // d, dmin, scales[12] (16 B), qs[128]
+    using Xs = XsK;
+    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_k(xs, x, u); }
+    __device__ static float dot(const uint8_t* buf, int off, int k, const Xs& xs) {
+        const uint4 h = lds16(buf, off), q = lds16(buf, off + 16 + 16 * k);
+        float s_lo = 0.0f, s_hi = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t w = U4(q, j);
+            s_lo = dot4q(w & 0x0F0F0F0Fu, xs.lo[j], s_lo);
+            s_hi = dot4q((w >> 4) & 0x0F0F0F0Fu, xs.hi[j], s_hi);
+        }
+        return k_affine(h, k >> 1, s_lo, s_hi, xs.slo, xs.shi);
+    }
+};
+
+// Q5_K: as Q4_K; the 5th bit of element l of sub-block s is bit s of qh[l], and
+// the unit's l range 16(k&1)..+15 is the 16 qh bytes at 16 + 16(k&1).
+struct Q5K : Layout<8, 256, 176> {  // d, dmin, scales[12], qh[32], qs[128]
+    using Xs = XsK;
+    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_k(xs, x, u); }
+    __device__ static float dot(const uint8_t* buf, int off, int k, const Xs& xs) {
+        const uint4 h = lds16(buf, off), qh = lds16(buf, off + 16 + 16 * (k & 1)), q = lds16(buf, off + 48 + 16 * k);
+        const int c2 = 2 * (k >> 1);
+        float s_lo = 0.0f, s_hi = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t w = U4(q, j), hb = U4(qh, j);
+            const uint32_t lo = (w & 0x0F0F0F0Fu) | (((hb >> c2) & 0x01010101u) << 4);
+            const uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((hb >> (c2 + 1)) & 0x01010101u) << 4);
+            s_lo = dot4q(lo, xs.lo[j], s_lo);
+            s_hi = dot4q(hi, xs.hi[j], s_hi);
+        }
+        return k_affine(h, k >> 1, s_lo, s_hi, xs.slo, xs.shi);
+    }
+};
+
+// Q6_K: unit (n, q) = half n (0/1), positions l = 8q..8q+7 of its 32; for each
+// group g it gives element 128n + 32g + l from ql[64n + 32(g&1) + l] (high nibble
+// if g >= 2) and bits 2g..2g+1 of qh[32n + l], scale scales[8n + 2g + q/2];
+// value (d*scale) * (q6 - 32).
+struct Q6K : Layout<8, 256, 210> {  // ql[128], qh[64], scales[16], d
+    struct Xs {
+        float4 x[4][2];
+        float s[4];
+    };
+    __device__ static void load_x(Xs& xs, const float* x, int u) {
+        const float* p = x + (u >> 3) * 256 + 128 * ((u >> 2) & 1) + 8 * (u & 3);
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            xs.x[g][0] = ld_x4(p + 32 * g);
+            xs.x[g][1] = ld_x4(p + 32 * g + 4);
+            xs.s[g] = sum4(xs.x[g][0]) + sum4(xs.x[g][1]);
+        }
+    }
+    __device__ static float dot(const uint8_t* buf, int off, int sub, const Xs& xs) {
+        const int n = sub >> 2, q = sub & 3;
+        uint32_t a[2], b[2], h[2];
+        lds_a2<2>(buf, off + 64 * n + 8 * q, a);
+        lds_a2<2>(buf, off + 64 * n + 32 + 8 * q, b);
+        lds_a2<2>(buf, off + 128 + 32 * n + 8 * q, h);
+        float S[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            S[0] = dot4q((a[j] & 0x0F0F0F0Fu) | ((h[j] << 4) & 0x30303030u), xs.x[0][j], S[0]);
+            S[1] = dot4q((b[j] & 0x0F0F0F0Fu) | ((h[j] << 2) & 0x30303030u), xs.x[1][j], S[1]);
+            S[2] = dot4q(((a[j] >> 4) & 0x0F0F0F0Fu) | (h[j] & 0x30303030u), xs.x[2][j], S[2]);
+            S[3] = dot4q(((b[j] >> 4) & 0x0F0F0F0Fu) | ((h[j] >> 2) & 0x30303030u), xs.x[3][j], S[3]);
+        }
+        // sum (q6 - 32) x = 256 (S - X/2) - 32 X = 256 (S - 0.625 X)
+        const int8_t* sc = reinterpret_cast<const int8_t*>(buf) + off + 192 + 8 * n + (q >> 1);
+        float r = (float)sc[0] * fmaf(-0.625f, xs.s[0], S[0]);
+        r = fmaf((float)sc[2], fmaf(-0.625f, xs.s[1], S[1]), r);
+        r = fmaf((float)sc[4], fmaf(-0.625f, xs.s[2], S[2]), r);
+        r = fmaf((float)sc[6], fmaf(-0.625f, xs.s[3], S[3]), r);
+        return (256.0f * lds_half(buf, off + 208)) * r;
+    }
+};
+
+// Q8_0: unit = half a block, 16 signed bytes at 2 + 16h.
+struct Q8_0 : Layout<2, 32, 34> {  // d, qs[32]
+    struct Xs { float4 x[4]; };
+    __device__ static void load_x(Xs& xs, const float* x, int u) {
+        const float* p = x + 16 * u;  // = 32*(u/2) + 16*(u%2)
+#pragma unroll
+        for (int i = 0; i < 4; i++) xs.x[i] = ld_x4(p + 4 * i);
+    }
+    __device__ static float dot(const uint8_t* buf, int off, int h, const Xs& xs) {
+        uint32_t w[4];
+        lds_a2<4>(buf, off + 2 + 16 * h, w);
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) s = dot4i8(w[j], xs.x[j], s);
+        return lds_half(buf, off) * s;
+    }
+};
+
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: unit = one block; byte j of qs gives element j
+// (low nibble) and j+16 (high nibble).
+struct Xs32 {
+    float4 lo[4], hi[4];
+    float s;  // sum of all 32
+};
+__device__ __forceinline__ void load_x_32(Xs32& xs, const float* x, int u) {
+    const float* p = x + 32 * u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        xs.lo[i] = ld_x4(p + 4 * i);
+        xs.hi[i] = ld_x4(p + 16 + 4 * i);
+    }
+    xs.s = ((sum4(xs.lo[0]) + sum4(xs.lo[1])) + (sum4(xs.lo[2]) + sum4(xs.lo[3]))) +
+           ((sum4(xs.hi[0]) + sum4(xs.hi[1])) + (sum4(xs.hi[2]) + sum4(xs.hi[3])));
+}
+// S = sum (0.5 + v/256) x over the block's 32 values v; qh holds the fifth bits
+// (bit e for element e), 0 for the 4-bit types.
+__device__ __forceinline__ float s32(const uint32_t* w, uint32_t qh, const Xs32& xs) {
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        s = dot4q((w[j] & 0x0F0F0F0Fu) | spread4(qh >> (4 * j)), xs.lo[j], s);
+        s = dot4q(((w[j] >> 4) & 0x0F0F0F0Fu) | spread4(qh >> (16 + 4 * j)), xs.hi[j], s);
+    }
+    return s;
+}
+
+struct Q4_0 : Layout<1, 32, 18> {  // d, qs[16]; (v - 8) d: 256 d (S - X/2) - 8 d X
+    using Xs = Xs32;
+    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_32(xs, x, u); }
+    __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
+        uint32_t w[4];
+        lds_a2<4>(buf, off + 2, w);
+        return (256.0f * lds_half(buf, off)) * fmaf(-0.53125f, xs.s, s32(w, 0u, xs));
+    }
+};
+struct Q4_1 : Layout<1, 32, 20> {  // d, m, qs[16]; v d + m: 256 d (S - X/2) + m X
+    using Xs = Xs32;
+    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_32(xs, x, u); }
+    __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
+        uint32_t w[4];
+        lds_a2<4>(buf, off + 4, w);
+        const float r = (256.0f * lds_half(buf, off)) * fmaf(-0.5f, xs.s, s32(w, 0u, xs));
+        return fmaf(lds_half(buf, off + 2), xs.s, r);
+    }
+};
+struct Q5_0 : Layout<1, 32, 22> {  // d, qh[4], qs[16]; (v - 16) d: 256 d (S - X/2) - 16 d X
+    using Xs = Xs32;
+    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_32(xs, x, u); }
+    __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
+        uint32_t w[4], qh[1];
+        lds_a2<1>(buf, off + 2, qh);
+        lds_a2<4>(buf, off + 6, w);
+        return (256.0f * lds_half(buf, off)) * fmaf(-0.5625f, xs.s, s32(w, qh[0], xs));
+    }
+};
+struct Q5_1 : Layout<1, 32, 24> {  // d, m, qh[4], qs[16]; v d + m
+    using Xs = Xs32;
+    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_32(xs, x, u); }
+    __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
+        uint32_t w[4], qh[1];
+        lds_a2<1>(buf, off + 4, qh);
+        lds_a2<4>(buf, off + 8, w);
+        const float r = (256.0f * lds_half(buf, off)) * fmaf(-0.5f, xs.s, s32(w, qh[0], xs));
+        return fmaf(lds_half(buf, off + 2), xs.s, r);
+    }
+};
+
+
+// ---- one warp, GEMV_ROWS rows ------------------------------------------------------
+// row(r) is the first byte of local row r (0 <= r < GEMV_ROWS), a valid row
+// (callers clamp past the matrix's end); it is called again on every step
+// rather than kept, saving 2*GEMV_ROWS registers. buf is the warp's staging
+// buffer of GEMV_ROWS * Q::SPAN bytes; off[r] where row r's span landed in it.
+
+// Copy the weight spans of the step starting at unit `base` (U units per row)
+// into buf (every lane of the warp takes part).
+template <class Q, class RowFn>
+__device__ __forceinline__ void stage_rows(uint8_t* buf, int* off, RowFn row, int base, int U, int lane) {
+    const int nu = min(32, U - base);  // a multiple of UPB, as U and base are
+    const size_t skip = (size_t)(base / Q::UPB) * Q::BYTES;
+#pragma unroll
+    for (int r = 0; r < GEMV_ROWS; r++) off[r] = stage_span(buf + r * Q::SPAN, row(r) + skip, nu / Q::UPB * Q::BYTES, lane);
+    cp_async_commit();
+}
+
+// acc[r] += the dot product of row r with x over units [first, U), in steps
+// of `stride` units (lane l of a step does unit base+l of every row, so the
+// unit's x values are loaded once and reused GEMV_ROWS times). The first
+// step's spans must already be staged: callers issue stage_rows(first)
+// early, before pdl_wait() where the rows do not depend on the previous kernel.
+template <class Q, class RowFn>
+__device__ __forceinline__ void dot_rows(uint8_t* buf, int* off, RowFn row, const float* __restrict__ x, int first,
+                                         int stride, int U, int lane, float* acc) {
+    for (int base = first; base < U; base += stride) {
+        if (base != first) stage_rows<Q>(buf, off, row, base, U, lane);
+        const int u = base + lane;
+        typename Q::Xs xs;
+        if (u < U) Q::load_x(xs, x, u);  // overlaps the copies
+        cp_async_wait_all();
+        __syncwarp();
+        if (u < U) {
+            const int boff = lane / Q::UPB * Q::BYTES, sub = lane % Q::UPB;
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; r++) acc[r] += Q::dot(buf + r * Q::SPAN, off[r] + boff, sub, xs);
+        }
+        __syncwarp();  // the next step overwrites the buffer
+    }
+}
+
+// WITH_LAYOUT_<type>(n_in, CALL) expands CALL(Q) with the type's layout for
+// this n_in: float rows are 16-byte vectors when every row is a whole number of
+// them, else single elements. (Macros, not a generic lambda: NVRTC versions
+// differ on lambdas in kernel bodies.)
+#define WITH_LAYOUT_f32(n_in, CALL) if ((n_in) % 4 == 0) { CALL(FVec<0>); } else { CALL(FOne<0>); }
+#define WITH_LAYOUT_f16(n_in, CALL) if ((n_in) % 8 == 0) { CALL(FVec<1>); } else { CALL(FOne<1>); }
+#define WITH_LAYOUT_bf16(n_in, CALL) if ((n_in) % 8 == 0) { CALL(FVec<2>); } else { CALL(FOne<2>); }
+#define WITH_LAYOUT_q4_0(n_in, CALL) CALL(Q4_0);
+#define WITH_LAYOUT_q4_1(n_in, CALL) CALL(Q4_1);
+#define WITH_LAYOUT_q5_0(n_in, CALL) CALL(Q5_0);
+#define WITH_LAYOUT_q5_1(n_in, CALL) CALL(Q5_1);
+#define WITH_LAYOUT_q8_0(n_in, CALL) CALL(Q8_0);
+#define WITH_LAYOUT_q4_k(n_in, CALL) CALL(Q4K);
+#define WITH_LAYOUT_q5_k(n_in, CALL) CALL(Q5K);
+#define WITH_LAYOUT_q6_k(n_in, CALL) CALL(Q6K);
+
+// X(name) for every weight type the kernels read (launch.py TYPE_SUFFIX).
+#define FOR_EACH_WEIGHT_TYPE(X) X(f32) X(f16) X(bf16) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(q4_k) X(q5_k) X(q6_k)

@@ -1,0 +1,50 @@
+"""Qwen3.5 / Qwen3.6 dense hybrids (``qwen35``, architectures.md §5): three of
+every four layers Gated DeltaNet (deltanet.py), every fourth softmax
+attention with a per-head sigmoid output gate and partial RoPE; a SwiGLU FFN
+on every layer.
+
+    x = x + Mixer(x)       Mixer: GatedDeltaNet(RMSNorm(x)·attn_norm), or
+                           Wo · (Attn(RoPE(RMSNorm_h(Q)), RoPE(RMSNorm_h(K)), V) ⊙ sigmoid(G)),
+                           [Q | G] per head = Wq·n, n = RMSNorm(x)·attn_norm
+    x = x + W_down · (SiLU(W_gate·m) ⊙ (W_up·m)),   m = RMSNorm(x)·post_attention_norm
+"""
+
+from __future__ import annotations
+
+from . import attention, deltanet, ffn, weights
+from .weights import Spec
+
+ARCHS = ("qwen35",)
+
+# the FFN's norm is stored as post_attention_norm
+FFN = ffn.TENSORS | {"ffn_norm": Spec("blk.{i}.post_attention_norm.weight", lambda c: (c.n_embd,))}
+
+
+def layer_tensors(cfg, il: int) -> dict:
+    mixer = deltanet.TENSORS if cfg.recurrent[il] else attention.GATED_TENSORS
+    return mixer | FFN
+
+
+def layer_kinds(cfg) -> list[str]:
+    """A recurrent layer keeps its conv inputs and DeltaNet state; an attention layer its keys and values."""
+    return ["recurrent" if r else "attention" for r in cfg.recurrent]
+
+
+def block(ops, cfg, w, il, x, positions, state):
+    if cfg.recurrent[il]:
+        a = deltanet.gated_deltanet(ops, cfg, w, x, state)
+    else:
+        a = attention.self_attention(ops, cfg, w, il, x, positions, state)
+    x, m = ops.add_rms_norm(x, a, w.ffn_norm, cfg.rms_eps)  # x += mixer; m = RMSNorm(x)·post_attention_norm
+    h = ffn.gated_hidden(ops, w, m, cfg.activation)
+    return ops.matmul(h, w.w_down, add=x)
+
+
+def bytes_per_token(gf, cfg) -> int:
+    return weights.bytes_read_per_token(gf, cfg, layer_tensors)
+
+
+def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:
+    """llama.cpp's names (src/models/qwen35.cpp) for intermediates both layer kinds share; ``l_out``
+    is the second matmul of either kind (W_out or Wo, then W_down with the residual)."""
+    return {"attn_norm": ("rms_norm", 0, 0), "l_out": ("matmul", 1, 0)}

@@ -1,0 +1,346 @@
+"""Mixture-of-Experts kernels (moe.cu via launchers/moe.py and the CUDA
+``Ops.moe_route`` / ``Ops.moe_ffn``) against the NumPy ops.
+
+CPU part: moe.cu compiles for every GEMV_ROWS the launcher uses and exports
+every kernel; every launcher passes each kernel the parameters it declares
+(through the real argument packing); the launch plans stay in limits; bad
+shapes are refused in one line.
+
+GPU part (@pytest.mark.gpu): random raw expert tensors of every weight type,
+outputs poisoned with NaN first. Routing must pick exactly the NumPy ops'
+experts (inputs with no near-ties); the expert products and sums have the
+stated fp32 tolerance (decode) or bf16 tolerance (the grouped prefill GEMM).
+Every failure message states the seed; ANVIL_KERNELS_SEED=<int> replays it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from engine.backends.cuda import compile as nvrtc
+from engine.backends.cuda import gemv_bench, launch
+from engine.backends.cuda.launchers import moe
+from engine.backends.numpy import ops as np_ops
+from engine.errors import AnvilError
+from engine.quants import BLOCK, QType, dequantize
+
+from test_kernels_core import FakeDevice, assert_close, rng, SEED  # noqa: F401 (SEED: replay message)
+
+TYPES = list(launch.WEIGHT_TYPES)
+FLOATS = (QType.F32, QType.F16, QType.BF16)
+KINDS = ("glu", "gemv", "down", "gemm")
+PLAIN = ["moe_route", "moe_sort", "moe_gather_bf16", "moe_combine"]
+
+
+def kernel_names(t: QType) -> list[str]:
+    return [f"moe_{k}_{launch.TYPE_SUFFIX[t]}" for k in KINDS]
+
+
+# ---- CPU ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows", moe.ROW_CHOICES)
+def test_moe_compiles(rows):
+    cubin = nvrtc.compile_cubin("moe.cu", "sm_90", {"GEMV_ROWS": rows})
+    for fn in PLAIN + [n for t in TYPES for n in kernel_names(t)]:
+        assert f"\0{fn}\0".encode() in cubin, f"moe.cu does not export {fn}"
+
+
+def moe_signatures() -> dict[str, list[str]]:
+    """kernel -> parameter kinds, from moe.cu, per-type macros expanded."""
+    src = (nvrtc.KERNELS_DIR / "moe.cu").read_text()
+    sig = re.compile(r'extern "C" __global__ void\s*(?:__launch_bounds__\([^)]*\)\s*)?(\w+?)(?:##name)?\s*\(([^)]*)\)')
+    out = {}
+    for fn, params in sig.findall(src.replace("\\\n", " ")):
+        kinds = ["ptr" if "*" in p else "int" if p.strip().startswith("int") else "float" for p in params.split(",")]
+        names = [fn] if fn in PLAIN else [fn + launch.TYPE_SUFFIX[t] for t in TYPES]
+        out |= {n: kinds for n in names}
+    return out
+
+
+def test_moe_launchers_match_kernels():
+    sigs = moe_signatures()
+    assert set(sigs) == set(PLAIN) | {n for t in TYPES for n in kernel_names(t)}
+    fd = FakeDevice()
+    i32, u16 = np.int32, np.uint16
+    T, E, k, D, F = 5, 128, 8, 2048, 768
+    ids, w = fd.empty((T, k), i32), fd.empty((T, k))
+    moe.route(fd, fd.empty((T, E)), ids, w, k, True)
+    for t in TYPES:
+        n_el = lambda rows, cols: rows * (cols // BLOCK[t][0]) * BLOCK[t][1]  # noqa: E731
+        We, Wd = fd.empty((E * n_el(F, D),), np.uint8), fd.empty((E * n_el(D, F),), np.uint8)
+        moe.glu(fd, We, We, t, ids, fd.empty((T, D)), fd.empty((T, k, F)), D, F, E)
+        moe.gemv(fd, We, t, ids, fd.empty((T, D)), fd.empty((T, k, F)), D, F, E)
+        moe.down(fd, Wd, t, ids, w, fd.empty((T, k, F)), fd.empty((T, D)), fd.empty((T, D)), F, D, E)
+        g = moe.Grouping.empty(fd.empty, T * k, E)
+        moe.gemm(fd, We, t, fd.empty((T * k, D), u16), g, fd.empty((T * k, F)), D, F)
+    g = moe.Grouping.empty(fd.empty, T * k, E)
+    moe.sort(fd, ids, g)
+    moe.gather_bf16(fd, fd.empty((T, D)), g, k, fd.empty((T * k, D), u16))
+    moe.combine(fd, fd.empty((T * k, D)), g, w, None, fd.empty((T, D)))
+    launched = {name for (_, name), *_ in fd.launches}
+    assert launched == set(sigs), f"not launched: {set(sigs) - launched}"
+    for (_, fn), grid, block, shared, kinds in fd.launches:
+        assert kinds == sigs[fn], f"{fn}: launcher passes {kinds}, kernel takes {sigs[fn]}"
+        assert all(g >= 1 for g in grid) and grid[1] <= 65535 and grid[2] <= 65535, (fn, grid)
+        assert block[0] % 32 == 0 and block[0] <= 1024, (fn, block)
+        assert shared <= 227 * 1024, (fn, shared)
+
+
+def test_expert_plans():
+    for t in TYPES:
+        for n_in, n_out, k, T, glu in [(2048, 768, 8, 1, True), (768, 2048, 8, 1, False), (256, 256, 2, 1, True),
+                                       (2048, 768, 16, 3, True)]:
+            p = moe.expert_plan(t, n_in, n_out, k, T, glu)
+            per = p.rows // 2 if glu else p.rows
+            assert p.blocks * per >= n_out > (p.blocks - 1) * per
+            assert p.threads == 32 * min(k, moe.MAX_WARPS) and p.shared <= 227 * 1024
+    # the real 30B-A3B decode shapes: every SM gets a block
+    assert moe.expert_plan(QType.Q4_K, 2048, 768, 8, 1, True).blocks >= 132
+    assert moe.expert_plan(QType.Q6_K, 768, 2048, 8, 1, False).blocks >= 132
+
+
+def test_bad_shapes_are_refused_in_one_line():
+    fd = FakeDevice()
+    with pytest.raises(AnvilError, match=r"moe_route: 9 experts per token of 8"):
+        moe.route(fd, fd.empty((1, 8)), fd.empty((1, 9), np.int32), fd.empty((1, 9)), 9, True)
+    with pytest.raises(AnvilError, match=r"ids must be int32"):
+        moe.route(fd, fd.empty((1, 8)), fd.empty((1, 2)), fd.empty((1, 2)), 2, True)
+    with pytest.raises(AnvilError, match=r"moe_glu Q4_K: 4 experts of \[256 x 256\] need 147456 bytes"):
+        moe.glu(fd, fd.empty((100,), np.uint8), fd.empty((100,), np.uint8), QType.Q4_K, fd.empty((1, 2), np.int32),
+                fd.empty((1, 256)), fd.empty((1, 2, 256)), 256, 256, 4)
+    with pytest.raises(AnvilError, match=r"moe_gemm: the grouped GEMM needs n_in a multiple of 64, got 40"):
+        moe.gemm(fd, fd.empty((4 * 40 * 8 * 4,), np.uint8), QType.F32, fd.empty((4, 40), np.uint16),
+                 moe.Grouping.empty(fd.empty, 4, 4), fd.empty((4, 8)), 40, 8)
+
+
+# ---- GPU ---------------------------------------------------------------------------
+
+gpu = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def device():
+    from engine.backends.cuda.device import Device
+
+    return Device()
+
+
+@pytest.fixture
+def dev(device):
+    yield device
+    device.synchronize()
+    device.free_all()
+
+
+def poisoned(dev, shape, dtype=np.float32):
+    a = dev.empty(shape, dtype)
+    dev.fill(a, 0xFF)
+    return a
+
+
+def decisive_logits(g, T, E):
+    """Router logits 0.25 apart, shuffled per row: no fp32 rounding can
+    reorder the top k."""
+    base = np.arange(E, dtype=np.float32) * 0.25
+    return np.stack([g.permutation(base) for _ in range(T)])
+
+
+@gpu
+@pytest.mark.parametrize("T,E,k,norm", [(1, 128, 8, True), (7, 8, 2, True), (5, 64, 4, False), (3, 256, 32, True)])
+def test_route(dev, T, E, k, norm):
+    g = rng("route", T, E, k, norm)
+    logits = decisive_logits(g, T, E)
+    # the op's reference from the same logits (router = identity on the logits)
+    ids_ref, w_ref = np_ops.moe_route(logits, np.eye(E, dtype=np.float32), k, norm)
+    ids, w = poisoned(dev, (T, k), np.int32), poisoned(dev, (T, k))
+    moe.route(dev, dev.upload(logits), ids, w, k, norm)
+    assert ids.numpy().tolist() == ids_ref.tolist(), f"seed {SEED}"
+    # __expf (fast math) and a different summation order than float64: 1e-6 relative
+    assert_close(w.numpy(), w_ref, 1e-7, 1e-5, "moe_route weights")
+
+
+@gpu
+def test_route_ties_and_non_finite(dev):
+    logits = np.zeros((2, 8), np.float32)
+    logits[0, [6, 2, 5]] = 1.0  # three-way tie: ids 2, 5 (lower first), then 6 is left out
+    logits[1, 3] = np.nan
+    ids, w = dev.empty((2, 2), np.int32), dev.empty((2, 2))
+    moe.route(dev, dev.upload(logits), ids, w, 2, True)
+    assert ids.numpy()[0].tolist() == [2, 5] and np.allclose(w.numpy()[0], 0.5)
+    assert np.isnan(w.numpy()[1]).all() and ((ids.numpy()[1] >= 0) & (ids.numpy()[1] < 8)).all()
+
+
+def expert_tensor(g, t, E, n_out, n_in):
+    raw = gemv_bench.random_weights(g, t, E * n_out, n_in)
+    return raw, dequantize(raw, t, (E * n_out, n_in)).reshape(E, n_out, n_in).astype(np.float64)
+
+
+def gemv_atol(w, x):
+    """gemv's tolerance (test_kernels_quant): 2^-12 of the product vector's norm, per output."""
+    return 2.0**-12 * np.sqrt(((w * x) ** 2).sum(axis=-1))
+
+
+def decode_cases():
+    """(type, n_in, n_out, n_expert, k, T): each case runs glu, gemv and down
+    on experts [n_out x n_in] (n_out not a multiple of the rows per block)."""
+    for t in TYPES:
+        k_in = 8 if t in FLOATS else BLOCK[t][0]
+        yield t, 4 * max(k_in, 64), 3 * 64 + 5, 6, 3, 2
+    yield QType.Q4_K, 2048, 768, 16, 8, 1                 # the 30B-A3B gate/up shape (fewer experts)
+    yield QType.Q6_K, 768, 2048, 16, 8, 1                 # its down shape
+    yield QType.Q4_K, 512, 67, 20, 12, 2                  # k > MAX_WARPS: warps loop over slots
+
+
+@gpu
+@pytest.mark.parametrize("t,n_in,n_out,E,k,T", list(decode_cases()), ids=lambda v: getattr(v, "name", str(v)))
+def test_expert_gemvs(dev, t, n_in, n_out, E, k, T):
+    g = rng("experts", t, n_in, n_out, E, k, T)
+    rawg, wg = expert_tensor(g, t, E, n_out, n_in)
+    rawu, wu = expert_tensor(g, t, E, n_out, n_in)
+    x = g.standard_normal((T, n_in), dtype=np.float32)
+    ids = np.stack([g.choice(E, k, replace=False) for _ in range(T)]).astype(np.int32)
+    w = g.dirichlet(np.ones(k), T).astype(np.float32)
+    Wg, Wu = dev.upload(rawg), dev.upload(rawu)
+    d_ids, d_x = dev.upload(ids), dev.upload(x)
+
+    h = poisoned(dev, (T, k, n_out))
+    moe.glu(dev, Wg, Wu, t, d_ids, d_x, h, n_in, n_out, E)
+    gate, up = poisoned(dev, (T, k, n_out)), poisoned(dev, (T, k, n_out))
+    moe.gemv(dev, Wg, t, d_ids, d_x, gate, n_in, n_out, E)
+    moe.gemv(dev, Wu, t, d_ids, d_x, up, n_in, n_out, E)
+    x64 = x.astype(np.float64)
+    G = np.stack([np.stack([wg[ids[i, j]] @ x64[i] for j in range(k)]) for i in range(T)])
+    Uu = np.stack([np.stack([wu[ids[i, j]] @ x64[i] for j in range(k)]) for i in range(T)])
+    tol_g = np.stack([np.stack([gemv_atol(wg[ids[i, j]], x64[i]) for j in range(k)]) for i in range(T)])
+    tol_u = np.stack([np.stack([gemv_atol(wu[ids[i, j]], x64[i]) for j in range(k)]) for i in range(T)])
+    assert_close(gate.numpy(), G, tol_g, 2.0**-20, f"moe_gemv {t.name}")
+    assert_close(up.numpy(), Uu, tol_u, 2.0**-20, f"moe_gemv {t.name} (up)")
+    silu = G / (1 + np.exp(-G))
+    # SwiGLU of the two sums: their errors carried through (|d silu| <= 1.1), fast-math exp ~2 ulp
+    assert_close(h.numpy(), silu * Uu, 1.1 * tol_g * np.abs(Uu) + np.abs(silu) * tol_u, 1e-5, f"moe_glu {t.name}")
+
+    # down over the same experts: y = res + sum_j w_j W[e_j]·h_j, the residual fused in place
+    hh = g.standard_normal((T, k, n_in), dtype=np.float32)
+    res = g.standard_normal((T, n_out), dtype=np.float32)
+    y = dev.upload(res.copy())
+    moe.down(dev, Wg, t, d_ids, dev.upload(w), dev.upload(hh), y, y, n_in, n_out, E)
+    want = res.astype(np.float64).copy()
+    tol = np.zeros_like(want)
+    for i in range(T):
+        for j in range(k):
+            want[i] += w[i, j] * (wg[ids[i, j]] @ hh[i, j].astype(np.float64))
+            tol[i] += w[i, j] * gemv_atol(wg[ids[i, j]], hh[i, j].astype(np.float64))
+    assert_close(y.numpy(), want, tol, 2.0**-20, f"moe_down {t.name}")
+
+
+def bf16(a: np.ndarray) -> np.ndarray:
+    b = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    r = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)) << np.uint32(16)
+    return r.astype(np.uint32).view(np.float32)
+
+
+@gpu
+@pytest.mark.parametrize("t", [QType.Q4_K, QType.Q6_K, QType.Q8_0, QType.Q4_0, QType.Q5_K, QType.F16, QType.F32,
+                               QType.BF16], ids=lambda t: t.name)
+def test_grouped_prefill(dev, t):
+    """sort + gather + grouped GEMM + combine: every pair's product with its
+    expert, from bf16 inputs with fp32 sums; experts with no tokens, with
+    more than one tile, and the tile tail."""
+    g = rng("grouped", t)
+    T, E, k, n_in, n_out = 45, 12, 3, 256, 160
+    raw, w3 = expert_tensor(g, t, E, n_out, n_in)
+    x = g.standard_normal((T, n_in), dtype=np.float32)
+    ids = np.stack([g.choice(E - 2, k, replace=False) for _ in range(T)]).astype(np.int32)  # experts 10, 11 idle
+    ids[:40, 0] = 3  # expert 3: 40 pairs, two tiles
+    for i in range(T):  # keep each token's experts distinct
+        if 3 in ids[i, 1:]:
+            ids[i, 1:][ids[i, 1:] == 3] = 9
+    w = g.dirichlet(np.ones(k), T).astype(np.float32)
+    P = T * k
+    d_ids = dev.upload(ids)
+    grouping = moe.Grouping.empty(dev.empty, P, E)
+    moe.sort(dev, d_ids, grouping)
+    pair_at, pos_of = grouping.pair_at.numpy(), grouping.pos_of.numpy()
+    flat = ids.reshape(-1)
+    want_order = np.argsort(flat, kind="stable")
+    assert pair_at.tolist() == want_order.tolist() and (pos_of[pair_at] == np.arange(P)).all()
+    counts = np.bincount(flat, minlength=E)
+    assert grouping.offsets.numpy().tolist() == [0, *np.cumsum(counts).tolist()]
+    te, tr = grouping.tile_e.numpy(), grouping.tile_r0.numpy()
+    assert all(flat[pair_at[r]] == e for e, r in zip(te, tr) if e >= 0)  # each tile starts in its expert
+    n_tiles = int((te >= 0).sum())
+    assert (te[n_tiles:] == -1).all() and n_tiles == sum(-(-c // moe.BM) for c in counts)
+
+    xs = poisoned(dev, (P, n_in), np.uint16)
+    moe.gather_bf16(dev, dev.upload(x), grouping, k, xs)
+    xs_f = (xs.numpy().astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(xs_f, bf16(x[pair_at // k]))
+    y = poisoned(dev, (P, n_out))
+    moe.gemm(dev, dev.upload(raw), t, xs, grouping, y, n_in, n_out)
+    wb = bf16(w3.astype(np.float32)).astype(np.float64)  # the kernel's bf16 weights, exactly
+    want = np.stack([wb[flat[p]] @ xs_f[i].astype(np.float64) for i, p in enumerate(pair_at)])
+    # exact bf16 products, fp32 accumulation over 256 terms: 2^-16 of sum |w x| leaves room
+    bound = 2.0**-16 * np.stack([np.abs(wb[flat[p]]) @ np.abs(xs_f[i]) for i, p in enumerate(pair_at)])
+    assert_close(y.numpy(), want, bound, 0.0, f"moe_gemm {t.name}")
+
+    res = g.standard_normal((T, n_out), dtype=np.float32)
+    out = poisoned(dev, (T, n_out))
+    moe.combine(dev, y, grouping, dev.upload(w), dev.upload(res), out)
+    yd = y.numpy().astype(np.float64)
+    terms = np.stack([np.stack([w[i, j] * yd[pos_of[i * k + j]] for j in range(k)]) for i in range(T)])
+    want = res + terms.sum(axis=1)
+    # k fp32 multiply-adds and the residual add: a few ulps of the largest term
+    assert_close(out.numpy(), want, 2.0**-21 * (np.abs(terms).sum(axis=1) + np.abs(res)), 0.0, "moe_combine")
+
+
+@gpu
+@pytest.mark.parametrize("T", [1, 40])
+def test_ops_moe_against_numpy(T):
+    """The CUDA Ops (router matmul + route, then the decode or the grouped
+    path) against the NumPy ops on a tiny-qwen3moe-like layer: the same
+    experts, outputs within bf16 (prefill) or fp32 (decode) tolerance."""
+    from types import SimpleNamespace
+
+    from engine.backends.cuda import Ops, QWeight
+    from engine.backends.cuda.device import Device, Workspace
+
+    dev = Device()
+    g = rng("ops", T)
+    D, F, E, k = 256, 256, 8, 2
+    b = SimpleNamespace(dev=dev, workspace=Workspace(dev, 64 << 20), cublas=None, stacked={})
+    from engine.backends.cuda.cublas import Cublas
+
+    b.cublas = Cublas(dev.stream)
+    ops = Ops(b)
+    router = (g.standard_normal((E, D)) * 0.5).astype(np.float32)
+    tensors = {}
+    for name, (n_out, n_in), t in (("gate", (F, D), QType.Q4_K), ("up", (F, D), QType.Q5_K),
+                                   ("down", (D, F), QType.Q6_K)):
+        raw, w = expert_tensor(g, t, E, n_out, n_in)
+        tensors[name] = (QWeight(dev.upload(raw), t, n_out, n_in, n_expert=E), w.astype(np.float32))
+    x = g.standard_normal((T, D), dtype=np.float32)
+    for _ in range(100):  # no near-tie at the k-th expert: fp32 sums in another order cannot re-route
+        logp = np.sort(x.astype(np.float64) @ router.T.astype(np.float64), axis=1)[:, ::-1]
+        near = logp[:, k - 1] - logp[:, k] < 1e-3
+        if not near.any():
+            break
+        x[near] = g.standard_normal((int(near.sum()), D), dtype=np.float32)
+    res = g.standard_normal((T, D), dtype=np.float32)
+    ids_ref, w_ref = np_ops.moe_route(x, router, k, True)
+    want = np_ops.moe_ffn(x, ids_ref, w_ref, tensors["gate"][1], tensors["up"][1], tensors["down"][1], add=res)
+    b.workspace.reset()
+    d_x = dev.upload(x)
+    ids, w = ops.moe_route(d_x, QWeight(dev.upload(router.view(np.uint8)), QType.F32, E, D), k, True)
+    y = ops.moe_ffn(d_x, ids, w, tensors["gate"][0], tensors["up"][0], tensors["down"][0], add=dev.upload(res))
+    assert ids.numpy().tolist() == ids_ref.tolist(), f"seed {SEED}"
+    got = y.numpy()
+    scale = np.abs(want - res).max()
+    # decode: fp32 throughout (gemv tolerance); prefill: bf16 activations and weights (2^-8 relative each)
+    rel = 1e-4 if T == 1 else 2e-2
+    assert np.abs(got - want).max() <= rel * scale, (np.abs(got - want).max(), scale, SEED)
+    dev.synchronize()
+    dev.free_all()
