@@ -16,7 +16,7 @@ from .models import FAMILIES
 
 SUPPORTED_ARCHS = tuple(FAMILIES)  # every architecture some family module runs
 
-HYBRID_ARCHS = ("qwen35",)  # Gated DeltaNet + gated attention (architectures.md §5)
+HYBRID_ARCHS = ("qwen35", "qwen35moe")  # Gated DeltaNet + gated attention (architectures.md §5)
 
 ROPE_NORM = "norm"  # rotate consecutive pairs (2i, 2i+1): llama
 ROPE_NEOX = "neox"  # rotate (i, i + n_rot/2): qwen2, qwen3, gemma3
@@ -30,6 +30,7 @@ class MoEConfig:
     n_expert_used: int
     n_ff_exp: int
     norm_topk: bool  # renormalise the chosen experts' weights to sum 1 (qwen3moe: always)
+    n_ff_shexp: int = 0  # a shared expert of this width beside the routed ones, gated per token (qwen35moe)
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ class ModelConfig:
             activation = "gelu_tanh"
 
         moe = None
-        if arch == "qwen3moe":
+        if arch in ("qwen3moe", "qwen35moe"):
             n_expert = positive_int("expert_count", key("expert_count"))
             n_used = positive_int("expert_used_count", key("expert_used_count"))
             if n_used > n_expert:
@@ -190,8 +191,12 @@ class ModelConfig:
             n_ff_exp = positive_int("expert_feed_forward_length",
                                     _scalar(gf, f"{arch}.expert_feed_forward_length",
                                             key("expert_feed_forward_length", n_ff // n_used)))
-            # llama.cpp hard-codes norm_w = true for qwen3moe (HF's norm_topk_prob is not read)
-            moe = MoEConfig(n_expert, n_used, n_ff_exp, norm_topk=True)
+            # llama.cpp hard-codes norm_w = true for both (HF's norm_topk_prob is not read)
+            n_ff_shexp = 0
+            if arch == "qwen35moe":
+                n_ff_shexp = positive_int("expert_shared_feed_forward_length",
+                                          key("expert_shared_feed_forward_length", n_ff))
+            moe = MoEConfig(n_expert, n_used, n_ff_exp, norm_topk=True, n_ff_shexp=n_ff_shexp)
 
         ssm, recurrent = None, [False] * n_layer
         if arch in HYBRID_ARCHS:

@@ -66,7 +66,10 @@ class Ops(Protocol):
         """``x [T, H·2D]`` holding ``[q | gate]`` per head: ``(q [T, H, D], gate [T, H·D])``."""
 
     def sigmoid_mul(self, a, g):
-        """``a ⊙ sigmoid(g)``, ``sigmoid(x) = 1 / (1 + exp(-x))``."""
+        """``a ⊙ sigmoid(g)``, ``sigmoid(x) = 1 / (1 + exp(-x))`` (``g [T, 1]``: one gate per row)."""
+
+    def dot(self, x, w):
+        """``x · w`` per row, for a vector ``w [n]``: ``[T, 1]``."""
 
     def decay_gates(self, b, a, dt_bias, ssm_a):
         """DeltaNet's per-head gates from ``[T, H_v]`` projections: ``(sigmoid(b), softplus(a + dt_bias)·ssm_a)``,

@@ -78,6 +78,7 @@ class Preset:
     n_expert: int = 0               # MoE (qwen3moe): experts per layer, used per token, expert FFN width
     n_expert_used: int = 0
     n_ff_exp: int = 0
+    n_ff_shexp: int = 0             # qwen35moe: the shared expert's width
     n_rot: int = 0                  # rotated dims per head (0: all); qwen35 rotates a quarter
     ssm_d_conv: int = 0             # Gated DeltaNet (qwen35): conv taps, key / value heads, head width
     ssm_k_heads: int = 0
@@ -128,6 +129,16 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
                 ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("attn_qkv", "Q5_K"), ("attn_gate", "Q4_K"),
                 ("ssm_beta", "Q8_0"), ("ssm_alpha", "F32"), ("ssm_conv1d", "F32"), ("ssm_out", "Q8_0"),
                 ("ffn_gate", "Q4_K"), ("ffn_up", "Q4_K"), ("ffn_down", "Q6_K"))),
+    # ...with routed experts (8 of width 256, 2 per token) and a gated shared expert of width 256.
+    Preset("tiny-qwen35moe", "qwen35moe", **_TINY, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6,
+           vocab="qwen2", n_rot=16, ssm_d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=32,
+           full_attention_interval=4, n_expert=8, n_expert_used=2, n_ff_exp=256, n_ff_shexp=256,
+           file_type=FT.MOSTLY_Q4_K_M,
+           mix=(("token_embd", "Q4_K"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
+                ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("attn_qkv", "Q5_K"), ("attn_gate", "Q4_K"),
+                ("ssm_beta", "Q8_0"), ("ssm_alpha", "F32"), ("ssm_conv1d", "F32"), ("ssm_out", "Q8_0"),
+                ("ffn_gate_exps", "Q4_K"), ("ffn_up_exps", "Q4_K"), ("ffn_down_exps", "Q6_K"),
+                ("ffn_gate_shexp", "Q5_K"), ("ffn_up_shexp", "Q5_K"), ("ffn_down_shexp", "Q8_0"))),
     Preset("qwen3-8b", "qwen3", n_embd=4096, n_layer=36, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=12288, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2",
            mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
@@ -231,6 +242,9 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
             name, shape = spec.gguf_name.format(i=il), spec.shape(cfg)
             if len(shape) == 1:
                 bias = name.endswith(".bias")
+                if name.endswith("ffn_gate_inp_shexp.weight"):  # a vector of weights: a gate logit ~N(0, 1)
+                    out.append((name, ne(shape), T.F32, "bias", GAIN / math.sqrt(shape[0])))
+                    continue
                 kind = "bias" if bias else "decay" if name.endswith(".ssm_a") else "norm"
                 out.append((name, ne(shape), T.F32, kind, BIAS_STD if bias else 0.0))
             else:  # role: "attn_q" of blk.N.attn_q.weight; unit-RMS inputs give O(1) outputs
@@ -500,6 +514,8 @@ def _metadata(p: Preset, n_vocab: int) -> list[bytes]:
         for k, v in (("expert_count", p.n_expert), ("expert_used_count", p.n_expert_used),
                      ("expert_feed_forward_length", p.n_ff_exp)):
             kv.append(_kv(f"{a}.{k}", V.UINT32, v))
+        if p.n_ff_shexp:
+            kv.append(_kv(f"{a}.expert_shared_feed_forward_length", V.UINT32, p.n_ff_shexp))
     if p.ssm_d_conv:
         for k, v in (("ssm.conv_kernel", p.ssm_d_conv), ("ssm.state_size", p.ssm_head),
                      ("ssm.group_count", p.ssm_k_heads), ("ssm.time_step_rank", p.ssm_v_heads),

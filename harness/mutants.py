@@ -319,6 +319,9 @@ MUTANTS = [
            lambda c: c.attn_gate, _wrap("split_gate", _gate_halves)),
     Mutant("rope-partial-full", "every head dim rotated where the file rotates rope.dimension_count of them",
            lambda c: c.n_rot < c.head_dim, _config(n_rot=lambda c: c.head_dim)),
+    Mutant("shared-expert-gate-ignored", "the shared expert's gate logit ignored (every token gated by 1/2)",
+           lambda c: c.moe is not None and c.moe.n_ff_shexp > 0,
+           _op("dot", lambda x, w: (x[:, :1] * 0))),
     Mutant("gelu-erf", "GELU computed with erf instead of llama.cpp's tanh approximation",
            lambda c: c.activation == "gelu_tanh",
            _op("gelu_tanh", _gelu_erf, _kernel_source(

@@ -19,7 +19,7 @@ def test_every_supported_architecture_has_a_family():
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-gemma3",
-                                  "tiny-qwen35"])
+                                  "tiny-qwen35", "tiny-qwen35moe"])
 def test_declared_tensors_are_the_files_tensors(model_path, name):
     """Every tensor of the file is declared (none ignored silently), and each
     group (Q/K/V, gate/up) is declared back to back, so it is uploaded so."""
@@ -59,8 +59,9 @@ def test_both_backends_implement_exactly_the_op_set():
     from engine.backends.cuda import PENDING_ARCHS
 
     # the ops only the architectures the CUDA backend refuses use (their kernels come with them)
-    cuda_pending = {"split", "split_gate", "sigmoid_mul", "decay_gates", "causal_conv", "l2_norm", "delta_rule"}
-    assert PENDING_ARCHS == {"qwen35"}, "a pending architecture landed or joined: update cuda_pending"
+    cuda_pending = {"split", "split_gate", "sigmoid_mul", "dot", "decay_gates", "causal_conv", "l2_norm",
+                    "delta_rule"}
+    assert PENDING_ARCHS == {"qwen35", "qwen35moe"}, "a pending architecture landed or joined: update cuda_pending"
     for name in protocol.OP_NAMES:
         want = params(getattr(protocol.Ops, name), drop_self=True)
         assert params(getattr(numpy_ops, name)) == want, ("numpy", name)

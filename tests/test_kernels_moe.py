@@ -27,7 +27,7 @@ from engine.backends.numpy import ops as np_ops
 from engine.errors import AnvilError
 from engine.quants import BLOCK, QType, dequantize
 
-from test_kernels_core import FakeDevice, assert_close, rng, SEED  # noqa: F401 (SEED: replay message)
+from test_kernels_core import FakeDevice, SEED, assert_close, dev, device, poisoned, rng  # noqa: F401 (fixtures)
 
 TYPES = list(launch.WEIGHT_TYPES)
 FLOATS = (QType.F32, QType.F16, QType.BF16)
@@ -120,26 +120,6 @@ def test_bad_shapes_are_refused_in_one_line():
 # ---- GPU ---------------------------------------------------------------------------
 
 gpu = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def device():
-    from engine.backends.cuda.device import Device
-
-    return Device()
-
-
-@pytest.fixture
-def dev(device):
-    yield device
-    device.synchronize()
-    device.free_all()
-
-
-def poisoned(dev, shape, dtype=np.float32):
-    a = dev.empty(shape, dtype)
-    dev.fill(a, 0xFF)
-    return a
 
 
 def decisive_logits(g, T, E):

@@ -33,7 +33,7 @@ GEMV_MAX_TOKENS = 1
 
 # Architectures whose ops (engine/ops.py) have no CUDA kernels yet: refused at
 # load, and --backend auto runs them on NumPy (model.make_backend).
-PENDING_ARCHS: frozenset[str] = frozenset({"qwen35"})
+PENDING_ARCHS: frozenset[str] = frozenset({"qwen35", "qwen35moe"})
 
 DEFAULT_WORKSPACE_MB = 256  # one micro-batch (model.UBATCH = 512 tokens) of an 8B shape fits
 

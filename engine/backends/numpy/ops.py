@@ -145,6 +145,11 @@ def sigmoid_mul(a: np.ndarray, g: np.ndarray) -> np.ndarray:
     return a * sigmoid(g)
 
 
+def dot(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x · w`` per row for a vector ``w``: ``[T, 1]``."""
+    return (x @ w)[:, None]
+
+
 def split(x: np.ndarray, sizes) -> list[np.ndarray]:
     """The columns of ``x [T, Σ sizes]`` cut into consecutive ``[T, size]`` pieces."""
     cuts = np.cumsum(sizes)[:-1]
