@@ -40,10 +40,8 @@ TENSORS = {
 }
 
 
-# Gated attention (qwen35): the Q projection yields [q | gate] per head, twice
-# the rows; no biases.
-GATED_TENSORS = {k: v for k, v in TENSORS.items() if k not in ("bq", "bk", "bv")} | {
-    "wq": Spec("blk.{i}.attn_q.weight", lambda c: (2 * _q(c), c.n_embd), group="qkv")}
+# Gated attention (qwen35): the Q projection yields [q | gate] per head, twice the rows.
+GATED_TENSORS = TENSORS | {"wq": Spec("blk.{i}.attn_q.weight", lambda c: (2 * _q(c), c.n_embd), group="qkv")}
 
 
 def every_layer(cfg) -> list[str]:
@@ -57,8 +55,7 @@ def self_attention(ops, cfg, w, il, x, positions, kv):
     the layer's keys and values are stored in its state ``kv`` on the way."""
     T = x.shape[0]
     n = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
-    q, k, v = ops.matmuls(n, (w.wq, w.wk, w.wv), (getattr(w, "bq", None), getattr(w, "bk", None),
-                                                   getattr(w, "bv", None)))
+    q, k, v = ops.matmuls(n, (w.wq, w.wk, w.wv), (w.bq, w.bk, w.bv))
     if cfg.attn_gate:
         q, gate = ops.split_gate(q, cfg.n_head, cfg.head_dim)
     q = q.reshape(T, cfg.n_head, cfg.head_dim)
