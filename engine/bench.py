@@ -35,6 +35,13 @@ def weight_bytes_per_token(model) -> int:
     return model.family.bytes_per_token(model.gguf, model.config)
 
 
+def params_per_token(model) -> int:
+    """The weights a token is multiplied by (a Mixture-of-Experts model's active ones)."""
+    from .models import weights
+
+    return weights.params_read_per_token(model.gguf, model.config, model.family.layer_tensors)
+
+
 def gpu_info() -> dict:
     try:
         import pynvml
@@ -112,7 +119,7 @@ def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: 
         "schema_version": SCHEMA_VERSION,
         "engine": "anvil", "build": build_hash(),
         "model": str(model.path), "model_bytes": model.path.stat().st_size,
-        "weight_bytes_per_token": bytes_tok,
+        "weight_bytes_per_token": bytes_tok, "params_per_token": params_per_token(model),
         "backend": be.name,
         "settings": {"n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "warmup": 1, "seed": seed,
                      "n_ctx": model.n_ctx, "kv": "f16" if getattr(be, "kv_f16", False) else "f32",

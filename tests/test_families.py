@@ -106,3 +106,23 @@ def test_the_cuda_backend_refuses_what_it_cannot_run_in_one_line(model_path, mon
         engine.load(model_path("tiny-qwen3"), backend="cuda")
     monkeypatch.setattr(cuda.device, "gpu_available", lambda: True)
     assert model.make_backend("auto", engine.load(model_path("tiny-qwen3")).config, 64).name == "numpy"
+
+
+def test_per_token_counts_take_only_the_routed_experts(model_path):
+    """A decode step reads, and a token is multiplied by, every matrix but the
+    untied embedding table, and of the routed experts only the k it is sent
+    to: the bench's GB/s and the scoreboard's prefill FLOPs stand on these."""
+    import math
+
+    import engine
+    from engine import bench
+
+    for name in ("tiny-qwen3", "tiny-qwen3moe"):
+        m = engine.load(model_path(name))
+        gf, cfg = m.gguf, m.config
+        matrices = [n for n in gf.tensor_names() if len(gf.tensor_shape(n)) >= 2
+                    and (n != "token_embd.weight" or cfg.tied_output)]
+        share = (lambda n: cfg.moe.n_expert_used / cfg.moe.n_expert if "_exps." in n else 1) if cfg.moe else \
+            (lambda n: 1)
+        assert bench.params_per_token(m) == sum(math.prod(gf.tensor_shape(n)) * share(n) for n in matrices)
+        assert bench.weight_bytes_per_token(m) == sum(int(gf.raw(n).nbytes) * share(n) for n in matrices)

@@ -445,6 +445,11 @@ def test_rate_sources():
     assert est.tflop_s == pytest.approx(2 * WEIGHT_BYTES * 8 / dx.Q4_K_M_BITS_PER_WEIGHT * 17804 / 1e12)
     assert "estimated" in est.note
     assert dx.rate("tg128", 1.0).roofline is None and dx.rate("pp512", 1.0).text == ""
+    # Mixture of experts (the qwen3moe-30b-a3b record): 30.5 B weights, 3.04 B multiplied per token
+    moe = dict(weight_bytes=1.92e9, file_bytes=18.56e9, n_params=30.53e9)
+    assert dx.rate("pp512", 6352.0, **moe).text == ""  # n_params would claim ~10x the FLOPs
+    r = dx.rate("pp512", 6352.0, params_per_token=3.04e9, **moe)
+    assert r.tflop_s == pytest.approx(2 * 3.04e9 * 6352 / 1e12) and r.note == "2 x params_per_token FLOPs per token"
 
 
 def test_mutants_section_shows_the_latest_suite_per_backend(tmp_path):

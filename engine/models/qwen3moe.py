@@ -26,12 +26,8 @@ def block(ops, cfg, w, il, x, positions, state):
 
 
 def bytes_per_token(gf, cfg) -> int:
-    """Attention, router and head in full; of each expert tensor, the
-    ``n_expert_used`` experts a token is routed to."""
-    total = weights.bytes_read_per_token(gf, cfg, layer_tensors)
-    experts = sum(int(gf.raw(moe.TENSORS[k].gguf_name.format(i=il)).nbytes)
-                  for il in range(cfg.n_layer) for k in moe.EXPERT_TENSORS)
-    return total - experts + experts * cfg.moe.n_expert_used // cfg.moe.n_expert
+    """Every layer's weights and the head; of the routed experts, the ``n_expert_used`` a token reads."""
+    return weights.bytes_read_per_token(gf, cfg, layer_tensors)
 
 
 def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:

@@ -10,6 +10,7 @@ not later inside a matmul.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Callable
@@ -74,12 +75,28 @@ def load(gf: GGUFFile, cfg: ModelConfig, layer_tensors, upload: Callable[[GGUFFi
     return glob, layers
 
 
-def bytes_read_per_token(gf: GGUFFile, cfg: ModelConfig, layer_tensors) -> int:
-    """Bytes of every matrix one decode step reads, as a family's
-    ``layer_tensors`` declares them: each layer's weights and the head (the embedding table itself when
-    tied; the lookup of an untied embedding reads one row, not counted)."""
-    names = [GLOBAL["output"].gguf_name if not cfg.tied_output else GLOBAL["token_embd"].gguf_name]
+def _read_per_token(gf: GGUFFile, cfg: ModelConfig, layer_tensors, size) -> int:
+    """``size(name)`` summed over every matrix one decode step reads, as a
+    family's ``layer_tensors`` declares them: each layer's weights and the head
+    (the embedding table itself when tied; the lookup of an untied embedding
+    reads one row, not counted). A 3-D tensor holds routed experts, of which a
+    token reads ``n_expert_used`` of ``n_expert``."""
+    head = GLOBAL["output"].gguf_name if not cfg.tied_output else GLOBAL["token_embd"].gguf_name
+    total = size(head)
     for il in range(cfg.n_layer):
-        names += [s.gguf_name.format(i=il) for s in layer_tensors(cfg, il).values()
-                  if s.required(cfg) and len(s.shape(cfg)) >= 2]
-    return sum(int(gf.raw(n).nbytes) for n in names)
+        for s in layer_tensors(cfg, il).values():
+            dims = len(s.shape(cfg))
+            if s.required(cfg) and dims >= 2:
+                n = size(s.gguf_name.format(i=il))
+                total += n * cfg.moe.n_expert_used // cfg.moe.n_expert if dims == 3 else n
+    return total
+
+
+def bytes_read_per_token(gf: GGUFFile, cfg: ModelConfig, layer_tensors) -> int:
+    """Bytes of the weights one decode step reads (``_read_per_token``)."""
+    return _read_per_token(gf, cfg, layer_tensors, lambda name: int(gf.raw(name).nbytes))
+
+
+def params_read_per_token(gf: GGUFFile, cfg: ModelConfig, layer_tensors) -> int:
+    """Weights one token multiplies by (``_read_per_token``): a prefill's FLOPs are about twice this per token."""
+    return _read_per_token(gf, cfg, layer_tensors, lambda name: math.prod(gf.tensor_shape(name)))

@@ -255,6 +255,7 @@ def _facts(records: list[dict]) -> dict:
         lb = rec.get("llama_bench")
         lb = lb[0] if isinstance(lb, list) and lb and isinstance(lb[0], dict) else {}
         found = {"n_params": rec.get("n_params") or lb.get("model_n_params"),
+                 "params_per_token": rec.get("params_per_token"),
                  "weight_bytes": rec.get("weight_bytes_per_token"),
                  "file_bytes": rec.get("model_bytes") or lb.get("model_size")}
         for key in (rec.get("model_sha256"), Path(str(rec.get("model") or "")).name):
@@ -268,7 +269,7 @@ def _rate(rec: dict, test: str, tok_s: float, facts: dict, gb_s=None) -> Rate:
     keys = [k for k in (rec.get("model_sha256"), Path(str(rec.get("model") or "")).name) if k]
     get = lambda what: next((facts[k][what] for k in keys if facts.get(k, {}).get(what)), None)  # noqa: E731
     return dx.rate(test, tok_s, gb_s=gb_s, weight_bytes=get("weight_bytes"), file_bytes=get("file_bytes"),
-                   n_params=get("n_params"))
+                   n_params=get("n_params"), params_per_token=get("params_per_token"))
 
 
 def _nvml_for(rec: dict, r: dict) -> tuple[dict | None, dict | None]:

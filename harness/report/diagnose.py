@@ -145,13 +145,17 @@ class Rate:
 
 
 def rate(test: str, tok_s: float, *, gb_s: float | None = None, weight_bytes: float | None = None,
-         file_bytes: float | None = None, n_params: float | None = None) -> Rate:
+         file_bytes: float | None = None, n_params: float | None = None,
+         params_per_token: float | None = None) -> Rate:
     """Decode: the recorded GB/s, else weight bytes per token x tok/s, else
     the file size x tok/s (an over-estimate: the file holds the embedding
-    table, of which a token reads one row). Prefill: 2 x n_params FLOPs per
-    token (a multiply-add per weight; attention's FLOPs, ~2% at 512 tokens
-    of an 8B model, are not counted), n_params estimated from the weight
-    bytes at Q4_K_M_BITS_PER_WEIGHT when no record states it."""
+    table, of which a token reads one row). Prefill: 2 FLOPs (a multiply-add)
+    per weight a token is multiplied by, per token (attention's FLOPs, ~2% at
+    512 tokens of an 8B model, are not counted): the recorded
+    params_per_token, else the model's n_params, else n_params estimated from
+    the weight bytes at Q4_K_M_BITS_PER_WEIGHT. A model whose decode reads
+    under half its file (routed experts) multiplies by far fewer weights than
+    it has: without params_per_token, no estimate rather than a wrong one."""
     if test.startswith("tg"):
         if gb_s is not None:
             return Rate(gb_s=gb_s, text=f"{gb_s:.0f} GB/s", note="recorded")
@@ -163,6 +167,11 @@ def rate(test: str, tok_s: float, *, gb_s: float | None = None, weight_bytes: fl
             return Rate(gb_s=g, text=f"~{g:.0f} GB/s",
                         note="model file size x tok/s (over-estimate: counts the whole embedding table)")
     if test.startswith("pp"):
+        if params_per_token:
+            tf = 2 * params_per_token * tok_s / 1e12
+            return Rate(tflop_s=tf, text=f"~{tf:.0f} TFLOP/s", note="2 x params_per_token FLOPs per token")
+        if weight_bytes and file_bytes and weight_bytes < 0.5 * file_bytes:
+            return Rate()  # sparse (Mixture of Experts): n_params would over-count ~10x
         note = "2 x n_params FLOPs per token"
         if not n_params and weight_bytes:
             n_params = weight_bytes * 8 / Q4_K_M_BITS_PER_WEIGHT
