@@ -463,7 +463,18 @@ def test_mutants_section_shows_the_latest_suite_per_backend(tmp_path):
     rep = build_report(results.load_all(tmp_path))
     (m,) = rep.mutants
     assert (m.backend, m.caught, m.total) == ("cuda", 1, 2)
-    assert m.rows[0] == ("rope-base", "RoPE base x1.01", "tiny-llama (twin)", "kl, logit")
-    assert m.rows[1][2] == "NOT CAUGHT"
+    assert m.rows[0][:4] == ("rope-base", "RoPE base x1.01", "tiny-llama (twin)", "kl, logit")
+    assert m.rows[1][2] == "NOT CAUGHT" and m.rows[0][4].endswith(".json")
     html, md = render_html(rep), render_md(rep)
     assert "caught 1 of 2" in html and "NOT CAUGHT" in html and "cuda engine: caught 1 of 2" in md
+    # a later run of only some mutants updates those, keeps the others, and names what never ran
+    results.save({"engine": "anvil", "backend": "cuda", "gpu": H200, "driver": "580.159.04",
+                  "date": "2026-11-30T10:00:00Z", "build": "b1b2c3d4e5f6a7b8", "caught": 1,
+                  "mutants": [dict(rows[1], caught=True, model="tiny-gemma3", references="twin", checks=["kl"])]},
+                 "mutants", tmp_path)
+    (m,) = build_report(results.load_all(tmp_path)).mutants
+    assert (m.caught, m.total) == (2, 2) and m.rows[0][2] == "tiny-llama (twin)" and m.rows[1][2] == "tiny-gemma3 (twin)"
+    from harness.mutants import MUTANTS
+
+    assert set(m.not_run) == {x.name for x in MUTANTS} - {"rope-base", "gelu-erf"}
+    assert "Not run with this engine yet: " in render_md(build_report(results.load_all(tmp_path)))

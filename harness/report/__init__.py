@@ -164,13 +164,16 @@ class ModelSection:
 
 @dataclass(frozen=True)
 class MutantSuite:
-    """The latest ``harness mutants`` record of one backend: every planted bug
-    and where the gate caught it."""
+    """One backend's mutation suite: each planted bug's latest outcome over
+    every ``harness mutants`` record of the backend (a run may cover only
+    some mutants), where the gate caught it and in which record; the suite's
+    mutants no record has run yet are listed, not hidden."""
     backend: str
     caught: int
     total: int
-    rows: tuple[tuple[str, str, str, str], ...]  # (mutant, bug, caught by, checks)
+    rows: tuple[tuple[str, str, str, str, str], ...]  # (mutant, bug, caught by, checks, record)
     provenance: str
+    not_run: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -490,17 +493,29 @@ def _bar_figures(rows: list[Row], hist: list[History]) -> list[Figure]:
 
 
 def _mutants(records: list[dict]) -> list[MutantSuite]:
-    latest: dict[str, MutantSuite] = {}
-    for rec in sorted(records, key=_order):
-        rows = [r for r in rec.get("mutants") or [] if isinstance(r, dict)]
-        where = f"{rec['gpu']}, driver {rec.get('driver') or '?'}" if rec.get("gpu") else "CPU run"
-        latest[str(rec.get("backend") or "?")] = MutantSuite(
-            str(rec.get("backend") or "?"), sum(bool(r.get("caught")) for r in rows), len(rows),
-            tuple((str(r.get("mutant")), str(r.get("bug", "")),
-                   f"{r.get('model')} ({r.get('references')})" if r.get("caught") else "NOT CAUGHT",
-                   ", ".join(r.get("checks") or []) or str(r.get("error") or "")) for r in rows),
-            f"{where}, {_date(rec) or '?'}, build {_build(rec)}; {_file(rec)}")
-    return [latest[k] for k in sorted(latest)]
+    from ..mutants import MUTANTS  # the suite as it stands: what a backend has not run yet shows
+
+    latest: dict[str, dict[str, tuple[dict, dict]]] = {}
+    for rec in sorted(records, key=_order):  # later records override each mutant they ran
+        for r in rec.get("mutants") or []:
+            if isinstance(r, dict):
+                latest.setdefault(str(rec.get("backend") or "?"), {})[str(r.get("mutant"))] = (r, rec)
+    order = {m.name: i for i, m in enumerate(MUTANTS)}
+    out = []
+    for backend in sorted(latest):
+        entries = sorted(latest[backend].items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+        rows = tuple((name, str(r.get("bug", "")),
+                      f"{r.get('model')} ({r.get('references')})" if r.get("caught") else "NOT CAUGHT",
+                      ", ".join(r.get("checks") or []) or str(r.get("error") or ""),
+                      f"{_date(rec) or '?'}, {_file(rec)}") for name, (r, rec) in entries)
+        recs = {id(rec): rec for _, rec in latest[backend].values()}.values()
+        wheres = sorted({f"{rec['gpu']}, driver {rec.get('driver') or '?'}" if rec.get("gpu") else "CPU run"
+                         for rec in recs})
+        out.append(MutantSuite(
+            backend, sum(bool(r.get("caught")) for r, _ in latest[backend].values()), len(rows), rows,
+            f"each mutant's latest outcome over {len(recs)} record(s); {'; '.join(wheres)}",
+            tuple(m.name for m in MUTANTS if m.name not in latest[backend])))
+    return out
 
 
 def build_report(records: list[dict]) -> Report:

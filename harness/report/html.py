@@ -205,9 +205,11 @@ gate must fail on a catalog model that has the feature it breaks. Shown: the mod
 first, and the checks that failed there.</p>
 {% for m in r.mutants %}
 <h3>{{ m.backend }} engine: <span class="badge {{ 'ok' if m.caught == m.total else 'bad' }}">caught {{ m.caught }} of {{ m.total }}</span>
+{% if m.not_run %}<span class="badge bad">{{ m.not_run|length }} not run</span>{% endif %}
 <small class="prov">{{ m.provenance }}</small></h3>
-<table><thead><tr><th>mutant</th><th>bug</th><th>caught by</th><th>checks that failed</th></tr></thead><tbody>
-{% for row in m.rows %}<tr><td>{{ row[0] }}</td><td>{{ row[1] }}</td><td>{{ row[2] }}</td><td>{{ row[3] }}</td></tr>{% endfor %}
+{% if m.not_run %}<p class="muted">Not run with this engine yet: {{ m.not_run|join(', ') }}.</p>{% endif %}
+<table><thead><tr><th>mutant</th><th>bug</th><th>caught by</th><th>checks that failed</th><th>record</th></tr></thead><tbody>
+{% for row in m.rows %}<tr><td>{{ row[0] }}</td><td>{{ row[1] }}</td><td>{{ row[2] }}</td><td>{{ row[3] }}</td><td class="prov">{{ row[4] }}</td></tr>{% endfor %}
 </tbody></table>
 {% else %}<p class="muted">No mutants records yet (<code>harness mutants --save</code>).</p>{% endfor %}
 </section>
@@ -344,7 +346,10 @@ def render_md(report) -> str:
     lines += ["", "## Mutation suite", ""]
     for m in r.mutants:
         lines += [f"{m.backend} engine: caught {m.caught} of {m.total} ({m.provenance})", ""]
-        lines += _md_table(["mutant", "bug", "caught by", "checks that failed"], [list(x) for x in m.rows], "")
+        if m.not_run:
+            lines += [f"Not run with this engine yet: {', '.join(m.not_run)}.", ""]
+        lines += _md_table(["mutant", "bug", "caught by", "checks that failed", "record"], [list(x) for x in m.rows],
+                           "")
         lines += [""]
     if not r.mutants:
         lines += ["No mutants records yet."]
