@@ -11,8 +11,8 @@
 # Usage: bash scripts/gpu/scoreboard.sh [MODEL...]   (default: the gpu tier)
 set -uo pipefail
 T0=$(date +%s)
-models=${*:-qwen3-8b llama3-8b}
 source scripts/gpu/host-env.sh
+models=${*:-$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.tier == 'gpu'))")}
 touch /tmp/scoreboard-start
 bench=/tmp/llamacpp/build/bin/llama-bench
 llamacpp_build || exit 1
