@@ -126,6 +126,13 @@ class ModelConfig:
 
         n_embd = positive_int("embedding_length", key("embedding_length"))
         n_layer = positive_int("block_count", key("block_count"))
+        # multi-token-prediction blocks (Qwen3.5's MTP) are counted in block_count but come after
+        # the model's layers and are not part of its forward pass (llama_hparams::n_layer()): not run
+        n_mtp = key("nextn_predict_layers", 0)
+        if isinstance(n_mtp, bool) or not isinstance(n_mtp, int) or not 0 <= n_mtp < n_layer:
+            raise GGUFError(gf.path, f"key '{arch}.nextn_predict_layers' must be an integer in 0..{n_layer - 1} "
+                                     f"(block_count - 1), got {n_mtp!r}")
+        n_layer -= n_mtp
         n_head = positive_int("attention.head_count", _scalar(gf, f"{arch}.attention.head_count", key("attention.head_count")))
         n_head_kv = positive_int("attention.head_count_kv",
                                  _scalar(gf, f"{arch}.attention.head_count_kv", key("attention.head_count_kv", n_head)))

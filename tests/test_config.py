@@ -31,3 +31,31 @@ def test_gemma3(gemma3_path):
     assert c.rope_type == ROPE_NEOX and c.qk_norm and c.post_norms and c.tied_output
     assert c.embd_scale == math.sqrt(640) and c.attn_scale == 1 / 16 and c.final_softcap == 0.0
     assert c.activation == "gelu_tanh"
+
+
+def test_mtp_blocks_are_not_layers(tmp_path):
+    """A Qwen3.5 GGUF may carry multi-token-prediction blocks after its layers
+    (``nextn_predict_layers``, counted in ``block_count``): llama.cpp's forward
+    pass skips them, and so does the engine; a count past the blocks is refused."""
+    import struct
+
+    import pytest
+
+    from engine import synth
+    from engine.config import ModelConfig
+    from engine.errors import GGUFError
+    from engine.gguf_file import GGUFFile
+    from gguf import GGUFValueType as V
+
+    def config(extra):
+        p = synth.PRESETS["tiny-qwen35"]
+        kvs = synth._metadata(p, 1000) + [synth._kv("qwen35.nextn_predict_layers", V.UINT32, extra)]
+        path = tmp_path / f"mtp{extra}.gguf"
+        path.write_bytes(struct.pack("<IIQQ", synth.GGUF_MAGIC, synth.GGUF_VERSION, 0, len(kvs)) + b"".join(kvs))
+        return ModelConfig.from_gguf(GGUFFile(path))
+
+    assert config(0).n_layer == 4 and config(0).recurrent == (True, True, True, False)
+    c = config(1)
+    assert c.n_layer == 3 and c.recurrent == (True, True, True)
+    with pytest.raises(GGUFError, match=r"key 'qwen35.nextn_predict_layers' must be an integer in 0..3"):
+        config(4)
