@@ -79,3 +79,12 @@ def test_split_gate_is_per_head():
         np.testing.assert_array_equal(gate[:, h * D:(h + 1) * D], x[:, 2 * D * h + D:2 * D * (h + 1)])
     a, b, c = ops.split(np.arange(12, dtype=np.float32).reshape(2, 6), (1, 2, 3))
     assert a.tolist() == [[0], [6]] and b.tolist() == [[1, 2], [7, 8]] and c.tolist() == [[3, 4, 5], [9, 10, 11]]
+
+
+def test_gates_of_the_gated_attention_and_the_shared_expert():
+    a = np.array([[2.0, -4.0], [1.0, 1.0]], np.float32)
+    np.testing.assert_allclose(ops.sigmoid_mul(a, np.array([[0.0, 100.0], [-100.0, 0.0]], np.float32)),
+                               [[1.0, -4.0], [0.0, 0.5]], atol=1e-30)
+    g = ops.dot(a, np.array([0.5, 0.25], np.float32))  # one gate logit per row
+    assert g.shape == (2, 1) and g[:, 0].tolist() == [0.0, 0.75]
+    np.testing.assert_allclose(ops.sigmoid_mul(a, g), a / (1 + np.exp(-g)), rtol=1e-6)  # one gate for the row

@@ -97,34 +97,29 @@ def glu(dev: Device, Wg: DArray, Wu: DArray, qtype, ids: DArray, x: DArray, h: D
         n_expert: int) -> None:
     """h[t, j] = SiLU(gate[e]·x[t]) ⊙ (up[e]·x[t]), e = ids[t, j]: gate and up
     experts of one type, x [T, n_in], h [T, k, n_out]."""
-    qt = launch.weight_type(qtype, "moe_glu")
-    T, k = ids.shape
-    eb = _check_experts("moe_glu", Wg, qt, n_expert, n_out, n_in)
-    _check_experts("moe_glu", Wu, qt, n_expert, n_out, n_in)
-    _check_ids(ids, None, T, k)
-    launch.check_f32(x, h)
-    launch.aligned(x, "x")
-    if x.size < T * n_in or h.size < T * k * n_out:
-        raise AnvilError(f"CUDA moe_glu: x {x.shape}, h {h.shape} for {T} tokens x {k} experts [{n_out} x {n_in}]")
-    plan = expert_plan(qt, n_in, n_out, k, T, True, dev.sm_count)
-    dev.launch(_expert_fn(dev, "glu", qt, plan), (plan.blocks, 1, T), (plan.threads,),
-               (Wg, Wu, ids, x, h, n_in, n_out, eb, k), shared=plan.shared)
+    _expert_rows(dev, "glu", (Wg, Wu), qtype, ids, x, h, n_in, n_out, n_expert)
 
 
 def gemv(dev: Device, W: DArray, qtype, ids: DArray, x: DArray, y: DArray, n_in: int, n_out: int,
          n_expert: int) -> None:
     """y[t, j] = W[ids[t, j]]·x[t]: x [T, n_in], y [T, k, n_out]."""
-    qt = launch.weight_type(qtype, "moe_gemv")
+    _expert_rows(dev, "gemv", (W,), qtype, ids, x, y, n_in, n_out, n_expert)
+
+
+def _expert_rows(dev, kind: str, Ws: tuple, qtype, ids, x, y, n_in, n_out, n_expert) -> None:
+    """moe_glu / moe_gemv: one output row per selected expert and token."""
+    what = f"moe_{kind}"
+    qt = launch.weight_type(qtype, what)
     T, k = ids.shape
-    eb = _check_experts("moe_gemv", W, qt, n_expert, n_out, n_in)
+    eb = [_check_experts(what, W, qt, n_expert, n_out, n_in) for W in Ws][0]
     _check_ids(ids, None, T, k)
     launch.check_f32(x, y)
     launch.aligned(x, "x")
     if x.size < T * n_in or y.size < T * k * n_out:
-        raise AnvilError(f"CUDA moe_gemv: x {x.shape}, y {y.shape} for {T} tokens x {k} experts [{n_out} x {n_in}]")
-    plan = expert_plan(qt, n_in, n_out, k, T, False, dev.sm_count)
-    dev.launch(_expert_fn(dev, "gemv", qt, plan), (plan.blocks, 1, T), (plan.threads,),
-               (W, ids, x, y, n_in, n_out, eb, k), shared=plan.shared)
+        raise AnvilError(f"CUDA {what}: x {x.shape}, out {y.shape} for {T} tokens x {k} experts [{n_out} x {n_in}]")
+    plan = expert_plan(qt, n_in, n_out, k, T, kind == "glu", dev.sm_count)
+    dev.launch(_expert_fn(dev, kind, qt, plan), (plan.blocks, 1, T), (plan.threads,),
+               (*Ws, ids, x, y, n_in, n_out, eb, k), shared=plan.shared)
 
 
 def down(dev: Device, W: DArray, qtype, ids: DArray, weights: DArray, h: DArray, y: DArray, add: DArray | None,
