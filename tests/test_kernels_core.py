@@ -41,7 +41,7 @@ KERNELS = {
     "argmax.cu": ["argmax", "argmax_partial", "argmax_final"],
 }
 ATTN_KERNELS = ["kv_store", "attention_decode", "attention_combine", "attention_prefill"]
-ATTN_SHAPES = list(itertools.product([0, 1], [64, 128, 256], [1, 4, 8]))  # KV_F16, HEAD_DIM, GQA
+ATTN_SHAPES = list(itertools.product([0, 1], [64, 128, 256], [1, 4, 8, 9]))  # KV_F16, HEAD_DIM, GQA (9: a short head group)
 
 
 def rng(*salt) -> np.random.Generator:
@@ -79,8 +79,11 @@ def test_launch_shapes():
     assert attention.decode_splits(132, 1, 8, 4096) == 32
     assert attention.decode_splits(132, 1, 8, 131072) == 66
     assert attention.decode_splits(132, 1, 1, 100) == 1
+    # decode warps: one per query head up to GQA 8 (two heads each above), then key tiles up to 4 warps
+    assert [attention.decode_layout(g) for g in (1, 2, 3, 4, 7, 8, 12, 16)] == [
+        (4, 1), (4, 1), (3, 1), (4, 1), (7, 1), (8, 1), (6, 2), (8, 2)]
     for _, d, g in ATTN_SHAPES:
-        assert 4 * attention.DEC_WARPS * g * (d + 34) <= 227 * 1024
+        assert attention.decode_shared(g, d) <= 227 * 1024
         assert 4 * (3 * 32 * (d + 4) + 32 * 36) <= 227 * 1024
     # llama.cpp's host-side powf(base, -2/n_dims) in float32
     assert rope.rope_theta_scale(10000.0, 128) == float(np.float32(10000.0) ** np.float32(-2 / 128))
@@ -417,7 +420,7 @@ def run_attention(dev, r, T, p0, n_ctx, Hkv, G, D, kv_f16, window, path, q_gain=
 
 @gpu
 @pytest.mark.parametrize("kv_f16", [1, 0])
-@pytest.mark.parametrize("D,G", [(64, 1), (128, 4), (128, 8), (256, 4)])
+@pytest.mark.parametrize("D,G", [(64, 1), (128, 2), (128, 4), (128, 8), (128, 9), (64, 16), (256, 4)])
 @pytest.mark.parametrize("L", [1, 37, 1000, 2049])
 @pytest.mark.parametrize("window", [0, 8])
 def test_attention_decode(dev, kv_f16, D, G, L, window):

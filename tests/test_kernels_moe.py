@@ -22,6 +22,7 @@ import pytest
 
 from engine.backends.cuda import compile as nvrtc
 from engine.backends.cuda import gemv_bench, launch
+from engine.backends.cuda.launchers import gemv as gemv_launcher
 from engine.backends.cuda.launchers import moe
 from engine.backends.numpy import ops as np_ops
 from engine.errors import AnvilError
@@ -92,15 +93,19 @@ def test_moe_launchers_match_kernels():
 
 def test_expert_plans():
     for t in TYPES:
-        for n_in, n_out, k, T, glu in [(2048, 768, 8, 1, True), (768, 2048, 8, 1, False), (256, 256, 2, 1, True),
-                                       (2048, 768, 16, 3, True)]:
-            p = moe.expert_plan(t, n_in, n_out, k, T, glu)
-            per = p.rows // 2 if glu else p.rows
+        for n_in, n_out, k, T, kind in [(2048, 768, 8, 1, "glu"), (768, 2048, 8, 1, "down"), (256, 256, 2, 1, "glu"),
+                                        (2048, 768, 16, 3, "glu"), (2048, 768, 8, 1, "gemv")]:
+            p = moe.expert_plan(t, n_in, n_out, k, T, kind)
+            per = p.rows // 2 if kind == "glu" else p.rows
             assert p.blocks * per >= n_out > (p.blocks - 1) * per
-            assert p.threads == 32 * min(k, moe.MAX_WARPS) and p.shared <= 227 * 1024
-    # the real 30B-A3B decode shapes: every SM gets a block
-    assert moe.expert_plan(QType.Q4_K, 2048, 768, 8, 1, True).blocks >= 132
-    assert moe.expert_plan(QType.Q6_K, 768, 2048, 8, 1, False).blocks >= 132
+            if kind == "down":
+                assert p.threads == 32 * min(k, moe.MAX_WARPS)
+            else:  # the dense gemv's warps per row
+                assert p.threads == gemv_launcher.gemv_plan(t, n_in, n_out, rows=p.rows).threads
+            assert p.shared <= 227 * 1024
+    # the real 30B-A3B decode shapes: two blocks per SM (gate/up: row groups x 8 slots)
+    assert moe.expert_plan(QType.Q4_K, 2048, 768, 8, 1, "glu").blocks * 8 >= 264
+    assert moe.expert_plan(QType.Q6_K, 768, 2048, 8, 1, "down").blocks >= 264
 
 
 def test_bad_shapes_are_refused_in_one_line():
@@ -112,7 +117,7 @@ def test_bad_shapes_are_refused_in_one_line():
     with pytest.raises(AnvilError, match=r"moe_glu Q4_K: 4 experts of \[256 x 256\] need 147456 bytes"):
         moe.glu(fd, fd.empty((100,), np.uint8), fd.empty((100,), np.uint8), QType.Q4_K, fd.empty((1, 2), np.int32),
                 fd.empty((1, 256)), fd.empty((1, 2, 256)), 256, 256, 4)
-    with pytest.raises(AnvilError, match=r"moe_gemm: the grouped GEMM needs n_in a multiple of 64, got 40"):
+    with pytest.raises(AnvilError, match=r"moe_gemm: the grouped GEMM needs n_in a multiple of 16 and of F32's block, got 40"):
         moe.gemm(fd, fd.empty((4 * 40 * 8 * 4,), np.uint8), QType.F32, fd.empty((4, 40), np.uint16),
                  moe.Grouping.empty(fd.empty, 4, 4), fd.empty((4, 8)), 40, 8)
 
@@ -226,12 +231,15 @@ def bf16(a: np.ndarray) -> np.ndarray:
 @gpu
 @pytest.mark.parametrize("t", [QType.Q4_K, QType.Q6_K, QType.Q8_0, QType.Q4_0, QType.Q5_K, QType.F16, QType.F32,
                                QType.BF16], ids=lambda t: t.name)
-def test_grouped_prefill(dev, t):
+@pytest.mark.parametrize("bn", [moe.BN, 128])
+def test_grouped_prefill(dev, t, bn):
     """sort + gather + grouped GEMM + combine: every pair's product with its
     expert, from bf16 inputs with fp32 sums; experts with no tokens, with
-    more than one tile, and the tile tail."""
-    g = rng("grouped", t)
-    T, E, k, n_in, n_out = 45, 12, 3, 256, 160
+    more than one tile, and the tile tail; several k-steps of the GEMM's
+    pipeline (256 columns for K-quants), and a short last step for the others."""
+    g = rng("grouped", t, bn)
+    T, E, k, n_out = 45, 12, 3, 160
+    n_in = 768 if BLOCK[t][0] == 256 else 352
     raw, w3 = expert_tensor(g, t, E, n_out, n_in)
     x = g.standard_normal((T, n_in), dtype=np.float32)
     ids = np.stack([g.choice(E - 2, k, replace=False) for _ in range(T)]).astype(np.int32)  # experts 10, 11 idle
@@ -260,10 +268,10 @@ def test_grouped_prefill(dev, t):
     xs_f = (xs.numpy().astype(np.uint32) << 16).view(np.float32)
     np.testing.assert_array_equal(xs_f, bf16(x[pair_at // k]))
     y = poisoned(dev, (P, n_out))
-    moe.gemm(dev, dev.upload(raw), t, xs, grouping, y, n_in, n_out)
+    moe.gemm(dev, dev.upload(raw), t, xs, grouping, y, n_in, n_out, bn)
     wb = bf16(w3.astype(np.float32)).astype(np.float64)  # the kernel's bf16 weights, exactly
     want = np.stack([wb[flat[p]] @ xs_f[i].astype(np.float64) for i, p in enumerate(pair_at)])
-    # exact bf16 products, fp32 accumulation over 256 terms: 2^-16 of sum |w x| leaves room
+    # exact bf16 products, fp32 accumulation over n_in terms: 2^-16 of sum |w x| leaves room
     bound = 2.0**-16 * np.stack([np.abs(wb[flat[p]]) @ np.abs(xs_f[i]) for i, p in enumerate(pair_at)])
     assert_close(y.numpy(), want, bound, 0.0, f"moe_gemm {t.name}")
 

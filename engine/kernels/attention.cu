@@ -121,33 +121,38 @@ extern "C" __global__ void kv_store(const float* k, const float* v, kv_t* k_cach
 // Decode: split-K over the visible keys ("flash decoding").
 //
 // grid (n_splits, n_head_kv, T), block DEC_WARPS*32. A block owns one KV
-// head, so it reads each K/V row once for all G query heads of the group.
-// The grid is fixed when a decode graph is captured, but the context grows
-// every step, so each block derives its key chunk from pos[t] on the device:
-// chunk = ceil(n_keys / n_splits) rounded up to 32, at least DEC_MIN_CHUNK;
-// splits past the end exit at once. Napkin math, 8B model (8 KV heads,
-// D 128, f16), 1000 cached keys: 4 MB of K/V per layer. launchers/attention.py sizes the
-// grid for ~4 blocks per SM at full context (e.g. 32 splits per KV head for
-// n_ctx 4096); at 1000 keys the 128-key minimum chunk leaves 8 active splits
-// per head: 64 blocks, 256 warps, each scoring one 32-key tile.
+// head and the G query heads that read it. The grid is fixed when a decode
+// graph is captured, but the context grows every step, so each block derives
+// its key chunk from pos[t] on the device: chunk = ceil(n_keys / n_splits)
+// rounded up to 32, at least DEC_MIN_CHUNK; splits past the end exit at once.
 //
-// Inside a block each warp takes 32-key tiles round-robin and keeps its own
-// online softmax (m, l, o) per query head:
-//   scores: lane j scores key j of the tile against the G queries (q in
-//           shared memory, broadcast reads; the key row comes in 16-byte
-//           loads, whole rows per lane, so all its bytes are used via L1);
+// Warps are spread over the query heads first: warp w takes heads
+// HPW*(w % NHG) .. +HPW-1 (HPW = 1 up to GQA 8) and the 32-key tiles
+// w / NHG, + DEC_WT, ... of the chunk. One warp scoring all G heads of a tile
+// (G*D FMAs per lane, then G*32/RPW*EPL for PV) is a long dependent chain:
+// at short context (a few tiles, tg128) the decode step waited on it. Here a
+// warp's chain is HPW heads long, and the G warps that read the same K/V row
+// share it through L1.
+//
+// Per warp and 32-key tile, with its own online softmax (m, l, o) per head:
+//   scores: lane j scores key j of the tile (q in shared memory, broadcast
+//           reads; the key row comes in 16-byte loads, whole rows per lane);
 //   PV:     one 16-byte load per lane per V row: a row spans LPR lanes and
 //           the warp reads RPW = 32/LPR rows at once (f16 D=128: 16 lanes,
 //           2 rows), all 32/RPW loads of the tile issued together; the RPW
 //           row groups are summed with shuffles once per split, not per tile.
-// Warps are merged through shared memory at the end; with one split the
-// block writes the normalised output, else unnormalised partial O plus
-// (max, sum) for attention_combine.
-constexpr int DEC_WARPS = 4;
-constexpr int DEC_MIN_CHUNK = 32 * DEC_WARPS;  // below that some warps idle anyway
-constexpr int EPL = KCH > D / 32 ? KCH : D / 32;  // V elements per lane per row (16 B, or 32 B for f32 D=256)
-constexpr int LPR = D / EPL;                      // lanes per V row
-constexpr int RPW = 32 / LPR;                     // V rows per warp step
+// The DEC_WT warps of a head are merged through shared memory at the end;
+// with one split the block writes the normalised output, else unnormalised
+// partial O plus (max, sum) for attention_combine.
+constexpr int HPW = (G + 7) / 8;                    // query heads per warp
+constexpr int NHG = (G + HPW - 1) / HPW;            // warps across the heads
+constexpr int DEC_WT = NHG >= 4 ? 1 : 4 / NHG;      // warps across the tiles of a head
+constexpr int DEC_WARPS = NHG * DEC_WT;             // launchers/attention.py decode_warps()
+constexpr int DEC_MIN_CHUNK = 32 * DEC_WT;          // below that some warps idle anyway
+constexpr int EPL = KCH > D / 32 ? KCH : D / 32;    // V elements per lane per row (16 B, or 32 B for f32 D=256)
+constexpr int LPR = D / EPL;                        // lanes per V row
+constexpr int RPW = 32 / LPR;                       // V rows per warp step
+static_assert(DEC_WARPS <= 8 && NHG * HPW >= G, "decode warp layout");
 
 // Visible keys of query position qp and split s's share [c0, c1).
 __device__ __forceinline__ void split_range(int qp, int window, int n_splits, int s, int& c0, int& c1,
@@ -161,8 +166,8 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
     c1 = min(c0 + chunk, qp + 1);
 }
 
-// Shared memory (floats): o_s [DEC_WARPS][G][D] (q_s [G][D] aliases its
-// start until the merge), p_s [DEC_WARPS][G][32], ml_s [DEC_WARPS][G][2].
+// Shared memory (floats): o_s [DEC_WARPS][HPW][D] (q_s [G][D] aliases its
+// start until the merge), p_s [DEC_WARPS][HPW][32], ml_s [DEC_WARPS][HPW][2].
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
 attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, float* part_o,
                  float* part_ml, const int* pos, int n_head, int n_head_kv, float scale, int window) {
@@ -176,18 +181,20 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
     extern __shared__ __align__(16) float smem[];
     float* q_s = smem;
     float* o_s = smem;
-    float* p_s = smem + DEC_WARPS * G * D;
-    float* ml_s = p_s + DEC_WARPS * G * 32;
+    float* p_s = smem + DEC_WARPS * HPW * D;
+    float* ml_s = p_s + DEC_WARPS * HPW * 32;
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    const int h0 = (w % NHG) * HPW, wt = w / NHG;  // this warp's first head (of G) and tile lane
+    constexpr bool RAGGED = NHG * HPW != G;        // the last head group is short (G = 9, 11, ...)
 
     // The G query heads of KV head g are contiguous in q[t].
     const float* qt = q + ((size_t)t * n_head + (size_t)g * G) * D;
     for (int i = threadIdx.x; i < G * D; i += blockDim.x) q_s[i] = qt[i];
     __syncthreads();
 
-    float m[G], l[G], o[G][EPL];
+    float m[HPW], l[HPW], o[HPW][EPL];
 #pragma unroll
-    for (int h = 0; h < G; ++h) {
+    for (int h = 0; h < HPW; ++h) {
         m[h] = -INFINITY;
         l[h] = 0.0f;  // per-lane partial sum, reduced over the warp at the end
 #pragma unroll
@@ -197,13 +204,13 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
     const size_t row = (size_t)n_head_kv * D;  // elements between consecutive positions
     const kv_t* kg = k_cache + (size_t)g * D;
     const int rl = lane / LPR, dl = (lane % LPR) * EPL;  // this lane's V row (of RPW) and first dim
-    float* pw = p_s + w * G * 32;
+    float* pw = p_s + w * HPW * 32;
 
-    for (int kb = c0 + w * 32; kb < c1; kb += DEC_WARPS * 32) {
+    for (int kb = c0 + wt * 32; kb < c1; kb += DEC_WT * 32) {
         const int nv = min(32, c1 - kb);  // >= 1: lane 0 always has a key
-        float sc[G];
+        float sc[HPW];
 #pragma unroll
-        for (int h = 0; h < G; ++h) sc[h] = 0.0f;
+        for (int h = 0; h < HPW; ++h) sc[h] = 0.0f;
         if (lane < nv) {
             const kv_t* kr = kg + (size_t)(kb + lane) * row;
 #pragma unroll
@@ -211,8 +218,9 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
                 float kf[KCH];
                 load_kv<KCH>(kr + c, kf);
 #pragma unroll
-                for (int h = 0; h < G; ++h) {
-                    const float4* q4 = reinterpret_cast<const float4*>(q_s + h * D + c);
+                for (int h = 0; h < HPW; ++h) {
+                    if (RAGGED && h0 + h >= G) break;
+                    const float4* q4 = reinterpret_cast<const float4*>(q_s + (h0 + h) * D + c);
 #pragma unroll
                     for (int e = 0; e < KCH / 4; ++e) {
                         const float4 qq = q4[e];
@@ -222,7 +230,7 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
             }
         }
 #pragma unroll
-        for (int h = 0; h < G; ++h) {
+        for (int h = 0; h < HPW; ++h) {
             const float sv = lane < nv ? sc[h] * scale : -INFINITY;
             const float m_new = fmaxf(m[h], warp_max(sv));  // finite: lane 0 is valid
             const float corr = __expf(m[h] - m_new);        // first tile: exp(-inf) = 0
@@ -236,9 +244,7 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
         __syncwarp();
         const kv_t* vr = v_cache + (size_t)kb * row + (size_t)g * D + dl;  // + j*row: V row kb+j, this lane's dims
         // Predicated loads, unconditional FMAs (rows past nv: p = 0, v = 0),
-        // so every V load of the tile can be in flight at once: at ~1k cached
-        // keys each warp sees a single tile, and memory round trips are most
-        // of the kernel's time.
+        // so every V load of the tile can be in flight at once.
 #pragma unroll
         for (int k = 0; k < 32 / RPW; ++k) {
             const int j = rl + RPW * k;
@@ -250,7 +256,7 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
                 for (int c = 0; c < EPL; ++c) vf[c] = 0.0f;
             }
 #pragma unroll
-            for (int h = 0; h < G; ++h) {
+            for (int h = 0; h < HPW; ++h) {
                 const float pj = pw[h * 32 + j];
 #pragma unroll
                 for (int c = 0; c < EPL; ++c) o[h][c] += pj * vf[c];
@@ -259,37 +265,39 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
         __syncwarp();  // p_s is rewritten by the next tile
     }
 
-    // Merge the warps. o_s overwrites q_s: wait until every warp is done with q.
+    // Merge the tile warps of each head. o_s overwrites q_s: wait until every warp is done with q.
     __syncthreads();
 #pragma unroll
-    for (int h = 0; h < G; ++h) {
+    for (int h = 0; h < HPW; ++h) {
         const float lw = warp_sum(l[h]);
         if (lane == 0) {
-            ml_s[(w * G + h) * 2] = m[h];  // -inf for a warp that got no tile
-            ml_s[(w * G + h) * 2 + 1] = lw;
+            ml_s[(w * HPW + h) * 2] = m[h];  // -inf for a warp that got no tile
+            ml_s[(w * HPW + h) * 2 + 1] = lw;
         }
 #pragma unroll
         for (int c = 0; c < EPL; ++c) {
             float v = o[h][c];
 #pragma unroll
             for (int off = LPR; off < 32; off <<= 1) v += __shfl_xor_sync(0xffffffff, v, off);  // sum the row groups
-            if (lane < LPR) o_s[(w * G + h) * D + dl + c] = v;
+            if (lane < LPR) o_s[(w * HPW + h) * D + dl + c] = v;
         }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
         const int h = i / D, d = i % D;
+        const int hw = h / HPW, hh = h % HPW;  // warps hw + NHG * wt hold head h as their local head hh
         float M = -INFINITY;
 #pragma unroll
-        for (int ww = 0; ww < DEC_WARPS; ++ww) M = fmaxf(M, ml_s[(ww * G + h) * 2]);
+        for (int u = 0; u < DEC_WT; ++u) M = fmaxf(M, ml_s[((hw + NHG * u) * HPW + hh) * 2]);
         float L = 0.0f, O = 0.0f;
 #pragma unroll
-        for (int ww = 0; ww < DEC_WARPS; ++ww) {
-            const float mw = ml_s[(ww * G + h) * 2];
+        for (int u = 0; u < DEC_WT; ++u) {
+            const int k = (hw + NHG * u) * HPW + hh;
+            const float mw = ml_s[k * 2];
             if (mw == -INFINITY) continue;
             const float e = __expf(mw - M);
-            L += ml_s[(ww * G + h) * 2 + 1] * e;
-            O += o_s[(ww * G + h) * D + d] * e;
+            L += ml_s[k * 2 + 1] * e;
+            O += o_s[k * D + d] * e;
         }
         const size_t hq = (size_t)t * n_head + (size_t)g * G + h;  // (token, query head)
         if (n_splits == 1) {

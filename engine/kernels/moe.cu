@@ -12,11 +12,12 @@
 //   moe_glu_<t>     h[t, j] = SiLU(gate[e]·x_t) ⊙ (up[e]·x_t),  e = ids[t, j]
 //   moe_gemv_<t>    y[t, j] = W[e]·x_t    (gate and up of different types: then silu_mul)
 //   moe_down_<t>    y[t] = add[t] + sum_j weights[t, j] · down[e]·h[t, j]
-// Each warp of a block takes one selected expert (slot j) and GEMV_ROWS rows of
-// it (gemv.cuh's stage_rows/dot_rows), so the k experts of a token run in one
-// launch; moe_down sums the slots across its warps in selection order (llama.cpp's
-// moe_weighted_reduction: e0·w0, then + e_j·w_j), fusing the weighted sum and
-// the residual add into the down projection.
+// gate/up: a block per (row group, slot, token), its warps splitting the rows'
+// units as gemv.cu does, so the k experts of a token run in one launch; down:
+// each warp of a block takes one slot and GEMV_ROWS rows of it (gemv.cuh's
+// stage_rows/dot_rows), and the block sums the slots across its warps in
+// selection order (llama.cpp's moe_weighted_reduction: e0·w0, then + e_j·w_j),
+// fusing the weighted sum and the residual add into the down projection.
 //
 // Prefill (many tokens): the (token, slot) pairs are grouped by expert on the
 // device and each projection is one grouped GEMM over all experts:
@@ -109,56 +110,67 @@ extern "C" __global__ void moe_route(const float* logits, int T, int n_expert, i
 }
 
 // ---- decode: the selected experts as matrix-vector products ---------------------------
-// Grid (row groups, 1, T); blockDim.x = 32 * min(k, MOE_MAX_WARPS); warp w runs
-// slots w, w + nw, ... Dynamic shared memory: nw * GEMV_ROWS * Q::SPAN bytes.
 __device__ __forceinline__ void check_stage_smem(int need) {
     uint32_t dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
     if (dyn < (uint32_t)need) __trap();  // launcher passed too little shared memory
 }
 
-// GLU: rows 0..R/2-1 of the warp are gate rows, R/2..R-1 the same up rows, and
-// h = SiLU(gate)·up; otherwise R rows of W and h = W·x.
+// moe_glu / moe_gemv: grid (row groups, k, T), block NT threads laid out as
+// gemv.cu's (warp w takes units [32w, 32w+32) of every row, then +NT, ...):
+// block (g, j, t) computes RH rows of slot j's expert for token t. With GLU
+// its GEMV_ROWS rows are RH gate rows and the same RH up rows, and
+// h = SiLU(gate)·up; otherwise RH = GEMV_ROWS rows of W and h = W·x.
+// (A warp per slot walking the whole row waited on one memory round trip per
+// 32 units; here a row's units are spread over the block's warps, each warp
+// has all its weights in flight at once, and the k·T·(row groups) blocks fill
+// the GPU.) Dynamic shared memory: NT/32 * GEMV_ROWS * Q::SPAN bytes.
 template <class Q, bool GLU>
 __device__ __forceinline__ void moe_rows_impl(const uint8_t* Wg, const uint8_t* Wu, const int* ids, const float* x,
                                               float* h, int n_in, int n_out, int expert_bytes, int k) {
     constexpr int R = GEMV_ROWS, RH = GLU ? GEMV_ROWS / 2 : GEMV_ROWS;
     extern __shared__ __align__(16) uint8_t moe_stage[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5, t = blockIdx.z;
-    check_stage_smem(nw * R * Q::SPAN);
+    __shared__ float red[GEMV_MAX_WARPS][R];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NT = blockDim.x;
+    const int j = blockIdx.y, t = blockIdx.z;
+    check_stage_smem((NT / 32) * R * Q::SPAN);
     const int row0 = blockIdx.x * RH;
     const size_t row_bytes = (size_t)(n_in / Q::QK) * Q::BYTES;
     const int U = n_in / Q::QK * Q::UPB;
     uint8_t* buf = moe_stage + warp * (R * Q::SPAN);
-    x += (size_t)t * n_in;
     pdl_wait();  // the ids come from the kernel just before
     pdl_launch_next();
-    for (int j = warp; j < k; j += nw) {
-        const size_t e = (size_t)ids[(size_t)t * k + j] * expert_bytes;
-        auto row = [&](int r) {
-            const bool up = GLU && r >= RH;
-            return (up ? Wu : Wg) + e + (size_t)min(row0 + (up ? r - RH : r), n_out - 1) * row_bytes;
-        };
-        float acc[R];
-        int off[R];
+    const size_t e = (size_t)ids[(size_t)t * k + j] * expert_bytes;
+    auto row = [&](int r) {
+        const bool up = GLU && r >= RH;
+        return (up ? Wu : Wg) + e + (size_t)min(row0 + (up ? r - RH : r), n_out - 1) * row_bytes;
+    };
+    float acc[R];
+    int off[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) acc[r] = 0.0f;
-        stage_rows<Q>(buf, off, row, 0, U, lane);
-        dot_rows<Q>(buf, off, row, x, 0, 32, U, lane, acc);
-        float* hj = h + ((size_t)t * k + j) * n_out;
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    const int first = warp * 32;
+    if (first < U) stage_rows<Q>(buf, off, row, first, U, lane);
+    dot_rows<Q>(buf, off, row, x + (size_t)t * n_in, first, NT, U, lane, acc);
 #pragma unroll
-        for (int r = 0; r < RH; r++) {
-            const float a = warp_sum(acc[r]);
-            if constexpr (GLU) {
-                const float u = warp_sum(acc[r + RH]);
-                if (lane == r && row0 + r < n_out) hj[row0 + r] = a / (1.0f + __expf(-a)) * u;
-            } else {
-                if (lane == r && row0 + r < n_out) hj[row0 + r] = a;
-            }
+    for (int r = 0; r < R; r++) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0) red[warp][r] = v;
+    }
+    __syncthreads();
+    if (tid < RH && row0 + tid < n_out) {
+        float a = 0.0f, u = 0.0f;
+        for (int w = 0; w < NT / 32; w++) {
+            a += red[w][tid];
+            if constexpr (GLU) u += red[w][tid + RH];
         }
+        h[((size_t)t * k + j) * n_out + row0 + tid] = GLU ? a / (1.0f + __expf(-a)) * u : a;
     }
 }
 
+// moe_down: grid (row groups, 1, T); blockDim.x = 32 * min(k, MOE_MAX_WARPS),
+// warp w runs slots w, w + nw, ... over the whole row (expert FFN widths are
+// short rows). Dynamic shared memory: nw * GEMV_ROWS * Q::SPAN bytes.
 template <class Q>
 __device__ __forceinline__ void moe_down_impl(const uint8_t* W, const int* ids, const float* weights, const float* h,
                                               float* y, const float* add, int n_in, int n_out, int expert_bytes,
@@ -219,12 +231,12 @@ __device__ __forceinline__ void moe_down_impl(const uint8_t* W, const int* ids, 
 #define MOE_DOWN_CALL(Q) \
     moe_down_impl<Q>(static_cast<const uint8_t*>(W), ids, weights, h, y, add, n_in, n_out, expert_bytes, k)
 #define MOE_DECODE(name)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(32 * MOE_MAX_WARPS, 2)                                     \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)                                       \
         moe_glu_##name(const void* Wg, const void* Wu, const int* ids, const float* x, float* h, int n_in, \
                        int n_out, int expert_bytes, int k) {                                                \
         WITH_LAYOUT_##name(n_in, MOE_GLU_CALL)                                                              \
     }                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(32 * MOE_MAX_WARPS, 2)                                     \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)                                       \
         moe_gemv_##name(const void* W, const int* ids, const float* x, float* y, int n_in, int n_out,      \
                         int expert_bytes, int k) {                                                          \
         WITH_LAYOUT_##name(n_in, MOE_GEMV_CALL)                                                             \
@@ -238,8 +250,9 @@ FOR_EACH_WEIGHT_TYPE(MOE_DECODE)
 
 // ---- prefill: pairs grouped by expert ---------------------------------------------------
 #define MOE_BM 32   // GEMM tile: pairs (rows) of one expert
-#define MOE_BN 128  // output features
-#define MOE_BK 64   // inner dimension per step
+#ifndef MOE_BN
+#define MOE_BN 64   // output features (a multiple of 64)
+#endif
 #define MOE_GEMM_THREADS 256
 
 // One block of 32 * SORT_WARPS threads. For the P = T*k pairs (pair p = t*k + j):
@@ -325,81 +338,122 @@ extern "C" __global__ void moe_gather_bf16(const float* x, const int* pair_at, i
     }
 }
 
-// y[i][c] for the tile's MOE_BM positions i and MOE_BN features c: 8 warps,
-// each 16 rows x 32 features (two wmma 16x16x16 accumulators). W's tile is
-// dequantised (quants.cuh deq8, exact) and rounded to bf16 into shared memory.
-// Each thread loads its share of the next step (one 16-byte piece of xs, four
-// 8-element groups of W, all independent loads) before the barrier, while
-// other warps still multiply the step before. Grid (ceil(N / MOE_BN),
-// max_tiles); K % MOE_BK == 0.
+// y[i][c] for the tile's MOE_BM positions i and MOE_BN features c. 8 warps,
+// 2 x 4, each 16 rows x MOE_BN/4 features (MOE_BN/64 wmma 16x16x16
+// accumulators). Per k-step of BK columns (256 for block-quantised types: one
+// K-quant block or eight 32-element blocks per row; 64 for float rows):
+//   the raw bytes of the tile's MOE_BN weight rows and the BM x BK bf16
+//   activations are copied to shared memory with cp.async, one step ahead
+//   (double-buffered), so the copies of step s+1 fly while step s computes;
+//   the weights are dequantised from shared memory (quants.cuh deq8, exact)
+//   and rounded to bf16 into the B tile; then the MMAs.
+// The first version read the quantised bytes with dependent global loads at
+// every 64-column step and spent most of its time waiting on them.
+// Dynamic shared memory: moe_gemm_smem() bytes (launchers/moe.py computes the same).
+template <class Dq>
+struct GemmShape {
+    static constexpr int BK = Dq::QK == 1 ? 64 : 256;
+    static constexpr int RAW = BK / Dq::QK * Dq::BYTES;          // bytes of a row's step
+    static constexpr int SPAN = (RAW + 15 + 15) / 16 * 16;       // staged, with alignment slack
+    static constexpr int LDS = BK + 8;                           // bf16 row stride of the A and B tiles
+    static constexpr int RAW_BYTES = 2 * MOE_BN * SPAN;
+    static constexpr int A_BYTES = 2 * MOE_BM * LDS * 2;
+    static constexpr int B_BYTES = MOE_BN * LDS * 2;
+    static constexpr int SMEM = RAW_BYTES + A_BYTES + B_BYTES;
+};
+
 template <class Dq>
 __device__ __forceinline__ void moe_gemm_impl(const uint8_t* __restrict__ W, int expert_bytes,
                                               const __nv_bfloat16* __restrict__ xs, const int* tile_e,
                                               const int* tile_r0, const int* offsets, float* y, int N, int K) {
     using namespace nvcuda;
-    constexpr int BM = MOE_BM, BN = MOE_BN, BK = MOE_BK, LDS = BK + 8, LDC = BN + 4, NT = MOE_GEMM_THREADS;
-    constexpr int GPR = BK / 8, BG = BN * GPR / NT;  // 8-element groups per tile row, W groups per thread
-    static_assert(BM * GPR == NT && BN * GPR % NT == 0 && NT == 8 * 32 && BM == 32 && BN == 128, "tile layout");
-    // bf16 row stride of 144 bytes: every fragment pointer (16-row steps) stays 32-byte aligned
-    __shared__ __align__(128) uint8_t smem[(BM + BN) * LDS * 2];
-    auto As = reinterpret_cast<__nv_bfloat16(*)[LDS]>(smem);
-    auto Bs = reinterpret_cast<__nv_bfloat16(*)[LDS]>(smem + BM * LDS * 2);
-    auto Cs = reinterpret_cast<float(*)[LDC]>(smem);  // the output tile, after the last step
-    static_assert(BM * LDC * 4 <= (BM + BN) * LDS * 2, "the output tile fits in the staging buffers");
+    using S = GemmShape<Dq>;
+    constexpr int BM = MOE_BM, BN = MOE_BN, BK = S::BK, LDS = S::LDS, NT = MOE_GEMM_THREADS;
+    constexpr int NF = BN / 64, LDC = BN + 4;  // accumulators per warp; output tile stride (floats)
+    static_assert(NT == 8 * 32 && BM == 32 && BN % 64 == 0, "tile layout: 8 warps of 16 x BN/4");
+    static_assert(BM * LDC * 4 <= S::B_BYTES, "the output tile fits in the B tile");
+    extern __shared__ __align__(128) uint8_t gemm_smem[];
+    uint8_t* raw = gemm_smem;                                                            // [2][BN][SPAN]
+    __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(gemm_smem + S::RAW_BYTES);      // [2][BM][LDS]
+    __nv_bfloat16* Bs = reinterpret_cast<__nv_bfloat16*>(gemm_smem + S::RAW_BYTES + S::A_BYTES);  // [BN][LDS]
+    float* Cs = reinterpret_cast<float*>(Bs);  // the output tile, after the last step
+    check_stage_smem(S::SMEM);
     const int e = tile_e[blockIdx.y];
     if (e < 0) return;
     const int r0 = tile_r0[blockIdx.y], rows = min(BM, offsets[e + 1] - r0);
     const int n0 = blockIdx.x * BN, tid = threadIdx.x, warp = tid >> 5;
     const int wm = warp & 1, wn = warp >> 1;
     const size_t row_bytes = (size_t)(K / Dq::QK) * Dq::BYTES;
-    // this thread's pieces: A row tid / GPR (rows past the tile repeat its last), group tid % GPR;
-    // W rows (tid + i*NT) / GPR, groups (tid + i*NT) % GPR
-    const int ar = tid / GPR, ag = tid % GPR;
-    const __nv_bfloat16* a_src = xs + (size_t)(r0 + min(ar, rows - 1)) * K + 8 * ag;
-    const uint8_t* b_row[BG];
-#pragma unroll
-    for (int i = 0; i < BG; i++)
-        b_row[i] = W + (size_t)e * expert_bytes + (size_t)min(n0 + (tid + i * NT) / GPR, N - 1) * row_bytes;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
-    wmma::fill_fragment(acc[0], 0.0f);
-    wmma::fill_fragment(acc[1], 0.0f);
-    for (int k0 = 0; k0 < K; k0 += BK) {
-        const uint4 a = *reinterpret_cast<const uint4*>(a_src + k0);
-        float v[BG][8];
-#pragma unroll
-        for (int i = 0; i < BG; i++) {
-            const int col = k0 + 8 * ((tid + i * NT) % GPR);
-            Dq::deq8(b_row[i] + (size_t)(col / Dq::QK) * Dq::BYTES, col % Dq::QK, v[i]);
+    const uint8_t* w0 = W + (size_t)e * expert_bytes;
+    // weight row r of the tile (rows past N repeat the last); activation row i (past the tile: its last)
+    auto w_row = [&](int r) { return w0 + (size_t)min(n0 + r, N - 1) * row_bytes; };
+    auto a_row = [&](int i) { return xs + (size_t)(r0 + min(i, rows - 1)) * K; };
+    const int steps = (K + BK - 1) / BK;
+
+    // Issue the copies of step st into buffer b: each row's bytes as 16-byte
+    // chunks from the aligned floor (the slack chunks stay inside the granules
+    // of wanted bytes), and the activations.
+    auto stage = [&](int st, int b) {
+        const int k0 = st * BK, kn = min(BK, K - k0);
+        const size_t skip = (size_t)(k0 / Dq::QK) * Dq::BYTES;
+        const int len = kn / Dq::QK * Dq::BYTES;
+        constexpr int CPR = S::SPAN / 16;
+        for (int c = tid; c < BN * CPR; c += NT) {
+            const int r = c / CPR, i = c % CPR;
+            const size_t src = reinterpret_cast<size_t>(w_row(r) + skip), a0 = src & ~(size_t)15;
+            if (a0 + 16 * (size_t)i < src + len)
+                cp_async16(raw + (b * BN + r) * S::SPAN + 16 * i, reinterpret_cast<const void*>(a0 + 16 * (size_t)i));
         }
-        __syncthreads();  // every warp is done with the previous step's tiles
-        *reinterpret_cast<uint4*>(&As[ar][8 * ag]) = a;
+        const int apr = kn / 8;  // 16-byte pieces per activation row
+        for (int c = tid; c < BM * apr; c += NT) {
+            const int i = c / apr, j = c % apr;
+            cp_async16(As + (b * BM + i) * LDS + 8 * j, a_row(i) + k0 + 8 * j);
+        }
+        cp_async_commit();
+    };
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NF];
 #pragma unroll
-        for (int i = 0; i < BG; i++) {
-            __nv_bfloat162 o[4] = {__floats2bfloat162_rn(v[i][0], v[i][1]), __floats2bfloat162_rn(v[i][2], v[i][3]),
-                                   __floats2bfloat162_rn(v[i][4], v[i][5]), __floats2bfloat162_rn(v[i][6], v[i][7])};
-            *reinterpret_cast<uint4*>(&Bs[(tid + i * NT) / GPR][8 * ((tid + i * NT) % GPR)]) =
-                *reinterpret_cast<uint4*>(o);
+    for (int f = 0; f < NF; f++) wmma::fill_fragment(acc[f], 0.0f);
+    stage(0, 0);
+    for (int st = 0; st < steps; st++) {
+        const int b = st & 1, k0 = st * BK, kn = min(BK, K - k0);
+        cp_async_wait_all();
+        __syncthreads();  // step st's bytes are in; every warp is done with step st-1's tiles
+        if (st + 1 < steps) stage(st + 1, b ^ 1);
+        // dequantise: 8-element groups, consecutive threads along a row
+        const size_t skip = (size_t)(k0 / Dq::QK) * Dq::BYTES;
+        const int gpr = kn / 8;
+        for (int c = tid; c < BN * gpr; c += NT) {
+            const int r = c / gpr, col = 8 * (c % gpr);
+            const int off = (int)(reinterpret_cast<size_t>(w_row(r) + skip) & 15);
+            float v[8];
+            Dq::deq8(raw + (b * BN + r) * S::SPAN + off + (col / Dq::QK) * Dq::BYTES, col % Dq::QK, v);
+            __nv_bfloat162 o[4] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]),
+                                   __floats2bfloat162_rn(v[4], v[5]), __floats2bfloat162_rn(v[6], v[7])};
+            *reinterpret_cast<uint4*>(Bs + r * LDS + col) = *reinterpret_cast<uint4*>(o);
         }
         __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < BK; kk += 16) {
+        const __nv_bfloat16* Ab = As + b * BM * LDS;
+        for (int kk = 0; kk < kn; kk += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-            wmma::load_matrix_sync(fa, &As[16 * wm][kk], LDS);
+            wmma::load_matrix_sync(fa, Ab + 16 * wm * LDS + kk, LDS);
 #pragma unroll
-            for (int f = 0; f < 2; f++) {
+            for (int f = 0; f < NF; f++) {
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-                wmma::load_matrix_sync(fb, &Bs[32 * wn + 16 * f][kk], LDS);
+                wmma::load_matrix_sync(fb, Bs + (BN / 4 * wn + 16 * f) * LDS + kk, LDS);
                 wmma::mma_sync(acc[f], fa, fb, acc[f]);
             }
         }
     }
-    __syncthreads();  // the staging buffers become the output tile
+    __syncthreads();  // the B tile becomes the output tile
 #pragma unroll
-    for (int f = 0; f < 2; f++) wmma::store_matrix_sync(&Cs[16 * wm][32 * wn + 16 * f], acc[f], LDC, wmma::mem_row_major);
+    for (int f = 0; f < NF; f++)
+        wmma::store_matrix_sync(Cs + 16 * wm * LDC + BN / 4 * wn + 16 * f, acc[f], LDC, wmma::mem_row_major);
     __syncthreads();
     for (int c = tid; c < BM * BN; c += NT) {
         const int r = c / BN, n = c % BN;
-        if (r < rows && n0 + n < N) y[(size_t)(r0 + r) * N + n0 + n] = Cs[r][n];
+        if (r < rows && n0 + n < N) y[(size_t)(r0 + r) * N + n0 + n] = Cs[r * LDC + n];
     }
 }
 

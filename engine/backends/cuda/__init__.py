@@ -239,7 +239,7 @@ class Ops:
         T, k = ids.shape
         n_embd, n_ff, n_expert = down_exps.n_out, down_exps.n_in, down_exps.n_expert
         y = self._empty((T, n_embd))
-        if T <= GEMV_MAX_TOKENS or n_embd % launchers.moe.BK or n_ff % launchers.moe.BK:
+        if T <= GEMV_MAX_TOKENS or n_embd % 16 or n_ff % 16:
             # (widths the grouped GEMM cannot tile run token by token: grid.z = T)
             h = self._empty((T, k, n_ff))
             if gate_exps.qtype == up_exps.qtype:

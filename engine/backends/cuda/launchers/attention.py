@@ -12,8 +12,7 @@ from ..device import DArray, Device
 
 
 DECODE_MAX_T = 4        # up to this many queries use the split-K decode kernel
-DEC_WARPS = 4           # attention.cu: warps per decode block
-DEC_MIN_CHUNK = 128     # attention.cu: smallest key chunk per split
+SPLIT_MIN_KEYS = 128    # decode splits: never more than n_ctx / SPLIT_MIN_KEYS
 DEC_BLOCKS_PER_SM = 4   # split so decode fills ~4 blocks per SM at full context
 PF_BQ = 32              # attention.cu: queries per prefill block
 
@@ -46,10 +45,27 @@ def kv_store(dev: Device, k: DArray, v: DArray, k_cache: DArray, v_cache: DArray
 
 def decode_splits(sm_count: int, T: int, n_head_kv: int, n_ctx: int) -> int:
     """Fixed split count for the decode kernel: enough blocks for
-    ~DEC_BLOCKS_PER_SM per SM, never chunks shorter than DEC_MIN_CHUNK of the
-    whole cache. Depends on shapes only (graph-safe)."""
+    ~DEC_BLOCKS_PER_SM per SM, never chunks shorter than SPLIT_MIN_KEYS of the
+    whole cache. Depends on shapes only (graph-safe); the kernel gives short
+    contexts fewer, shorter splits on the device."""
     want = launch.ceil_div(DEC_BLOCKS_PER_SM * sm_count, n_head_kv * T)
-    return max(1, min(launch.ceil_div(n_ctx, DEC_MIN_CHUNK), want))
+    return max(1, min(launch.ceil_div(n_ctx, SPLIT_MIN_KEYS), want))
+
+
+def decode_layout(gqa: int) -> tuple[int, int]:
+    """attention.cu's decode block for GQA ratio ``gqa``: (warps, query heads
+    per warp). Warps spread over the heads first (one head each up to GQA 8),
+    then over the key tiles, up to 4 warps."""
+    hpw = (gqa + 7) // 8
+    nhg = launch.ceil_div(gqa, hpw)
+    return nhg * (1 if nhg >= 4 else 4 // nhg), hpw
+
+
+def decode_shared(gqa: int, head_dim: int) -> int:
+    """Dynamic shared memory of the decode kernel: per warp and head, O (q
+    aliases it), P and (m, l)."""
+    warps, hpw = decode_layout(gqa)
+    return 4 * warps * hpw * (head_dim + 32 + 2)
 
 
 def attention_scratch_nbytes(dev: Device, T: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int) -> int:
@@ -88,7 +104,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
 
     n_splits = decode_splits(dev.sm_count, T, n_head_kv, n_ctx)
     G = defines["GQA"]
-    shared = 4 * DEC_WARPS * G * (head_dim + 32 + 2)  # per-warp O (q aliases it) + P + (m, l)
+    warps, _ = decode_layout(G)
+    shared = decode_shared(G, head_dim)
     fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
     if n_splits == 1:
         part_o = part_ml = launch.null()
@@ -99,7 +116,7 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         assert buf.nbytes >= nbytes, (buf.nbytes, nbytes)
         part_o = DArray(buf.ptr, (n_part, head_dim), np.dtype(np.float32), dev)
         part_ml = DArray(buf.ptr + 4 * n_part * head_dim, (n_part, 2), np.dtype(np.float32), dev)
-    dev.launch(fn, (n_splits, n_head_kv, T), (32 * DEC_WARPS,),
+    dev.launch(fn, (n_splits, n_head_kv, T), (32 * warps,),
                [q, k_cache, v_cache, out, part_o, part_ml, pos, n_head, n_head_kv] + args_tail, shared=shared)
     if n_splits > 1:
         fn = launch.function(dev, "attention.cu", "attention_combine", defines)

@@ -24,7 +24,7 @@ MAX_WARPS = 8                # moe.cu MOE_MAX_WARPS: selected experts run side b
 ROUTE_WARPS = 4              # moe.cu: tokens per moe_route block
 MAX_K = 32                   # moe_route: lane j keeps pick j
 SORT_THREADS = 32 * 32       # moe.cu SORT_WARPS
-BM, BN, BK = 32, 128, 64     # moe.cu MOE_BM, MOE_BN, MOE_BK: grouped GEMM tile
+BM, BN = 32, 64              # moe.cu MOE_BM, MOE_BN: grouped GEMM tile
 GEMM_THREADS = 256           # moe.cu MOE_GEMM_THREADS
 
 
@@ -54,23 +54,35 @@ def _check_ids(ids: DArray, weights: DArray | None, T: int, k: int) -> None:
 @dataclass(frozen=True)
 class ExpertPlan:
     rows: int     # GEMV_ROWS: rows per warp (gate and up halves for the GLU kernel)
-    threads: int  # one warp per selected expert, up to MAX_WARPS
-    blocks: int   # row groups (grid.x); grid.z is the token
+    threads: int  # per block
+    blocks: int   # row groups (grid.x); grid.y is the slot (gate/up) or 1 (down), grid.z the token
     shared: int   # dynamic shared memory bytes
 
 
-def expert_plan(qtype, n_in: int, n_out: int, k: int, T: int, glu: bool, sm_count: int = 132) -> ExpertPlan:
-    """Rows per warp: the most that still give every SM a block (each block
-    is already k warps)."""
+def expert_plan(qtype, n_in: int, n_out: int, k: int, T: int, kind: str, sm_count: int = 132,
+                rows: int | None = None) -> ExpertPlan:
+    """Launch plan of moe_glu / moe_gemv (``kind`` "glu", "gemv": a block per
+    row group, slot and token, its warps splitting a row's units as the dense
+    gemv) or moe_down ("down": one warp per slot, up to MAX_WARPS). Rows: the
+    most that still give every SM MIN_BLOCKS_PER_SM blocks; ``rows``
+    overrides (tests, tuning)."""
     qt = launch.weight_type(qtype, "MoE expert")
     upb, qk, nbytes = gemv_launcher._gemv_layout(qt, n_in)
     if n_in <= 0 or n_out <= 0 or n_in % qk:
         raise AnvilError(f"CUDA MoE experts: {qt.name} needs n_in a positive multiple of {qk}, got {n_in}")
-    per_block = (lambda r: r // 2) if glu else (lambda r: r)
-    rows = next((r for r in ROW_CHOICES if -(-n_out // per_block(r)) * T >= sm_count), ROW_CHOICES[-1])
-    warps = min(k, MAX_WARPS)
-    shared = warps * rows * gemv_launcher.gemv_span(upb, nbytes)
-    return ExpertPlan(rows, 32 * warps, -(-n_out // per_block(rows)), shared)
+    per_block = (lambda r: r // 2) if kind == "glu" else (lambda r: r)
+    slots = 1 if kind == "down" else k
+    if rows is None:
+        want = gemv_launcher.MIN_BLOCKS_PER_SM * sm_count
+        rows = next((r for r in ROW_CHOICES if -(-n_out // per_block(r)) * slots * T >= want), ROW_CHOICES[-1])
+    elif rows not in ROW_CHOICES:
+        raise AnvilError(f"CUDA MoE experts: rows per warp must be one of {ROW_CHOICES}, got {rows}")
+    if kind == "down":
+        threads = 32 * min(k, MAX_WARPS)
+    else:
+        threads = gemv_launcher.gemv_plan(qt, n_in, n_out, sm_count, rows).threads
+    shared = threads // 32 * rows * gemv_launcher.gemv_span(upb, nbytes)
+    return ExpertPlan(rows, threads, -(-n_out // per_block(rows)), shared)
 
 
 def route(dev: Device, logits: DArray, ids: DArray, weights: DArray, k: int, norm: bool) -> None:
@@ -94,19 +106,19 @@ def _expert_fn(dev, kind: str, qt, plan: ExpertPlan):
 
 
 def glu(dev: Device, Wg: DArray, Wu: DArray, qtype, ids: DArray, x: DArray, h: DArray, n_in: int, n_out: int,
-        n_expert: int) -> None:
+        n_expert: int, rows: int | None = None) -> None:
     """h[t, j] = SiLU(gate[e]·x[t]) ⊙ (up[e]·x[t]), e = ids[t, j]: gate and up
     experts of one type, x [T, n_in], h [T, k, n_out]."""
-    _expert_rows(dev, "glu", (Wg, Wu), qtype, ids, x, h, n_in, n_out, n_expert)
+    _expert_rows(dev, "glu", (Wg, Wu), qtype, ids, x, h, n_in, n_out, n_expert, rows)
 
 
 def gemv(dev: Device, W: DArray, qtype, ids: DArray, x: DArray, y: DArray, n_in: int, n_out: int,
-         n_expert: int) -> None:
+         n_expert: int, rows: int | None = None) -> None:
     """y[t, j] = W[ids[t, j]]·x[t]: x [T, n_in], y [T, k, n_out]."""
-    _expert_rows(dev, "gemv", (W,), qtype, ids, x, y, n_in, n_out, n_expert)
+    _expert_rows(dev, "gemv", (W,), qtype, ids, x, y, n_in, n_out, n_expert, rows)
 
 
-def _expert_rows(dev, kind: str, Ws: tuple, qtype, ids, x, y, n_in, n_out, n_expert) -> None:
+def _expert_rows(dev, kind: str, Ws: tuple, qtype, ids, x, y, n_in, n_out, n_expert, rows) -> None:
     """moe_glu / moe_gemv: one output row per selected expert and token."""
     what = f"moe_{kind}"
     qt = launch.weight_type(qtype, what)
@@ -117,13 +129,13 @@ def _expert_rows(dev, kind: str, Ws: tuple, qtype, ids, x, y, n_in, n_out, n_exp
     launch.aligned(x, "x")
     if x.size < T * n_in or y.size < T * k * n_out:
         raise AnvilError(f"CUDA {what}: x {x.shape}, out {y.shape} for {T} tokens x {k} experts [{n_out} x {n_in}]")
-    plan = expert_plan(qt, n_in, n_out, k, T, kind == "glu", dev.sm_count)
-    dev.launch(_expert_fn(dev, kind, qt, plan), (plan.blocks, 1, T), (plan.threads,),
+    plan = expert_plan(qt, n_in, n_out, k, T, kind, dev.sm_count, rows)
+    dev.launch(_expert_fn(dev, kind, qt, plan), (plan.blocks, k, T), (plan.threads,),
                (*Ws, ids, x, y, n_in, n_out, eb, k), shared=plan.shared)
 
 
 def down(dev: Device, W: DArray, qtype, ids: DArray, weights: DArray, h: DArray, y: DArray, add: DArray | None,
-         n_in: int, n_out: int, n_expert: int) -> None:
+         n_in: int, n_out: int, n_expert: int, rows: int | None = None) -> None:
     """y[t] = add[t] + sum_j weights[t, j] · W[ids[t, j]]·h[t, j] (selection
     order): h [T, k, n_in], y [T, n_out]; ``add`` may be ``y`` itself."""
     qt = launch.weight_type(qtype, "moe_down")
@@ -134,7 +146,7 @@ def down(dev: Device, W: DArray, qtype, ids: DArray, weights: DArray, h: DArray,
     launch.aligned(h, "h")
     if h.size < T * k * n_in or y.size < T * n_out or (add is not None and add.size < T * n_out):
         raise AnvilError(f"CUDA moe_down: h {h.shape}, y {y.shape} for {T} tokens x {k} experts [{n_out} x {n_in}]")
-    plan = expert_plan(qt, n_in, n_out, k, T, False, dev.sm_count)
+    plan = expert_plan(qt, n_in, n_out, k, T, "down", dev.sm_count, rows)
     dev.launch(_expert_fn(dev, "down", qt, plan), (plan.blocks, 1, T), (plan.threads,),
                (W, ids, weights, h, y, launch.null_or(add), n_in, n_out, eb, k), shared=plan.shared)
 
@@ -188,22 +200,36 @@ def gather_bf16(dev: Device, x: DArray, g: Grouping, k: int, xs: DArray) -> None
     dev.launch(fn, launch.grid(dev, max(g.P * n // 8, 1)), (256,), (x, g.pair_at, g.P, k, n, xs))
 
 
-def gemm(dev: Device, W: DArray, qtype, xs: DArray, g: Grouping, y: DArray, n_in: int, n_out: int) -> None:
+def gemm_smem(qt, bn: int = BN) -> int:
+    """Dynamic shared memory of moe_gemm (moe.cu GemmShape): two steps of the
+    tile's raw weight rows and activations, and the bf16 weight tile."""
+    qk, nbytes = BLOCK[qt]
+    bk = 64 if qk == 1 else 256
+    span = (bk // qk * nbytes + 30) // 16 * 16
+    lds = bk + 8
+    return 2 * bn * span + 2 * BM * lds * 2 + bn * lds * 2
+
+
+def gemm(dev: Device, W: DArray, qtype, xs: DArray, g: Grouping, y: DArray, n_in: int, n_out: int,
+         bn: int = BN) -> None:
     """y[i] = W[expert of sorted pair i]·xs[i] for all P pairs at once: xs
-    [P, n_in] bf16 bits, y [P, n_out] f32; bf16 products, fp32 sums."""
+    [P, n_in] bf16 bits, y [P, n_out] f32; bf16 products, fp32 sums. ``bn``:
+    output features per tile (a multiple of 64)."""
     qt = launch.weight_type(qtype, "moe_gemm")
     eb = _check_experts("moe_gemm", W, qt, g.n_expert, n_out, n_in)
-    if n_in % BK:
-        raise AnvilError(f"CUDA moe_gemm: the grouped GEMM needs n_in a multiple of {BK}, got {n_in}")
+    if n_in % 16 or n_in % BLOCK[qt][0]:
+        raise AnvilError(f"CUDA moe_gemm: the grouped GEMM needs n_in a multiple of 16 and of {qt.name}'s "
+                         f"block, got {n_in}")
     if BLOCK[qt][0] == 1:  # float rows: deq8 reads 16-byte vectors
         launch.aligned(W, "W", 32)
     launch.check_f32(y)
     if xs.nbytes < 2 * g.P * n_in or y.size < g.P * n_out:
         raise AnvilError(f"CUDA moe_gemm: xs {xs.nbytes} bytes, y {y.shape} for {g.P} pairs [{n_out} x {n_in}]")
     launch.aligned(xs, "xs")
-    fn = launch.function(dev, "moe.cu", f"moe_gemm_{launch.TYPE_SUFFIX[qt]}")
-    dev.launch(fn, (launch.ceil_div(n_out, BN), g.max_tiles), (GEMM_THREADS,),
-               (W, eb, xs, g.tile_e, g.tile_r0, g.offsets, y, n_out, n_in))
+    shared = gemm_smem(qt, bn)
+    fn = launch.function(dev, "moe.cu", f"moe_gemm_{launch.TYPE_SUFFIX[qt]}", {"MOE_BN": bn}, shared=shared)
+    dev.launch(fn, (launch.ceil_div(n_out, bn), g.max_tiles), (GEMM_THREADS,),
+               (W, eb, xs, g.tile_e, g.tile_r0, g.offsets, y, n_out, n_in), shared=shared)
 
 
 def combine(dev: Device, d: DArray, g: Grouping, weights: DArray, add: DArray | None, y: DArray) -> None:
