@@ -35,6 +35,10 @@ class Ops(Protocol):
         """Each ``x [T, H, D]`` rotated by ``rotation`` (from the layer state's ``rope(positions)``): pairs
         (2i, 2i+1) for NORM, (i, i + D/2) for NEOX, angle ``scale·pos·base^(-2i/n_rot)/divisor_i``."""
 
+    def qk_norm_rope(self, rotation, q, k, q_norm, k_norm, eps):
+        """``rope(rotation, RMSNorm(q)·q_norm, RMSNorm(k)·k_norm)``, each norm over a head's ``D`` values
+        (qwen3-style Q/K norms); q ``[T, H, D]``, k ``[T, H_kv, D]``."""
+
     def attention(self, q, keys, values, positions, scale, window=0):
         """Causal GQA softmax attention: q ``[T, H, D]`` at ``positions``, the cache's keys/values
         ``[S, H_kv, D]``; key p visible to query p' iff p <= p' (and p' - p < window if window);

@@ -35,12 +35,12 @@ SEED = int(os.environ.get("ANVIL_KERNELS_SEED", secrets.randbelow(2**32)))
 
 KERNELS = {
     "norm.cu": ["rms_norm", "add_rms_norm"],
-    "rope.cu": ["rope_norm", "rope_neox"],
+    "rope.cu": ["rope_norm", "rope_neox", "qk_norm_rope_norm", "qk_norm_rope_neox"],
     "elementwise.cu": ["silu_mul", "gelu_tanh_mul", "add", "scale", "softcap", "f32_to_bf16", "f32_to_f16",
                        "bias_add_rows"],
     "argmax.cu": ["argmax", "argmax_partial", "argmax_final"],
 }
-ATTN_KERNELS = ["kv_store", "attention_decode", "attention_combine", "attention_prefill"]
+ATTN_KERNELS = ["kv_store", "attention_decode", "attention_prefill"]
 ATTN_SHAPES = list(itertools.product([0, 1], [64, 128, 256], [1, 4, 8, 9]))  # KV_F16, HEAD_DIM, GQA (9: a short head group)
 
 
@@ -136,6 +136,10 @@ class FakeDevice:
 
             @staticmethod
             def cuMemFree(ptr):
+                return ok
+
+            @staticmethod
+            def cuMemsetD8(ptr, byte, nbytes):
                 return ok
 
             @staticmethod
@@ -356,6 +360,36 @@ def test_rope(dev, rope_type, T, p0, H, D, n_rot, base, scale, ff):
     bad = ~(err <= tol)
     assert not bad.any(), (f"rope {rope_type}: {int(bad.sum())} outside tolerance, worst err/tol "
                            f"{np.nanmax(err / tol):.3g} at {np.unravel_index(np.argmax(err / tol), err.shape)} (seed {SEED})")
+
+
+@gpu
+@pytest.mark.parametrize("rope_type", [ROPE_NORM, ROPE_NEOX])
+@pytest.mark.parametrize("T,p0,H,Hkv,D,n_rot,ff", [
+    (1, 37, 32, 4, 128, 128, False),    # qwen3moe decode
+    (5, 3000, 16, 8, 128, 128, True),   # frequency divisors
+    (3, 7000, 8, 4, 256, 64, False),    # partial rotation (qwen35: 64 of 256)
+    (40, 0, 4, 1, 64, 64, False),       # prefill rows
+])
+def test_qk_norm_rope(dev, rope_type, T, p0, H, Hkv, D, n_rot, ff):
+    """The fused per-head Q/K RMSNorm and RoPE against the NumPy ops it fuses."""
+    r = rng("qk_norm_rope", rope_type, T, p0, H, D, n_rot)
+    q = (r.standard_normal((T, H, D)) * 3).astype(np.float32)
+    k = (r.standard_normal((T, Hkv, D)) * 3).astype(np.float32)
+    qw, kw = ((r.standard_normal(D) * 0.3 + 1).astype(np.float32) for _ in range(2))
+    pos = (p0 + np.arange(T)).astype(np.int32)
+    fdiv = r.uniform(1.0, 8.0, n_rot // 2).astype(np.float32) if ff else None
+    base, scale, eps = 1e6, 1.0, 1e-6
+    dq, dk = dev.upload(q), dev.upload(k)
+    rope.qk_norm_rope(dev, dq, dk, dev.upload(pos), rope_type, n_rot, base, scale,
+                      dev.upload(fdiv) if ff else None, dev.upload(qw), dev.upload(kw), eps)
+    rotation = (*ops.rope_angles(pos, n_rot, base, scale, fdiv), rope_type)
+    for name, got, x, w in (("q", dq.numpy(), q, qw), ("k", dk.numpy(), k, kw)):
+        xn = ops.rms_norm(x, w, eps)
+        ref = ops.rope_one(xn, rotation)
+        # the rotation's bound on the normalised values, plus the norm's error carried through a pair
+        tol = rope_tolerance(xn, pos, rope_type, n_rot) + 2 * (NORM_ATOL + NORM_RTOL * np.abs(xn).max())
+        err = np.abs(got.astype(np.float64) - ref)
+        assert (err <= tol).all(), f"qk_norm_rope {rope_type} {name}: worst err/tol {np.max(err / tol):.3g} (seed {SEED})"
 
 
 # ---- KV cache and attention ------------------------------------------------------------

@@ -7,8 +7,10 @@
 // [T, k] (k experts per token, in selection order).
 //
 // Decode (launchers/moe.py; also any small T: grid.z = token):
+//   moe_router_<t>  the router's logits [T, E] (a matrix-vector product) and, in the
+//                   same launch, the routing below
 //   moe_route       logits [T, E] -> ids, weights: softmax, top-k (ties to the lower
-//                   id, descending), renormalised; one warp per token
+//                   id, descending), renormalised; one warp per token (prefill)
 //   moe_glu_<t>     h[t, j] = SiLU(gate[e]·x_t) ⊙ (up[e]·x_t),  e = ids[t, j]
 //   moe_gemv_<t>    y[t, j] = W[e]·x_t    (gate and up of different types: then silu_mul)
 //   moe_down_<t>    y[t] = add[t] + sum_j weights[t, j] · down[e]·h[t, j]
@@ -38,22 +40,18 @@
 #define ROUTE_WARPS 4
 #define NORM_CLAMP 6.103515625e-5f  // 2^-14: llama.cpp clamps the renormalising sum
 
-// One warp per token. Dynamic shared memory: ROUTE_WARPS * n_expert floats.
-// A non-finite logit makes the row's weights NaN (ids stay in range), so the
-// step's logits turn NaN and the argmax reports it instead of a wrong token.
-extern "C" __global__ void moe_route(const float* logits, int T, int n_expert, int k, int norm, int* ids,
-                                     float* weights) {
-    KERNEL_START();
-    extern __shared__ float route_p[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int t = blockIdx.x * ROUTE_WARPS + warp;
-    if (t >= T) return;
-    float* p = route_p + warp * n_expert;
-    const float* l = logits + (size_t)t * n_expert;
+// One warp routes one token: softmax of its logits l [n_expert] (p: n_expert
+// floats of shared memory), k warp-argmax rounds, renormalisation; writes
+// ids/weights [k]. A non-finite logit makes the row's weights NaN (ids stay in
+// range), so the step's logits turn NaN and the argmax reports it instead of a
+// wrong token. Logits are read through L2 (__ldcg): in moe_router other
+// blocks of the same launch wrote them.
+__device__ __forceinline__ void route_row(const float* l, int n_expert, int k, int norm, int* ids, float* weights,
+                                          float* p, int lane) {
     float mx = -INFINITY;
     bool finite = true;
     for (int e = lane; e < n_expert; e += 32) {
-        const float v = l[e];
+        const float v = __ldcg(l + e);
         finite &= isfinite(v);
         p[e] = v;
         mx = fmaxf(mx, v);
@@ -104,10 +102,86 @@ extern "C" __global__ void moe_route(const float* logits, int T, int n_expert, i
     }
     const float scale = norm ? 1.0f / fmaxf(wsum, NORM_CLAMP) : 1.0f;
     if (lane < k) {
-        ids[(size_t)t * k + lane] = my_id;
-        weights[(size_t)t * k + lane] = finite ? my_w * scale : __int_as_float(0x7fc00000);
+        ids[lane] = my_id;
+        weights[lane] = finite ? my_w * scale : __int_as_float(0x7fc00000);
     }
 }
+
+// Logits [T, E] -> ids, weights: one warp per token. Dynamic shared memory:
+// ROUTE_WARPS * n_expert floats.
+extern "C" __global__ void moe_route(const float* logits, int T, int n_expert, int k, int norm, int* ids,
+                                     float* weights) {
+    KERNEL_START();
+    extern __shared__ float route_p[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int t = blockIdx.x * ROUTE_WARPS + warp;
+    if (t >= T) return;
+    route_row(logits + (size_t)t * n_expert, n_expert, k, norm, ids + (size_t)t * k, weights + (size_t)t * k,
+              route_p + warp * n_expert, lane);
+}
+
+// moe_router_<t> (decode): the router's logits as gemv.cu's matrix-vector
+// product (grid (row groups, 1, T), same block layout), and the last block of
+// each token to finish routes it, so router and routing are one launch. Blocks
+// count themselves on count[t] (zero before the launch; the routing block sets
+// it back to zero). Dynamic shared memory: max(staging, n_expert floats).
+template <class Q>
+__device__ __forceinline__ void moe_router_impl(const uint8_t* __restrict__ W, const float* __restrict__ x,
+                                                float* logits, int n_in, int n_expert, int k, int norm, int* ids,
+                                                float* weights, int* count) {
+    constexpr int R = GEMV_ROWS;
+    extern __shared__ __align__(16) uint8_t router_stage[];
+    __shared__ float red[GEMV_MAX_WARPS][R];
+    __shared__ int last;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NT = blockDim.x, t = blockIdx.z;
+    const int row0 = blockIdx.x * R;
+    const size_t row_bytes = (size_t)(n_in / Q::QK) * Q::BYTES;
+    const int U = n_in / Q::QK * Q::UPB;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    uint8_t* buf = router_stage + warp * (R * Q::SPAN);
+    int off[R];
+    auto row = [&](int r) { return W + (size_t)min(row0 + r, n_expert - 1) * row_bytes; };
+    const int first = warp * 32;
+    if (first < U) stage_rows<Q>(buf, off, row, first, U, lane);  // weights: before the wait (common.cuh)
+    pdl_wait();
+    pdl_launch_next();
+    dot_rows<Q>(buf, off, row, x + (size_t)t * n_in, first, NT, U, lane, acc);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0) red[warp][r] = v;
+    }
+    __syncthreads();
+    float* lt = logits + (size_t)t * n_expert;
+    if (tid < R && row0 + tid < n_expert) {
+        float s = 0.0f;
+        for (int w = 0; w < NT / 32; w++) s += red[w][tid];
+        lt[row0 + tid] = s;
+    }
+    __threadfence();  // the logits before the count
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(count + t, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // every block's logits are visible
+    if (warp == 0) {
+        route_row(lt, n_expert, k, norm, ids + (size_t)t * k, weights + (size_t)t * k,
+                  reinterpret_cast<float*>(router_stage), lane);
+        if (lane == 0) count[t] = 0;
+    }
+}
+
+#define MOE_ROUTER_CALL(Q)                                                                                      \
+    moe_router_impl<Q>(static_cast<const uint8_t*>(W), x, logits, n_in, n_expert, k, norm, ids, weights, count)
+#define MOE_ROUTER(name)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)                                            \
+        moe_router_##name(const void* W, const float* x, float* logits, int n_in, int n_expert, int k, int norm, \
+                          int* ids, float* weights, int* count) {                                                \
+        WITH_LAYOUT_##name(n_in, MOE_ROUTER_CALL)                                                                \
+    }
+FOR_EACH_WEIGHT_TYPE(MOE_ROUTER)
 
 // ---- decode: the selected experts as matrix-vector products ---------------------------
 __device__ __forceinline__ void check_stage_smem(int need) {
@@ -345,10 +419,11 @@ extern "C" __global__ void moe_gather_bf16(const float* x, const int* pair_at, i
 //   the raw bytes of the tile's MOE_BN weight rows and the BM x BK bf16
 //   activations are copied to shared memory with cp.async, one step ahead
 //   (double-buffered), so the copies of step s+1 fly while step s computes;
-//   the weights are dequantised from shared memory (quants.cuh deq8, exact)
+//   the weights are dequantised from shared memory (quants.cuh deq32, exact)
 //   and rounded to bf16 into the B tile; then the MMAs.
-// The first version read the quantised bytes with dependent global loads at
-// every 64-column step and spent most of its time waiting on them.
+// Dequantisation is most of the kernel's instructions (Nsight Compute, 30B-A3B
+// gate, 8 deq8 calls per thread and step: ~26 instructions per weight, ALU
+// pipe first); deq32 decodes the scales once per 32 weights and reads words.
 // Dynamic shared memory: moe_gemm_smem() bytes (launchers/moe.py computes the same).
 template <class Dq>
 struct GemmShape {
@@ -390,25 +465,58 @@ __device__ __forceinline__ void moe_gemm_impl(const uint8_t* __restrict__ W, int
     auto a_row = [&](int i) { return xs + (size_t)(r0 + min(i, rows - 1)) * K; };
     const int steps = (K + BK - 1) / BK;
 
+    // Each thread's share of a step, the same every step (only the column
+    // moves): weight chunks, activation pieces, dequantised segments. Their
+    // addresses are worked out once here; a step adds its offset.
+    constexpr int CPR = S::SPAN / 16, WCH = (BN * CPR + NT - 1) / NT;  // 16-byte weight chunks per row, per thread
+    constexpr int APR = BK / 8, ACH = BM * APR / NT;                   // 16-byte activation pieces
+    constexpr int SPR = BK / 32, DCH = (BN * SPR + NT - 1) / NT;       // 32-weight segments
+    static_assert(BM * APR % NT == 0, "activation pieces divide among the threads");
+    const uint8_t* w_src[WCH];
+    int w_dst[WCH], w_i[WCH];
+#pragma unroll
+    for (int j = 0; j < WCH; j++) {
+        const int c = tid + j * NT, r = min(c / CPR, BN - 1);
+        w_src[j] = w_row(r);
+        w_dst[j] = r * S::SPAN + 16 * (c % CPR);
+        w_i[j] = c < BN * CPR ? c % CPR : CPR;  // CPR: no chunk
+    }
+    const __nv_bfloat16* a_src[ACH];
+    int a_dst[ACH], a_col[ACH];
+#pragma unroll
+    for (int j = 0; j < ACH; j++) {
+        const int c = tid + j * NT, i = c / APR;
+        a_col[j] = 8 * (c % APR);
+        a_src[j] = a_row(i) + a_col[j];
+        a_dst[j] = i * LDS + a_col[j];
+    }
+    // dequantisation: lane l of a warp takes row l % 4 of its 4-row group and
+    // segment l / 4, so the 8 lanes of each 16-byte store phase write 4 rows x
+    // 2 segments: distinct banks (the B tile's row stride is 4 banks mod 32)
+    int d_row[DCH], d_col[DCH], d_mod[DCH];
+#pragma unroll
+    for (int j = 0; j < DCH; j++) {
+        const int c = tid + j * NT;
+        d_row[j] = min(4 * (c / (4 * SPR)) + c % 4, BN - 1);
+        d_col[j] = c < BN * SPR ? 32 * ((c / 4) % SPR) : BK;  // BK: no segment
+        d_mod[j] = (int)(reinterpret_cast<size_t>(w_row(d_row[j])) & 15);
+    }
+
     // Issue the copies of step st into buffer b: each row's bytes as 16-byte
     // chunks from the aligned floor (the slack chunks stay inside the granules
     // of wanted bytes), and the activations.
     auto stage = [&](int st, int b) {
         const int k0 = st * BK, kn = min(BK, K - k0);
-        const size_t skip = (size_t)(k0 / Dq::QK) * Dq::BYTES;
-        const int len = kn / Dq::QK * Dq::BYTES;
-        constexpr int CPR = S::SPAN / 16;
-        for (int c = tid; c < BN * CPR; c += NT) {
-            const int r = c / CPR, i = c % CPR;
-            const size_t src = reinterpret_cast<size_t>(w_row(r) + skip), a0 = src & ~(size_t)15;
-            if (a0 + 16 * (size_t)i < src + len)
-                cp_async16(raw + (b * BN + r) * S::SPAN + 16 * i, reinterpret_cast<const void*>(a0 + 16 * (size_t)i));
+        const int skip = st * S::RAW, len = kn / Dq::QK * Dq::BYTES;
+#pragma unroll
+        for (int j = 0; j < WCH; j++) {
+            const size_t src = reinterpret_cast<size_t>(w_src[j] + skip), a0 = src & ~(size_t)15;
+            if (w_i[j] < CPR && a0 + 16 * (size_t)w_i[j] < src + len)
+                cp_async16(raw + b * BN * S::SPAN + w_dst[j], reinterpret_cast<const void*>(a0 + 16 * (size_t)w_i[j]));
         }
-        const int apr = kn / 8;  // 16-byte pieces per activation row
-        for (int c = tid; c < BM * apr; c += NT) {
-            const int i = c / apr, j = c % apr;
-            cp_async16(As + (b * BM + i) * LDS + 8 * j, a_row(i) + k0 + 8 * j);
-        }
+#pragma unroll
+        for (int j = 0; j < ACH; j++)
+            if (a_col[j] < kn) cp_async16(As + b * BM * LDS + a_dst[j], a_src[j] + k0);
         cp_async_commit();
     };
 
@@ -421,17 +529,21 @@ __device__ __forceinline__ void moe_gemm_impl(const uint8_t* __restrict__ W, int
         cp_async_wait_all();
         __syncthreads();  // step st's bytes are in; every warp is done with step st-1's tiles
         if (st + 1 < steps) stage(st + 1, b ^ 1);
-        // dequantise: 8-element groups, consecutive threads along a row
-        const size_t skip = (size_t)(k0 / Dq::QK) * Dq::BYTES;
-        const int gpr = kn / 8;
-        for (int c = tid; c < BN * gpr; c += NT) {
-            const int r = c / gpr, col = 8 * (c % gpr);
-            const int off = (int)(reinterpret_cast<size_t>(w_row(r) + skip) & 15);
-            float v[8];
-            Dq::deq8(raw + (b * BN + r) * S::SPAN + off + (col / Dq::QK) * Dq::BYTES, col % Dq::QK, v);
-            __nv_bfloat162 o[4] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3]),
-                                   __floats2bfloat162_rn(v[4], v[5]), __floats2bfloat162_rn(v[6], v[7])};
-            *reinterpret_cast<uint4*>(Bs + r * LDS + col) = *reinterpret_cast<uint4*>(o);
+        const int skip = st * S::RAW;
+#pragma unroll
+        for (int j = 0; j < DCH; j++) {
+            const int col = d_col[j];
+            if (col >= kn) continue;
+            const int off = (d_mod[j] + skip) & 15;
+            float v[32];
+            Dq::deq32(raw + (b * BN + d_row[j]) * S::SPAN + off + (col / Dq::QK) * Dq::BYTES, col % Dq::QK, v);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                __nv_bfloat162 o[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) o[i] = __floats2bfloat162_rn(v[8 * q + 2 * i], v[8 * q + 2 * i + 1]);
+                *reinterpret_cast<uint4*>(Bs + d_row[j] * LDS + col + 8 * q) = *reinterpret_cast<uint4*>(o);
+            }
         }
         __syncthreads();
         const __nv_bfloat16* Ab = As + b * BM * LDS;

@@ -12,6 +12,14 @@
 // deq8<T>(block, i0, out) writes the 8 consecutive values i0..i0+7 of one
 // block (i0 a multiple of 8). For F32/F16/BF16 a "block" is one element and
 // deq8 reads 8 consecutive elements starting at `block`; deq1 reads one.
+// deq32<T>(block, i0, out): 32 consecutive values (i0 a multiple of 32; for
+// the float types 32 elements from `block`), the bulk path of the grouped
+// GEMM: the common types decode their scales once per 32 values and read
+// whole words, the others run deq8 four times. Same values as deq8.
+//
+// Small integers become floats without I2F (a quarter-rate instruction): the
+// float with bits 0x4B000000 | v is 2^23 + v exactly, so one PRMT (or OR) and
+// one FADD give v - bias exactly (u2f).
 #pragma once
 #include "common.cuh"
 
@@ -36,6 +44,43 @@ static_assert(sizeof(block_q6_K) == 210, "block_q6_K");
 
 __device__ __forceinline__ float bf16_bits_to_float(uint32_t b) { return __uint_as_float(b << 16); }
 
+// v - B as a float, exactly, for 0 <= v < 2^23.
+template <int B = 0>
+__device__ __forceinline__ float u2f(uint32_t v) { return __uint_as_float(0x4B000000u | v) - (8388608.0f + B); }
+// Byte K of w minus B, as a float (PRMT puts the byte under the exponent of 2^23).
+template <int K, int B = 0>
+__device__ __forceinline__ float byte2f(uint32_t w) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650u | K)) - (8388608.0f + B);
+}
+// N little-endian words from p (2-byte aligned, as every field read here):
+// aligned loads and funnel shifts; never reads past the 4-byte word holding p[4N-1].
+template <int N>
+__device__ __forceinline__ void ld_words(const uint8_t* p, uint32_t* w) {
+    const uint32_t* a = reinterpret_cast<const uint32_t*>(reinterpret_cast<size_t>(p) & ~(size_t)3);
+    if ((reinterpret_cast<size_t>(p) & 3) == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i++) w[i] = a[i];
+    } else {
+        uint32_t prev = a[0];
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const uint32_t next = a[i + 1];
+            w[i] = __funnelshift_r(prev, next, 16);
+            prev = next;
+        }
+    }
+}
+
+// deq32 of the types without a word-wise path: four deq8 calls.
+template <class Dq>
+__device__ __forceinline__ void deq32_by8(const uint8_t* p, int i0, float* y) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if constexpr (Dq::QK == 1) Dq::deq8(p + 8 * j * Dq::BYTES, 0, y + 8 * j);
+        else Dq::deq8(p, i0 + 8 * j, y + 8 * j);
+    }
+}
+
 // get_scale_min_k4: 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block.
 __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
     if (j < 4) {
@@ -55,6 +100,7 @@ struct DqF32 {
         const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
         y[0] = a.x; y[1] = a.y; y[2] = a.z; y[3] = a.w; y[4] = b.x; y[5] = b.y; y[6] = b.z; y[7] = b.w;
     }
+    __device__ static void deq32(const uint8_t* p, int i0, float* y) { deq32_by8<DqF32>(p, i0, y); }
 };
 
 struct DqF16 {
@@ -70,6 +116,7 @@ struct DqF16 {
             y[2 * i + 1] = f.y;
         }
     }
+    __device__ static void deq32(const uint8_t* p, int i0, float* y) { deq32_by8<DqF16>(p, i0, y); }
 };
 
 struct DqBF16 {
@@ -84,6 +131,7 @@ struct DqBF16 {
             y[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
         }
     }
+    __device__ static void deq32(const uint8_t* p, int i0, float* y) { deq32_by8<DqBF16>(p, i0, y); }
 };
 
 // Q4_0: y[j] = ((qs[j]&15) - 8)*d, y[j+16] = ((qs[j]>>4) - 8)*d
@@ -94,7 +142,24 @@ struct DqQ4_0 {
         const float d = __half2float(b->d);
         const int j0 = i0 & 15, sh = i0 & 16 ? 4 : 0;
 #pragma unroll
-        for (int t = 0; t < 8; t++) y[t] = d * (float)(((b->qs[j0 + t] >> sh) & 15) - 8);
+        for (int t = 0; t < 8; t++) y[t] = d * u2f<8>((b->qs[j0 + t] >> sh) & 15);
+    }
+    __device__ static void deq32(const uint8_t* p, int, float* y) {  // the whole block
+        const float d = __half2float(reinterpret_cast<const block_q4_0*>(p)->d);
+        uint32_t w[4];
+        ld_words<4>(p + 2, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t lo = w[i] & 0x0F0F0F0Fu, hi = (w[i] >> 4) & 0x0F0F0F0Fu;
+            y[4 * i] = d * byte2f<0, 8>(lo);
+            y[4 * i + 1] = d * byte2f<1, 8>(lo);
+            y[4 * i + 2] = d * byte2f<2, 8>(lo);
+            y[4 * i + 3] = d * byte2f<3, 8>(lo);
+            y[16 + 4 * i] = d * byte2f<0, 8>(hi);
+            y[16 + 4 * i + 1] = d * byte2f<1, 8>(hi);
+            y[16 + 4 * i + 2] = d * byte2f<2, 8>(hi);
+            y[16 + 4 * i + 3] = d * byte2f<3, 8>(hi);
+        }
     }
 };
 
@@ -106,8 +171,9 @@ struct DqQ4_1 {
         const float d = __half2float(b->d), m = __half2float(b->m);
         const int j0 = i0 & 15, sh = i0 & 16 ? 4 : 0;
 #pragma unroll
-        for (int t = 0; t < 8; t++) y[t] = d * (float)((b->qs[j0 + t] >> sh) & 15) + m;
+        for (int t = 0; t < 8; t++) y[t] = d * u2f((b->qs[j0 + t] >> sh) & 15) + m;
     }
+    __device__ static void deq32(const uint8_t* p, int i0, float* y) { deq32_by8<DqQ4_1>(p, i0, y); }
 };
 
 __device__ __forceinline__ uint32_t qh_u32(const uint8_t* qh) {  // little-endian, any alignment
@@ -125,9 +191,10 @@ struct DqQ5_0 {
 #pragma unroll
         for (int t = 0; t < 8; t++) {
             const int q = ((b->qs[j0 + t] >> sh) & 15) | (((h >> (i0 + t)) & 1) << 4);
-            y[t] = d * (float)(q - 16);
+            y[t] = d * u2f<16>(q);
         }
     }
+    __device__ static void deq32(const uint8_t* p, int i0, float* y) { deq32_by8<DqQ5_0>(p, i0, y); }
 };
 
 // Q5_1: y = q5*d + m
@@ -141,9 +208,10 @@ struct DqQ5_1 {
 #pragma unroll
         for (int t = 0; t < 8; t++) {
             const int q = ((b->qs[j0 + t] >> sh) & 15) | (((h >> (i0 + t)) & 1) << 4);
-            y[t] = d * (float)q + m;
+            y[t] = d * u2f(q) + m;
         }
     }
+    __device__ static void deq32(const uint8_t* p, int i0, float* y) { deq32_by8<DqQ5_1>(p, i0, y); }
 };
 
 // Q8_0: y = q*d
@@ -153,7 +221,20 @@ struct DqQ8_0 {
         const block_q8_0* b = reinterpret_cast<const block_q8_0*>(p);
         const float d = __half2float(b->d);
 #pragma unroll
-        for (int t = 0; t < 8; t++) y[t] = (float)b->qs[i0 + t] * d;
+        for (int t = 0; t < 8; t++) y[t] = u2f<128>((uint8_t)(b->qs[i0 + t] ^ 0x80)) * d;
+    }
+    __device__ static void deq32(const uint8_t* p, int, float* y) {  // the whole block
+        const float d = __half2float(reinterpret_cast<const block_q8_0*>(p)->d);
+        uint32_t w[8];
+        ld_words<8>(p + 2, w);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t u = w[i] ^ 0x80808080u;  // q + 128
+            y[4 * i] = byte2f<0, 128>(u) * d;
+            y[4 * i + 1] = byte2f<1, 128>(u) * d;
+            y[4 * i + 2] = byte2f<2, 128>(u) * d;
+            y[4 * i + 3] = byte2f<3, 128>(u) * d;
+        }
     }
 };
 
@@ -169,7 +250,24 @@ struct DqQ4_K {
         const float d1 = __half2float(b->d) * (float)sc, m1 = __half2float(b->dmin) * (float)mn;
         const uint8_t* q = b->qs + 32 * (s >> 1) + l0;
 #pragma unroll
-        for (int t = 0; t < 8; t++) y[t] = d1 * (float)((q[t] >> sh) & 15) - m1;
+        for (int t = 0; t < 8; t++) y[t] = d1 * u2f((q[t] >> sh) & 15) - m1;
+    }
+    __device__ static void deq32(const uint8_t* p, int i0, float* y) {  // sub-block i0/32
+        const block_q4_K* b = reinterpret_cast<const block_q4_K*>(p);
+        const int s = i0 >> 5, sh = (s & 1) * 4;
+        int sc, mn;
+        scale_min_k4(s, b->scales, sc, mn);
+        const float d1 = __half2float(b->d) * (float)sc, m1 = __half2float(b->dmin) * (float)mn;
+        uint32_t w[8];
+        ld_words<8>(b->qs + 32 * (s >> 1), w);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t v = (w[i] >> sh) & 0x0F0F0F0Fu;
+            y[4 * i] = d1 * byte2f<0>(v) - m1;
+            y[4 * i + 1] = d1 * byte2f<1>(v) - m1;
+            y[4 * i + 2] = d1 * byte2f<2>(v) - m1;
+            y[4 * i + 3] = d1 * byte2f<3>(v) - m1;
+        }
     }
 };
 
@@ -185,7 +283,25 @@ struct DqQ5_K {
         const uint8_t* q = b->qs + 32 * (s >> 1) + l0;
         const uint8_t* h = b->qh + l0;
 #pragma unroll
-        for (int t = 0; t < 8; t++) y[t] = d1 * (float)(((q[t] >> sh) & 15) | (((h[t] >> s) & 1) << 4)) - m1;
+        for (int t = 0; t < 8; t++) y[t] = d1 * u2f(((q[t] >> sh) & 15) | (((h[t] >> s) & 1) << 4)) - m1;
+    }
+    __device__ static void deq32(const uint8_t* p, int i0, float* y) {  // sub-block i0/32
+        const block_q5_K* b = reinterpret_cast<const block_q5_K*>(p);
+        const int s = i0 >> 5, sh = (s & 1) * 4;
+        int sc, mn;
+        scale_min_k4(s, b->scales, sc, mn);
+        const float d1 = __half2float(b->d) * (float)sc, m1 = __half2float(b->dmin) * (float)mn;
+        uint32_t w[8], h[8];
+        ld_words<8>(b->qs + 32 * (s >> 1), w);
+        ld_words<8>(b->qh, h);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t v = ((w[i] >> sh) & 0x0F0F0F0Fu) | (((h[i] >> s) & 0x01010101u) << 4);
+            y[4 * i] = d1 * byte2f<0>(v) - m1;
+            y[4 * i + 1] = d1 * byte2f<1>(v) - m1;
+            y[4 * i + 2] = d1 * byte2f<2>(v) - m1;
+            y[4 * i + 3] = d1 * byte2f<3>(v) - m1;
+        }
     }
 };
 
@@ -203,8 +319,27 @@ struct DqQ6_K {
         const int sl = (g >> 1) * 4, sh = 2 * g;
 #pragma unroll
         for (int t = 0; t < 8; t++) {
-            const int q = (((ql[t] >> sl) & 15) | (((qh[t] >> sh) & 3) << 4)) - 32;
-            y[t] = ds * (float)q;
+            const int q = ((ql[t] >> sl) & 15) | (((qh[t] >> sh) & 3) << 4);
+            y[t] = ds * u2f<32>(q);
+        }
+    }
+    __device__ static void deq32(const uint8_t* p, int i0, float* y) {  // elements i0..i0+31: two scales
+        const block_q6_K* b = reinterpret_cast<const block_q6_K*>(p);
+        const int n = i0 >> 7, g = (i0 >> 5) & 3;
+        const float d = __half2float(b->d);
+        const float ds0 = d * (float)b->scales[i0 >> 4], ds1 = d * (float)b->scales[(i0 >> 4) + 1];
+        uint32_t ql[8], qh[8];
+        ld_words<8>(b->ql + 64 * n + 32 * (g & 1), ql);
+        ld_words<8>(b->qh + 32 * n, qh);
+        const int sl = (g >> 1) * 4, sh = 2 * g;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t v = ((ql[i] >> sl) & 0x0F0F0F0Fu) | (((qh[i] >> sh) & 0x03030303u) << 4);
+            const float ds = i < 4 ? ds0 : ds1;
+            y[4 * i] = ds * byte2f<0, 32>(v);
+            y[4 * i + 1] = ds * byte2f<1, 32>(v);
+            y[4 * i + 2] = ds * byte2f<2, 32>(v);
+            y[4 * i + 3] = ds * byte2f<3, 32>(v);
         }
     }
 };

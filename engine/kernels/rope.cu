@@ -51,3 +51,58 @@ extern "C" __global__ void rope_neox(float* x, const int* pos, int n_heads, int 
     KERNEL_START();
     rope_pair<true>(x, pos, n_heads, head_dim, n_rot, theta_scale, freq_scale, freq_div);
 }
+
+// ---------------------------------------------------------------------------
+// qk_norm_rope_<norm|neox>: per-head RMSNorm with its weight, then RoPE, of q
+// [T, n_head, D] and k [T, n_head_kv, D] in place, in one launch (the Q/K norms
+// of qwen3-style attention; two RMSNorm launches and one RoPE before).
+// Arithmetic as rms_norm (norm.cu: sum of squares, rsqrtf(sum/D + eps),
+// (scale*x)*w) and rope_pair above. Launch: grid (T, n_head + n_head_kv),
+// block D/2 threads rounded up to 32; blocks y < n_head take q's heads.
+template <bool NEOX>
+__device__ __forceinline__ void qk_norm_rope_impl(float* q, float* k, const int* pos, int n_head, int n_head_kv,
+                                                  int head_dim, int n_rot, float theta_scale, float freq_scale,
+                                                  const float* freq_div, const float* q_w, const float* k_w,
+                                                  float eps) {
+    __shared__ float xs[256];
+    __shared__ float scratch[32];
+    const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const bool is_q = h < n_head;
+    float* xh = is_q ? q + ((size_t)t * n_head + h) * head_dim : k + ((size_t)t * n_head_kv + (h - n_head)) * head_dim;
+    const float* w = is_q ? q_w : k_w;
+    float ss = 0.0f;
+    for (int i = tid; i < head_dim; i += blockDim.x) {
+        const float v = xh[i];
+        xs[i] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss, scratch);  // its barriers also publish xs
+    const float scale = rsqrtf(ss / (float)head_dim + eps);
+    for (int i = tid; i < head_dim; i += blockDim.x) xs[i] = (scale * xs[i]) * w[i];
+    __syncthreads();
+    const int half = n_rot / 2;
+    if (tid < half) {
+        const float theta_base = (float)pos[t] * __powf(theta_scale, (float)tid);
+        const float theta_extrap = freq_div ? theta_base / freq_div[tid] : theta_base;
+        const float theta = freq_scale * theta_extrap;
+        const float c = __cosf(theta), s = __sinf(theta);
+        const int i0 = NEOX ? tid : 2 * tid;
+        const int i1 = NEOX ? tid + half : 2 * tid + 1;
+        const float x0 = xs[i0], x1 = xs[i1];
+        xh[i0] = x0 * c - x1 * s;
+        xh[i1] = x0 * s + x1 * c;
+    }
+    for (int i = n_rot + tid; i < head_dim; i += blockDim.x) xh[i] = xs[i];  // dims past n_rot: normalised only
+}
+
+#define QK_NORM_ROPE(name, neox)                                                                                    \
+    extern "C" __global__ void qk_norm_rope_##name(float* q, float* k, const int* pos, int n_head, int n_head_kv,  \
+                                                   int head_dim, int n_rot, float theta_scale, float freq_scale,   \
+                                                   const float* freq_div, const float* q_w, const float* k_w,      \
+                                                   float eps) {                                                    \
+        KERNEL_START();                                                                                             \
+        qk_norm_rope_impl<neox>(q, k, pos, n_head, n_head_kv, head_dim, n_rot, theta_scale, freq_scale, freq_div, \
+                                q_w, k_w, eps);                                                                     \
+    }
+QK_NORM_ROPE(norm, false)
+QK_NORM_ROPE(neox, true)

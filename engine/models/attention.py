@@ -61,11 +61,11 @@ def self_attention(ops, cfg, w, il, x, positions, kv):
     q = q.reshape(T, cfg.n_head, cfg.head_dim)
     k = k.reshape(T, cfg.n_head_kv, cfg.head_dim)
     v = v.reshape(T, cfg.n_head_kv, cfg.head_dim)
-    if cfg.qk_norm:
-        q = ops.rms_norm(q, w.q_norm, cfg.rms_eps)
-        k = ops.rms_norm(k, w.k_norm, cfg.rms_eps)
     rotation = kv.rope(positions)  # per layer: gemma3's sliding layers have their own base
-    q, k = ops.rope(rotation, q, k)
+    if cfg.qk_norm:  # RMSNorm per head, then RoPE
+        q, k = ops.qk_norm_rope(rotation, q, k, w.q_norm, w.k_norm, cfg.rms_eps)
+    else:
+        q, k = ops.rope(rotation, q, k)
     keys, values = kv.store(positions, k, v)
     a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
     if cfg.attn_gate:

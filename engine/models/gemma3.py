@@ -47,8 +47,8 @@ def bytes_per_token(gf, cfg) -> int:
 def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:
     """llama.cpp's names for this block's intermediate tensors (src/models/gemma3.cpp),
     each as (op, its occurrence in the layer, which output), for ``harness diff``."""
-    return {"attn_norm": ("rms_norm", 0, 0), "Qcur_normed": ("rms_norm", 1, 0), "Kcur_normed": ("rms_norm", 2, 0),
-            "Qcur": ("rope", 0, 0), "Kcur": ("rope", 0, 1), "Vcur": ("matmuls", 0, 2),
-            "kqv_out": ("attention", 0, 0), "attn_post_norm": ("rms_norm", 3, 0), "sa_out": ("add_rms_norm", 0, 0),
-            "ffn_norm": ("add_rms_norm", 0, 1), "ffn_out": ("matmul", 1, 0), "ffn_post_norm": ("rms_norm", 4, 0),
+    return {"attn_norm": ("rms_norm", 0, 0),
+            "Qcur": ("qk_norm_rope", 0, 0), "Kcur": ("qk_norm_rope", 0, 1), "Vcur": ("matmuls", 0, 2),
+            "kqv_out": ("attention", 0, 0), "attn_post_norm": ("rms_norm", 1, 0), "sa_out": ("add_rms_norm", 0, 0),
+            "ffn_norm": ("add_rms_norm", 0, 1), "ffn_out": ("matmul", 1, 0), "ffn_post_norm": ("rms_norm", 2, 0),
             "l_out": ("add", 0, 0)}

@@ -41,10 +41,9 @@ def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:
     ``cb(cur, name, il)`` of src/models/llama.cpp, qwen2.cpp, qwen3.cpp), each
     as (op, its occurrence in the layer, which output): what ``harness diff``
     lines up. ``l_out`` is the last matmul (W_down, residual added)."""
+    rope = "qk_norm_rope" if cfg.qk_norm else "rope"  # qwen3's Qcur_normed/Kcur_normed: inside qk_norm_rope
     names = {"attn_norm": ("rms_norm", 0, 0)}
-    if cfg.qk_norm:
-        names |= {"Qcur_normed": ("rms_norm", 1, 0), "Kcur_normed": ("rms_norm", 2, 0)}
-    names |= {"Qcur": ("rope", 0, 0), "Kcur": ("rope", 0, 1), "Vcur": ("matmuls", 0, 2),
+    names |= {"Qcur": (rope, 0, 0), "Kcur": (rope, 0, 1), "Vcur": ("matmuls", 0, 2),
               "kqv_out": ("attention", 0, 0), "attn_out": ("matmul", 0, 0), "ffn_inp": ("add_rms_norm", 0, 0),
               "ffn_norm": ("add_rms_norm", 0, 1), "l_out": ("matmul", 1, 0)}
     return names

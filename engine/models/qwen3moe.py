@@ -34,7 +34,7 @@ def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:
     """llama.cpp's names for this block's intermediates (src/models/qwen3moe.cpp),
     each as (op, its occurrence in the layer, which output), for ``harness diff``. ``l_out`` is
     the MoE output with the residual added (fused; llama.cpp's ``ffn_moe_out`` is not exposed)."""
-    return {"attn_norm": ("rms_norm", 0, 0), "Qcur_normed": ("rms_norm", 1, 0), "Kcur_normed": ("rms_norm", 2, 0),
-            "Qcur": ("rope", 0, 0), "Kcur": ("rope", 0, 1), "Vcur": ("matmuls", 0, 2),
+    return {"attn_norm": ("rms_norm", 0, 0),
+            "Qcur": ("qk_norm_rope", 0, 0), "Kcur": ("qk_norm_rope", 0, 1), "Vcur": ("matmuls", 0, 2),
             "kqv_out": ("attention", 0, 0), "attn_out": ("matmul", 0, 0), "ffn_inp": ("add_rms_norm", 0, 0),
             "ffn_norm": ("add_rms_norm", 0, 1), "l_out": ("moe_ffn", 0, 0)}

@@ -198,6 +198,14 @@ class Ops:
             launchers.rope.rope(self.dev, x, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale, r.freq_div)
         return list(xs)
 
+    def qk_norm_rope(self, rotation: Rotation, q: DArray, k: DArray, q_norm: DArray, k_norm: DArray,
+                     eps: float) -> list[DArray]:
+        """Per-head RMSNorm and RoPE of q and k in place (this pass's own temporaries), one launch."""
+        r = rotation
+        launchers.rope.qk_norm_rope(self.dev, q, k, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale,
+                                    r.freq_div, q_norm, k_norm, eps)
+        return [q, k]
+
     def attention(self, q: DArray, keys: DArray, values: DArray, positions: Positions, scale: float,
                   window: int = 0) -> DArray:
         T, H, D = q.shape
@@ -222,11 +230,16 @@ class Ops:
 
     def moe_route(self, x: DArray, router: QWeight, k: int, norm: bool):
         """The router's logits (a matmul), then softmax and top-k on the device:
-        ids and weights stay in device memory for the expert kernels."""
-        logits = self.matmul(x, router)
-        ids = self._empty((x.shape[0], k), np.int32)
-        weights = self._empty((x.shape[0], k))
-        launchers.moe.route(self.dev, logits, ids, weights, k, norm)
+        ids and weights stay in device memory for the expert kernels. Decode:
+        one launch for both."""
+        T = x.shape[0]
+        ids = self._empty((T, k), np.int32)
+        weights = self._empty((T, k))
+        if T <= GEMV_MAX_TOKENS:
+            logits = self._empty((T, router.n_out))
+            launchers.moe.router(self.dev, router.data, router.qtype, x, logits, ids, weights, k, norm)
+        else:
+            launchers.moe.route(self.dev, self.matmul(x, router), ids, weights, k, norm)
         return ids, weights
 
     def moe_ffn(self, x: DArray, ids: DArray, weights: DArray, gate_exps: QWeight, up_exps: QWeight,
@@ -239,7 +252,7 @@ class Ops:
         T, k = ids.shape
         n_embd, n_ff, n_expert = down_exps.n_out, down_exps.n_in, down_exps.n_expert
         y = self._empty((T, n_embd))
-        if T <= GEMV_MAX_TOKENS or n_embd % 16 or n_ff % 16:
+        if T <= GEMV_MAX_TOKENS or n_embd % 32 or n_ff % 32:
             # (widths the grouped GEMM cannot tile run token by token: grid.z = T)
             h = self._empty((T, k, n_ff))
             if gate_exps.qtype == up_exps.qtype:

@@ -62,6 +62,12 @@ def rope(rotation: tuple[np.ndarray, np.ndarray, str], *xs: np.ndarray) -> list[
     return [rope_one(x, rotation) for x in xs]
 
 
+def qk_norm_rope(rotation, q: np.ndarray, k: np.ndarray, q_norm: np.ndarray, k_norm: np.ndarray,
+                 eps: float) -> list[np.ndarray]:
+    """Per-head RMSNorm of q and k with their weights, then RoPE."""
+    return rope(rotation, rms_norm(q, q_norm, eps), rms_norm(k, k_norm, eps))
+
+
 def rope_one(x: np.ndarray, angles: tuple[np.ndarray, np.ndarray, str]) -> np.ndarray:
     """Rotate ``x [T, H, D]`` pairwise by ``angles = (cos, sin, rope_type)``
     (from ``KVLayer.rope``). NORM pairs (2i, 2i+1); NEOX pairs (i, i+D/2)."""

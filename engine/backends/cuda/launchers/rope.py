@@ -1,4 +1,5 @@
-"""Launcher for rope.cu: rotary position embedding in place (NORM and NEOX pairs)."""
+"""Launchers for rope.cu: rotary position embedding in place (NORM and NEOX
+pairs), alone or after the per-head Q/K RMSNorm."""
 
 from __future__ import annotations
 
@@ -27,3 +28,19 @@ def rope(dev: Device, x: DArray, pos: DArray, rope_type: str, n_rot: int, base: 
     dev.launch(fn, (T, n_heads), (32 * launch.ceil_div(n_rot // 2, 32),),
                [x, pos, n_heads, head_dim, n_rot, rope_theta_scale(base, n_rot), float(scale),
                 launch.null_or(freq_div)])
+
+
+def qk_norm_rope(dev: Device, q: DArray, k: DArray, pos: DArray, rope_type: str, n_rot: int, base: float,
+                 scale: float, freq_div: DArray | None, q_w: DArray, k_w: DArray, eps: float) -> None:
+    """q [T, n_head, D] and k [T, n_head_kv, D] in place: RMSNorm over each
+    head (weights q_w, k_w [D]), then rotated as ``rope``; one launch."""
+    launch.check_f32(q, k, q_w, k_w, freq_div)
+    T, n_head, head_dim = q.shape
+    assert k.shape[0] == T and k.shape[2] == head_dim and head_dim <= 256 and q_w.size == k_w.size == head_dim
+    assert pos.dtype == np.int32 and pos.size >= T
+    assert n_rot % 2 == 0 and n_rot <= head_dim and (freq_div is None or freq_div.size >= n_rot // 2)
+    name = {ROPE_NORM: "qk_norm_rope_norm", ROPE_NEOX: "qk_norm_rope_neox"}[rope_type]
+    fn = launch.function(dev, "rope.cu", name)
+    dev.launch(fn, (T, n_head + k.shape[1]), (32 * launch.ceil_div(head_dim // 2, 32),),
+               [q, k, pos, n_head, k.shape[1], head_dim, n_rot, rope_theta_scale(base, n_rot), float(scale),
+                launch.null_or(freq_div), q_w, k_w, float(eps)])
