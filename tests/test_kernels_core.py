@@ -40,7 +40,7 @@ KERNELS = {
                        "bias_add_rows"],
     "argmax.cu": ["argmax", "argmax_partial", "argmax_final"],
 }
-ATTN_KERNELS = ["kv_store", "attention_decode", "attention_prefill"]
+ATTN_KERNELS = ["kv_store", "attention_decode", "attention_combine", "attention_prefill"]
 ATTN_SHAPES = list(itertools.product([0, 1], [64, 128, 256], [1, 4, 8, 9]))  # KV_F16, HEAD_DIM, GQA (9: a short head group)
 
 
@@ -136,10 +136,6 @@ class FakeDevice:
 
             @staticmethod
             def cuMemFree(ptr):
-                return ok
-
-            @staticmethod
-            def cuMemsetD8(ptr, byte, nbytes):
                 return ok
 
             @staticmethod

@@ -32,7 +32,7 @@ from test_kernels_core import FakeDevice, SEED, assert_close, dev, device, poiso
 
 TYPES = list(launch.WEIGHT_TYPES)
 FLOATS = (QType.F32, QType.F16, QType.BF16)
-KINDS = ("glu", "gemv", "down", "gemm", "router")
+KINDS = ("glu", "gemv", "down", "gemm")
 PLAIN = ["moe_route", "moe_sort", "moe_gather_bf16", "moe_combine"]
 
 
@@ -73,8 +73,6 @@ def test_moe_launchers_match_kernels():
     for t in TYPES:
         n_el = lambda rows, cols: rows * (cols // BLOCK[t][0]) * BLOCK[t][1]  # noqa: E731
         We, Wd = fd.empty((E * n_el(F, D),), np.uint8), fd.empty((E * n_el(D, F),), np.uint8)
-        moe.router(fd, fd.empty((n_el(E, D),), np.uint8), t, fd.empty((1, D)), fd.empty((1, E)),
-                   fd.empty((1, k), i32), fd.empty((1, k)), k, True)
         moe.glu(fd, We, We, t, ids, fd.empty((T, D)), fd.empty((T, k, F)), D, F, E)
         moe.gemv(fd, We, t, ids, fd.empty((T, D)), fd.empty((T, k, F)), D, F, E)
         moe.down(fd, Wd, t, ids, w, fd.empty((T, k, F)), fd.empty((T, D)), fd.empty((T, D)), F, D, E)
@@ -148,29 +146,6 @@ def test_route(dev, T, E, k, norm):
     assert ids.numpy().tolist() == ids_ref.tolist(), f"seed {SEED}"
     # __expf (fast math) and a different summation order than float64: 1e-6 relative
     assert_close(w.numpy(), w_ref, 1e-7, 1e-5, "moe_route weights")
-
-
-@gpu
-@pytest.mark.parametrize("t", [QType.F32, QType.Q8_0, QType.BF16], ids=lambda t: t.name)
-@pytest.mark.parametrize("T,E,n_in,k", [(1, 128, 2048, 8), (2, 60, 512, 4)])
-def test_router(dev, t, T, E, n_in, k):
-    """The fused router (logits as a GEMV, the last block routes): the logits
-    as gemv's, and the routing of those logits as moe_route's; three calls in
-    a row, so a block count left non-zero would show."""
-    g = rng("router", t, T, E)
-    raw = gemv_bench.random_weights(g, t, E, n_in)
-    W = dequantize(raw, t, (E, n_in)).astype(np.float64)
-    d_raw = dev.upload(raw)
-    for rep in range(3):
-        x = g.standard_normal((T, n_in), dtype=np.float32)
-        logits, ids, w = poisoned(dev, (T, E)), poisoned(dev, (T, k), np.int32), poisoned(dev, (T, k))
-        moe.router(dev, d_raw, t, dev.upload(x), logits, ids, w, k, True)
-        got = logits.numpy()
-        want = x.astype(np.float64) @ W.T
-        assert_close(got, want, gemv_atol(W[None], x[:, None]), 0.0, f"router logits {t.name} call {rep}")
-        ids_ref, w_ref = np_ops.moe_route(got, np.eye(E, dtype=np.float32), k, True)
-        assert ids.numpy().tolist() == ids_ref.tolist(), f"router ids {t.name} call {rep} (seed {SEED})"
-        assert_close(w.numpy(), w_ref, 1e-7, 1e-5, f"router weights {t.name} call {rep}")
 
 
 @gpu

@@ -12,8 +12,8 @@
 //
 // Kernels:
 //   kv_store            K/V rows of this step -> cache rows pos[t] (f16: round to nearest)
-//   attention_decode    split-K "flash decoding" for few queries (decode, T=1); the
-//                       last split to finish merges the splits' partial softmaxes
+//   attention_decode    split-K "flash decoding" for few queries (decode, T=1)
+//   attention_combine   merges the splits' partial softmaxes
 //   attention_prefill   tiled online-softmax (flash-attention style), fp32 CUDA cores
 #include "common.cuh"
 
@@ -142,15 +142,13 @@ extern "C" __global__ void kv_store(const float* k, const float* v, kv_t* k_cach
 //           2 rows), all 32/RPW loads of the tile issued together; the RPW
 //           row groups are summed with shuffles once per split, not per tile.
 // The DEC_WT warps of a head are merged through shared memory at the end;
-// when its keys make one split (up to DEC_MIN_CHUNK) the block writes the
-// normalised output, else unnormalised partial O plus (max, sum), and the
-// last split of the head group to finish merges them (one launch: a separate
-// combine kernel cost a launch per layer).
+// with one split the block writes the normalised output, else unnormalised
+// partial O plus (max, sum) for attention_combine.
 constexpr int HPW = (G + 7) / 8;                    // query heads per warp
 constexpr int NHG = (G + HPW - 1) / HPW;            // warps across the heads
 constexpr int DEC_WT = NHG >= 4 ? 1 : 4 / NHG;      // warps across the tiles of a head
 constexpr int DEC_WARPS = NHG * DEC_WT;             // launchers/attention.py decode_warps()
-constexpr int DEC_MIN_CHUNK = 128;                  // keys: up to 128 one split (no merge), 4 tiles a warp
+constexpr int DEC_MIN_CHUNK = 32 * DEC_WT;          // below that some warps idle anyway
 constexpr int EPL = KCH > D / 32 ? KCH : D / 32;    // V elements per lane per row (16 B, or 32 B for f32 D=256)
 constexpr int LPR = D / EPL;                        // lanes per V row
 constexpr int RPW = 32 / LPR;                       // V rows per warp step
@@ -172,7 +170,7 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
 // start until the merge), p_s [DEC_WARPS][HPW][32], ml_s [DEC_WARPS][HPW][2].
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
 attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, float* part_o,
-                 float* part_ml, int* count, const int* pos, int n_head, int n_head_kv, float scale, int window) {
+                 float* part_ml, const int* pos, int n_head, int n_head_kv, float scale, int window) {
     KERNEL_START();
     const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;
     const int qp = pos[t];
@@ -302,7 +300,7 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
             O += o_s[k * D + d] * e;
         }
         const size_t hq = (size_t)t * n_head + (size_t)g * G + h;  // (token, query head)
-        if (n_active == 1) {
+        if (n_splits == 1) {
             out[hq * D + d] = O / L;
         } else {
             const size_t ps = hq * n_splits + s;
@@ -313,34 +311,26 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
             }
         }
     }
-    if (n_active == 1) return;
+}
 
-    // The last split of (KV head g, token t) to finish merges them all:
-    // out = sum_s O_s e^(M_s-M) / sum_s L_s e^(M_s-M) over the splits that had
-    // keys. Blocks count on count[t * n_head_kv + g], which the merging block
-    // sets back to zero (launch.counters). The partials of other blocks are
-    // read through L2 (__ldcg).
-    __shared__ int last;
-    __threadfence();  // this block's partials before its count
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(count + t * n_head_kv + g, 1) == n_active - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-        const int h = i / D, d = i % D;
-        const size_t hq = (size_t)t * n_head + (size_t)g * G + h, base = hq * n_splits;
-        float M = -INFINITY;
-        for (int u = 0; u < n_active; ++u) M = fmaxf(M, __ldcg(part_ml + (base + u) * 2));
-        float L = 0.0f, O = 0.0f;
-        for (int u = 0; u < n_active; ++u) {
-            const float e = __expf(__ldcg(part_ml + (base + u) * 2) - M);
-            L += __ldcg(part_ml + (base + u) * 2 + 1) * e;
-            O += __ldcg(part_o + (base + u) * D + d) * e;
-        }
-        out[hq * D + d] = O / L;
+// grid (n_head, T), block D: out = sum_s O_s e^(M_s-M) / sum_s L_s e^(M_s-M)
+// over the splits that had keys (the same split_range as the decode blocks).
+extern "C" __global__ void attention_combine(const float* part_o, const float* part_ml, float* out,
+                                             const int* pos, int n_head, int n_splits, int window) {
+    KERNEL_START();
+    const int hq = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
+    int c0, c1, n_active;
+    split_range(pos[t], window, n_splits, 0, c0, c1, n_active);
+    const size_t base = ((size_t)t * n_head + hq) * n_splits;
+    float M = -INFINITY;
+    for (int s = 0; s < n_active; ++s) M = fmaxf(M, part_ml[(base + s) * 2]);
+    float L = 0.0f, O = 0.0f;
+    for (int s = 0; s < n_active; ++s) {
+        const float e = __expf(part_ml[(base + s) * 2] - M);
+        L += part_ml[(base + s) * 2 + 1] * e;
+        O += part_o[(base + s) * D + d] * e;
     }
-    if (threadIdx.x == 0) count[t * n_head_kv + g] = 0;
+    out[((size_t)t * n_head + hq) * D + d] = O / L;
 }
 
 // ---------------------------------------------------------------------------

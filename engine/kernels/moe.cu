@@ -7,10 +7,8 @@
 // [T, k] (k experts per token, in selection order).
 //
 // Decode (launchers/moe.py; also any small T: grid.z = token):
-//   moe_router_<t>  the router's logits [T, E] (a matrix-vector product) and, in the
-//                   same launch, the routing below
 //   moe_route       logits [T, E] -> ids, weights: softmax, top-k (ties to the lower
-//                   id, descending), renormalised; one warp per token (prefill)
+//                   id, descending), renormalised; one warp per token
 //   moe_glu_<t>     h[t, j] = SiLU(gate[e]·x_t) ⊙ (up[e]·x_t),  e = ids[t, j]
 //   moe_gemv_<t>    y[t, j] = W[e]·x_t    (gate and up of different types: then silu_mul)
 //   moe_down_<t>    y[t] = add[t] + sum_j weights[t, j] · down[e]·h[t, j]
@@ -44,14 +42,13 @@
 // floats of shared memory), k warp-argmax rounds, renormalisation; writes
 // ids/weights [k]. A non-finite logit makes the row's weights NaN (ids stay in
 // range), so the step's logits turn NaN and the argmax reports it instead of a
-// wrong token. Logits are read through L2 (__ldcg): in moe_router other
-// blocks of the same launch wrote them.
+// wrong token.
 __device__ __forceinline__ void route_row(const float* l, int n_expert, int k, int norm, int* ids, float* weights,
                                           float* p, int lane) {
     float mx = -INFINITY;
     bool finite = true;
     for (int e = lane; e < n_expert; e += 32) {
-        const float v = __ldcg(l + e);
+        const float v = l[e];
         finite &= isfinite(v);
         p[e] = v;
         mx = fmaxf(mx, v);
@@ -120,68 +117,6 @@ extern "C" __global__ void moe_route(const float* logits, int T, int n_expert, i
               route_p + warp * n_expert, lane);
 }
 
-// moe_router_<t> (decode): the router's logits as gemv.cu's matrix-vector
-// product (grid (row groups, 1, T), same block layout), and the last block of
-// each token to finish routes it, so router and routing are one launch. Blocks
-// count themselves on count[t] (zero before the launch; the routing block sets
-// it back to zero). Dynamic shared memory: max(staging, n_expert floats).
-template <class Q>
-__device__ __forceinline__ void moe_router_impl(const uint8_t* __restrict__ W, const float* __restrict__ x,
-                                                float* logits, int n_in, int n_expert, int k, int norm, int* ids,
-                                                float* weights, int* count) {
-    constexpr int R = GEMV_ROWS;
-    extern __shared__ __align__(16) uint8_t router_stage[];
-    __shared__ float red[GEMV_MAX_WARPS][R];
-    __shared__ int last;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NT = blockDim.x, t = blockIdx.z;
-    const int row0 = blockIdx.x * R;
-    const size_t row_bytes = (size_t)(n_in / Q::QK) * Q::BYTES;
-    const int U = n_in / Q::QK * Q::UPB;
-    float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = 0.0f;
-    uint8_t* buf = router_stage + warp * (R * Q::SPAN);
-    int off[R];
-    auto row = [&](int r) { return W + (size_t)min(row0 + r, n_expert - 1) * row_bytes; };
-    const int first = warp * 32;
-    if (first < U) stage_rows<Q>(buf, off, row, first, U, lane);  // weights: before the wait (common.cuh)
-    pdl_wait();
-    pdl_launch_next();
-    dot_rows<Q>(buf, off, row, x + (size_t)t * n_in, first, NT, U, lane, acc);
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const float v = warp_sum(acc[r]);
-        if (lane == 0) red[warp][r] = v;
-    }
-    __syncthreads();
-    float* lt = logits + (size_t)t * n_expert;
-    if (tid < R && row0 + tid < n_expert) {
-        float s = 0.0f;
-        for (int w = 0; w < NT / 32; w++) s += red[w][tid];
-        lt[row0 + tid] = s;
-    }
-    __threadfence();  // the logits before the count
-    __syncthreads();
-    if (tid == 0) last = atomicAdd(count + t, 1) == (int)gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();  // every block's logits are visible
-    if (warp == 0) {
-        route_row(lt, n_expert, k, norm, ids + (size_t)t * k, weights + (size_t)t * k,
-                  reinterpret_cast<float*>(router_stage), lane);
-        if (lane == 0) count[t] = 0;
-    }
-}
-
-#define MOE_ROUTER_CALL(Q)                                                                                      \
-    moe_router_impl<Q>(static_cast<const uint8_t*>(W), x, logits, n_in, n_expert, k, norm, ids, weights, count)
-#define MOE_ROUTER(name)                                                                                        \
-    extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)                                            \
-        moe_router_##name(const void* W, const float* x, float* logits, int n_in, int n_expert, int k, int norm, \
-                          int* ids, float* weights, int* count) {                                                \
-        WITH_LAYOUT_##name(n_in, MOE_ROUTER_CALL)                                                                \
-    }
-FOR_EACH_WEIGHT_TYPE(MOE_ROUTER)
 
 // ---- decode: the selected experts as matrix-vector products ---------------------------
 __device__ __forceinline__ void check_stage_smem(int need) {

@@ -235,11 +235,7 @@ class Ops:
         T = x.shape[0]
         ids = self._empty((T, k), np.int32)
         weights = self._empty((T, k))
-        if T <= GEMV_MAX_TOKENS:
-            logits = self._empty((T, router.n_out))
-            launchers.moe.router(self.dev, router.data, router.qtype, x, logits, ids, weights, k, norm)
-        else:
-            launchers.moe.route(self.dev, self.matmul(x, router), ids, weights, k, norm)
+        launchers.moe.route(self.dev, self.matmul(x, router), ids, weights, k, norm)
         return ids, weights
 
     def moe_ffn(self, x: DArray, ids: DArray, weights: DArray, gate_exps: QWeight, up_exps: QWeight,

@@ -90,28 +90,6 @@ def scratch(dev: Device, name: str, nbytes: int) -> DArray:
     return buf
 
 
-_counters: dict = {}
-
-
-def counters(dev: Device, name: str, n: int) -> DArray:
-    """``n`` int32 block counters for kernels whose last block to finish does
-    the launch's final step (moe_router, attention_decode): zeroed when
-    allocated, and every kernel that counts on them leaves them zero again, so
-    a replayed graph finds them ready. Allocated like ``scratch`` (before
-    capture; outside Device's list)."""
-    bufs = _counters.setdefault(dev, {})
-    buf = bufs.get(name)
-    if buf is None or buf.size < n:
-        if buf is not None:
-            dev.synchronize()
-            check(dev.driver.cuMemFree(buf.ptr))
-        n = max(n, 1024)
-        buf = DArray(int(check(dev.driver.cuMemAlloc(4 * n))), (n,), np.dtype(np.int32), dev)
-        check(dev.driver.cuMemsetD8(buf.ptr, 0, 4 * n))
-        bufs[name] = buf
-    return buf
-
-
 # ---- the GGUF weight types the kernels read (gemv.cu, dequant.cu) ----------
 
 WEIGHT_TYPES: tuple[QType, ...] = (

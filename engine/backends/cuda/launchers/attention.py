@@ -108,7 +108,7 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     shared = decode_shared(G, head_dim)
     fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
     if n_splits == 1:
-        part_o = part_ml = count = launch.null()
+        part_o = part_ml = launch.null()
     else:
         n_part = T * n_head * n_splits
         nbytes = 4 * n_part * (head_dim + 2)
@@ -116,6 +116,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         assert buf.nbytes >= nbytes, (buf.nbytes, nbytes)
         part_o = DArray(buf.ptr, (n_part, head_dim), np.dtype(np.float32), dev)
         part_ml = DArray(buf.ptr + 4 * n_part * head_dim, (n_part, 2), np.dtype(np.float32), dev)
-        count = launch.counters(dev, "attention", T * n_head_kv)
     dev.launch(fn, (n_splits, n_head_kv, T), (32 * warps,),
-               [q, k_cache, v_cache, out, part_o, part_ml, count, pos, n_head, n_head_kv] + args_tail, shared=shared)
+               [q, k_cache, v_cache, out, part_o, part_ml, pos, n_head, n_head_kv] + args_tail, shared=shared)
+    if n_splits > 1:
+        fn = launch.function(dev, "attention.cu", "attention_combine", defines)
+        dev.launch(fn, (n_head, T), (head_dim,), [part_o, part_ml, out, pos, n_head, n_splits, int(window)])

@@ -100,31 +100,6 @@ def route(dev: Device, logits: DArray, ids: DArray, weights: DArray, k: int, nor
                (logits, T, n_expert, k, int(norm), ids, weights), shared=shared)
 
 
-def router(dev: Device, W: DArray, qtype, x: DArray, logits: DArray, ids: DArray, weights: DArray, k: int,
-           norm: bool) -> None:
-    """``route`` of the router's logits ``x·Wᵀ`` in one launch (decode): the
-    logits [T, n_expert] as gemv.cu computes them, then the last block of
-    each token to finish routes it."""
-    qt = launch.weight_type(qtype, "moe_router")
-    T, n_expert = logits.shape
-    n_in = x.shape[-1]
-    launch.check_f32(x, logits, weights)
-    if not 1 <= k <= min(MAX_K, n_expert):
-        raise AnvilError(f"CUDA moe_router: {k} experts per token of {n_expert} (at most {MAX_K})")
-    _check_ids(ids, weights, T, k)
-    if W.nbytes < n_expert * row_bytes(qt, n_in) or x.size < T * n_in:
-        raise AnvilError(f"CUDA moe_router {qt.name}: W {W.nbytes} bytes, x {x.shape} for [{n_expert} x {n_in}]")
-    launch.aligned(W, "W")
-    launch.aligned(x, "x")
-    plan = gemv_launcher.gemv_plan(qt, n_in, n_expert, dev.sm_count)
-    shared = max(plan.shared, 4 * n_expert)
-    fn = launch.function(dev, "moe.cu", f"moe_router_{launch.TYPE_SUFFIX[qt]}", {"GEMV_ROWS": plan.rows},
-                         shared=shared)
-    dev.launch(fn, (plan.blocks, 1, T), (plan.threads,),
-               (W, x, logits, n_in, n_expert, k, int(norm), ids, weights, launch.counters(dev, "moe_router", T)),
-               shared=shared)
-
-
 def _expert_fn(dev, kind: str, qt, plan: ExpertPlan):
     return launch.function(dev, "moe.cu", f"moe_{kind}_{launch.TYPE_SUFFIX[qt]}", {"GEMV_ROWS": plan.rows},
                            shared=plan.shared)
