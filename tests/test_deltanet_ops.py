@@ -88,3 +88,60 @@ def test_gates_of_the_gated_attention_and_the_shared_expert():
     g = ops.dot(a, np.array([0.5, 0.25], np.float32))  # one gate logit per row
     assert g.shape == (2, 1) and g[:, 0].tolist() == [0.0, 0.75]
     np.testing.assert_allclose(ops.sigmoid_mul(a, g), a / (1 + np.exp(-g)), rtol=1e-6)  # one gate for the row
+
+
+def chunked_delta_rule(q, k, v, g, beta, S0, C):
+    """The gated delta rule a chunk of C tokens at a time (the WY / UT form
+    the CUDA prefill computes; Yang et al., Gated Delta Networks), per value
+    head, float64. Within a chunk, G_i = Σ_{j<=i} g_j, Γ_i = e^{G_i}:
+
+        (I + A) Δ = diag(β) (V − diag(Γ) K S₀),  A_ij = β_i e^{G_i−G_j} k_i·k_j  (j < i)
+        O   = (diag(Γ) Q S₀ + (M ⊙ Q Kᵀ) Δ) / √S_v,   M_ij = e^{G_i−G_j}  (j <= i)
+        S_C = Γ_C S₀ + (e^{G_C−G} ⊙ K)ᵀ Δ
+
+    Δ's rows are the token loop's δ_t = β_t (v_t − γ_t S_{t−1}ᵀ k_t); every
+    exponent is G_i − G_j <= 0 (g <= 0), so nothing overflows. (I + A) is
+    unit lower triangular: forward substitution, no general inverse."""
+    T, H_v, S_v = v.shape
+    kh = np.arange(H_v) % q.shape[1]
+    S = S0.astype(np.float64).copy()
+    out = np.empty((T, H_v, S_v))
+    for c0 in range(0, T, C):
+        sl = slice(c0, min(c0 + C, T))
+        n = sl.stop - sl.start
+        for h in range(H_v):
+            Q, K = q[sl, kh[h]].astype(np.float64), k[sl, kh[h]].astype(np.float64)  # [n, S_k]
+            V, b = v[sl, h].astype(np.float64), beta[sl, h].astype(np.float64)
+            G = np.cumsum(g[sl, h].astype(np.float64))
+            D = G[:, None] - G[None, :]
+            lower = np.tril(np.ones((n, n), bool), -1)
+            A = np.where(lower, b[:, None] * np.exp(np.where(lower, D, 0.0)) * (K @ K.T), 0.0)
+            rhs = b[:, None] * (V - np.exp(G)[:, None] * (K @ S[h]))
+            delta = np.empty_like(rhs)
+            for i in range(n):  # forward substitution through the unit lower-triangular I + A
+                delta[i] = rhs[i] - A[i, :i] @ delta[:i]
+            M = np.where(np.tril(np.ones((n, n), bool)), np.exp(np.where(D <= 0, D, 0.0)), 0.0)
+            out[sl, h] = (np.exp(G)[:, None] * (Q @ S[h]) + (M * (Q @ K.T)) @ delta) / np.sqrt(S_v)
+            S[h] = np.exp(G[-1]) * S[h] + (np.exp(G[-1] - G)[:, None] * K).T @ delta
+    return out, S
+
+
+def test_the_chunked_form_equals_the_token_loop():
+    """The chunked prefill's algebra against the op's token loop: chunk sizes
+    that divide T and do not, a carried state, key heads shared by value
+    heads, and decays from none to strong (g down to -8 per token)."""
+    rng = np.random.default_rng(5)
+    T, H_k, H_v, S_k, S_v = 150, 2, 4, 16, 8
+    q = ops.l2_norm(rng.standard_normal((T, H_k, S_k)).astype(np.float32), 1e-6)
+    k = ops.l2_norm(rng.standard_normal((T, H_k, S_k)).astype(np.float32), 1e-6)
+    v = rng.standard_normal((T, H_v, S_v)).astype(np.float32)
+    beta = ops.sigmoid(rng.standard_normal((T, H_v)).astype(np.float32))
+    g = -np.exp(rng.uniform(-6, 2, (T, H_v))).astype(np.float32)
+    g[:20] = 0.0  # no decay at all for a stretch
+    S0 = rng.standard_normal((H_v, S_k, S_v)).astype(np.float32)
+    state = SimpleNamespace(s=S0.copy())
+    want = ops.delta_rule(q, k, v, g, beta, state)
+    for C in (64, 37, 1):
+        got, S = chunked_delta_rule(q, k, v, g, beta, S0, C)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"outputs, chunk {C}")
+        np.testing.assert_allclose(S, state.s, rtol=1e-4, atol=1e-5, err_msg=f"final state, chunk {C}")
