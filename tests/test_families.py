@@ -56,19 +56,10 @@ def test_both_backends_implement_exactly_the_op_set():
         names = list(inspect.signature(fn).parameters)
         return names[1:] if drop_self else names
 
-    from engine.backends.cuda import PENDING_ARCHS
-
-    # the ops only the architectures the CUDA backend refuses use (their kernels come with them)
-    cuda_pending = {"split", "split_gate", "sigmoid_mul", "dot", "decay_gates", "causal_conv", "l2_norm",
-                    "delta_rule"}
-    assert PENDING_ARCHS == {"qwen35", "qwen35moe"}, "a pending architecture landed or joined: update cuda_pending"
     for name in protocol.OP_NAMES:
         want = params(getattr(protocol.Ops, name), drop_self=True)
         assert params(getattr(numpy_ops, name)) == want, ("numpy", name)
-        if name in cuda_pending:
-            assert not hasattr(CudaOps, name), f"{name} landed on CUDA: drop it from cuda_pending"
-        else:
-            assert params(getattr(CudaOps, name), drop_self=True) == want, ("cuda", name)
+        assert params(getattr(CudaOps, name), drop_self=True) == want, ("cuda", name)
     engine_dir = Path(protocol.__file__).parent
     used = set()
     for f in [engine_dir / "model.py", *sorted((engine_dir / "models").glob("*.py"))]:

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from engine.backends.cuda import compile as nvrtc
-from engine.backends.cuda.launchers import argmax, attention, elementwise, norm, rope
+from engine.backends.cuda.launchers import argmax, attention, deltanet, elementwise, norm, rope
 from engine.backends.numpy import ops
 from engine.config import ROPE_NEOX, ROPE_NORM
 
@@ -36,8 +36,9 @@ SEED = int(os.environ.get("ANVIL_KERNELS_SEED", secrets.randbelow(2**32)))
 KERNELS = {
     "norm.cu": ["rms_norm", "add_rms_norm"],
     "rope.cu": ["rope_norm", "rope_neox", "qk_norm_rope_norm", "qk_norm_rope_neox"],
-    "elementwise.cu": ["silu_mul", "gelu_tanh_mul", "add", "scale", "softcap", "f32_to_bf16", "f32_to_f16",
-                       "bias_add_rows"],
+    "elementwise.cu": ["silu_mul", "gelu_tanh_mul", "sigmoid_mul", "add", "scale", "softcap", "f32_to_bf16",
+                       "f32_to_f16", "bias_add_rows", "copy_cols"],
+    "deltanet.cu": ["causal_conv", "decay_gates", "delta_rule"],
     "argmax.cu": ["argmax", "argmax_partial", "argmax_final"],
 }
 ATTN_KERNELS = ["kv_store", "attention_decode", "attention_combine", "attention_prefill"]
@@ -188,6 +189,9 @@ def test_launchers_match_kernels():
     norm.add_rms_norm(fd, x, fd.empty((T, n)), w, y, 1e-5)
     rope.rope(fd, fd.empty((T, H, D)), pos, ROPE_NEOX, D, 1e6)
     rope.rope(fd, fd.empty((T, H, D)), pos, ROPE_NORM, D, 5e5, 1.0, fd.empty((D // 2,)))
+    for rt in (ROPE_NEOX, ROPE_NORM):
+        rope.qk_norm_rope(fd, fd.empty((T, H, D)), fd.empty((T, Hkv, D)), pos, rt, D // 2, 1e6, 1.0, None,
+                          fd.empty((D,)), fd.empty((D,)), 1e-6)
     for dt, hd in ((f16, 128), (f32, 256), (f16, 64)):
         kc, vc = fd.empty((4096, Hkv, hd), dt), fd.empty((4096, Hkv, hd), dt)
         attention.kv_store(fd, fd.empty((T, Hkv * hd)), fd.empty((T, Hkv * hd)), kc, vc, pos)
@@ -196,8 +200,15 @@ def test_launchers_match_kernels():
                                0.1, 0, path=path)
     attention.attention(fd, fd.empty((1, 4, 256)), fd.empty((64, 1, 256), f16), fd.empty((64, 1, 256), f16),
                        fd.empty((1, 1024)), pos, 1.0, 512)  # one split: no combine, NULL partials
-    for op in (elementwise.silu_mul, elementwise.gelu_tanh_mul, elementwise.add):
+    for op in (elementwise.silu_mul, elementwise.gelu_tanh_mul, elementwise.sigmoid_mul, elementwise.add):
         op(fd, x, y, fd.empty((T, n)))
+    elementwise.copy_cols(fd, x, fd.empty((T * H, 64)), T * H, 64, 128, 64)
+    C, Hv = 8192, 32
+    deltanet.causal_conv(fd, fd.empty((T, C)), fd.empty((C, 4)), fd.empty((3, C)), fd.empty((T, C)))
+    deltanet.decay_gates(fd, fd.empty((T, Hv)), fd.empty((T, Hv)), fd.empty((Hv,)), fd.empty((Hv,)),
+                         fd.empty((T, Hv)), fd.empty((T, Hv)))
+    deltanet.delta_rule(fd, fd.empty((T, 16, 128)), fd.empty((T, 16, 128)), fd.empty((T, Hv, 128)),
+                        fd.empty((T, Hv)), fd.empty((T, Hv)), fd.empty((Hv, 128, 128)), fd.empty((T, Hv, 128)))
     elementwise.scale(fd, x, 0.5)
     elementwise.softcap(fd, x, 30.0)
     elementwise.f32_to_bf16(fd, x, fd.empty((T, n), np.uint16))

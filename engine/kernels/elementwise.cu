@@ -1,5 +1,5 @@
 // Elementwise ops on fp32 activations: gated activations, residual add,
-// scaling, soft-capping, bf16 conversion, bias rows.
+// scaling, soft-capping, bf16 conversion, bias rows, column copies.
 //
 // All memory bound: grid-stride loops, float4 when every pointer is 16-byte
 // aligned (device allocations are; row views of n%4==0 rows stay so), with a
@@ -66,6 +66,15 @@ struct GeluTanhMul {  // llama.cpp op_gelu (tanh approximation, not erf), then *
 struct Add {
     __device__ float operator()(float a, float b) const { return a + b; }
 };
+
+struct SigmoidMul {  // the gated attention's output gate: a * sigmoid(g), sigmoid as llama.cpp's 1/(1+expf(-g))
+    __device__ float operator()(float a, float g) const { return a * (1.0f / (1.0f + __expf(-g))); }
+};
+
+extern "C" __global__ void sigmoid_mul(const float* a, const float* g, float* y, int n) {
+    KERNEL_START();
+    map2(a, g, y, n, SigmoidMul());
+}
 
 extern "C" __global__ void silu_mul(const float* g, const float* u, float* y, int n) {
     KERNEL_START();
@@ -155,5 +164,17 @@ extern "C" __global__ void bias_add_rows(float* y, const float* b, int rows, int
     for (int r = blockIdx.y; r < rows; r += gridDim.y) {
         float* yr = y + (size_t)r * n;
         for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) yr[i] += b[i];
+    }
+}
+
+// y[r, c] = x[r * x_stride + x_off + c] for r < rows, c < cols: a column range
+// of each row (split, and the per-head [q | gate] layout of gated attention).
+// grid (ceil(cols/256) capped, rows capped); the loops stride by the grid.
+extern "C" __global__ void copy_cols(const float* x, float* y, int rows, int cols, int x_stride, int x_off) {
+    KERNEL_START();
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float* xr = x + (size_t)r * x_stride + x_off;
+        float* yr = y + (size_t)r * cols;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) yr[c] = xr[c];
     }
 }

@@ -95,14 +95,18 @@ __device__ __forceinline__ void qk_norm_rope_impl(float* q, float* k, const int*
     for (int i = n_rot + tid; i < head_dim; i += blockDim.x) xh[i] = xs[i];  // dims past n_rot: normalised only
 }
 
-#define QK_NORM_ROPE(name, neox)                                                                                    \
-    extern "C" __global__ void qk_norm_rope_##name(float* q, float* k, const int* pos, int n_head, int n_head_kv,  \
-                                                   int head_dim, int n_rot, float theta_scale, float freq_scale,   \
-                                                   const float* freq_div, const float* q_w, const float* k_w,      \
-                                                   float eps) {                                                    \
-        KERNEL_START();                                                                                             \
-        qk_norm_rope_impl<neox>(q, k, pos, n_head, n_head_kv, head_dim, n_rot, theta_scale, freq_scale, freq_div, \
-                                q_w, k_w, eps);                                                                     \
-    }
-QK_NORM_ROPE(norm, false)
-QK_NORM_ROPE(neox, true)
+extern "C" __global__ void qk_norm_rope_norm(float* q, float* k, const int* pos, int n_head, int n_head_kv,
+                                             int head_dim, int n_rot, float theta_scale, float freq_scale,
+                                             const float* freq_div, const float* q_w, const float* k_w, float eps) {
+    KERNEL_START();
+    qk_norm_rope_impl<false>(q, k, pos, n_head, n_head_kv, head_dim, n_rot, theta_scale, freq_scale, freq_div, q_w,
+                             k_w, eps);
+}
+
+extern "C" __global__ void qk_norm_rope_neox(float* q, float* k, const int* pos, int n_head, int n_head_kv,
+                                             int head_dim, int n_rot, float theta_scale, float freq_scale,
+                                             const float* freq_div, const float* q_w, const float* k_w, float eps) {
+    KERNEL_START();
+    qk_norm_rope_impl<true>(q, k, pos, n_head, n_head_kv, head_dim, n_rot, theta_scale, freq_scale, freq_div, q_w,
+                            k_w, eps);
+}

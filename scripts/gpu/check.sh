@@ -12,7 +12,7 @@ tiny="tiny-llama tiny-qwen2 tiny-qwen3 tiny-qwen3moe tiny-gemma3 tiny-llama-f32 
 python3 -m harness.cli models -q $tiny > $OUT/models.txt 2>&1 || cat $OUT/models.txt
 if [ "$what" = tests ] || [ "$what" = all ]; then
   timeout 300 python3 -m pytest -q -m gpu --maxfail=15 tests/test_kernels_quant.py tests/test_kernels_core.py \
-    tests/test_kernels_moe.py tests/test_cuda_engine.py -p no:cacheprovider ${sel:+-k "$sel"} 2>&1 > $OUT/pytest-gpu.txt
+    tests/test_kernels_moe.py tests/test_kernels_deltanet.py tests/test_cuda_engine.py -p no:cacheprovider ${sel:+-k "$sel"} 2>&1 > $OUT/pytest-gpu.txt
   grep -E "^(FAILED|ERROR)|passed|failed" $OUT/pytest-gpu.txt | tail -20
   [ -n "${GEMV_BENCH:-}" ] && timeout 150 python3 -c "$GEMV_BENCH" 2>&1 | tail -40
 fi

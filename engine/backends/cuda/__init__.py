@@ -31,8 +31,9 @@ from .device import DArray, Device, Workspace
 # read the quantised weights directly; above it, dequantise + GEMM.
 GEMV_MAX_TOKENS = 1
 
-# Architectures whose ops (engine/ops.py) have no CUDA kernels yet: refused at
-# load, and --backend auto runs them on NumPy (model.make_backend).
+# Architectures the CUDA backend does not run yet (their kernels are not yet
+# validated on a GPU against the catalog): refused at load, and --backend auto
+# runs them on NumPy (model.make_backend).
 PENDING_ARCHS: frozenset[str] = frozenset({"qwen35", "qwen35moe"})
 
 DEFAULT_WORKSPACE_MB = 256  # one micro-batch (model.UBATCH = 512 tokens) of an 8B shape fits
@@ -88,7 +89,27 @@ class KVLayer:
         dev.fill(self.v, 0)
 
 
-LAYER_KINDS = {"attention": KVLayer}
+class RecurrentLayer:
+    """A Gated DeltaNet layer's carried state on the device (fp32, as
+    llama.cpp keeps it): the last d_conv-1 inputs of its causal conv, ``conv
+    [d_conv-1, conv_dim]``, and the delta-rule state ``s [H_v, S_k, S_v]``;
+    Ops.causal_conv and Ops.delta_rule advance them in place."""
+
+    def __init__(self, state: "State", il: int, n_ctx: int):
+        c, dev = state.cfg.ssm, state.backend.dev
+        self.state = state
+        self.conv = dev.empty((c.d_conv - 1, c.conv_dim))
+        self.s = dev.empty((c.n_v_heads, c.head_k, c.head_v))
+        self.reset()
+
+    def reset(self) -> None:
+        """Zeroed with memsets on the stream (capturable in a graph)."""
+        dev = self.state.backend.dev
+        dev.fill(self.conv, 0)
+        dev.fill(self.s, 0)
+
+
+LAYER_KINDS = {"attention": KVLayer, "recurrent": RecurrentLayer}
 
 
 class State:
@@ -227,6 +248,64 @@ class Ops:
         y = self._empty(g.shape)
         launchers.elementwise.gelu_tanh_mul(self.dev, g, u, y)
         return y
+
+    def sigmoid_mul(self, a: DArray, g: DArray) -> DArray:
+        y = self._empty(a.shape)
+        launchers.elementwise.sigmoid_mul(self.dev, a, g, y)
+        return y
+
+    def split(self, x: DArray, sizes) -> list[DArray]:
+        """Column pieces of ``x [T, Σ sizes]``: views of one row in decode, copies otherwise."""
+        T, n = x.shape
+        assert sum(sizes) == n, (sizes, x.shape)
+        out, off = [], 0
+        for size in sizes:
+            if T == 1:
+                out.append(DArray(x.ptr + 4 * off, (1, size), x.dtype, x.device))
+            else:
+                y = self._empty((T, size))
+                launchers.elementwise.copy_cols(self.dev, x, y, T, size, n, off)
+                out.append(y)
+            off += size
+        return out
+
+    def split_gate(self, x: DArray, n_head: int, head_dim: int) -> tuple[DArray, DArray]:
+        """``[q | gate]`` per head of ``x [T, H·2D]``: ``q [T, H, D]``, ``gate [T, H·D]``."""
+        T = x.shape[0]
+        q, gate = self._empty((T, n_head, head_dim)), self._empty((T, n_head * head_dim))
+        for y, off in ((q, 0), (gate, head_dim)):
+            launchers.elementwise.copy_cols(self.dev, x, y, T * n_head, head_dim, 2 * head_dim, off)
+        return q, gate
+
+    def dot(self, x: DArray, w: DArray) -> DArray:
+        """``x · w`` per row for an F32 vector ``w``: a one-row matmul."""
+        return self.matmul(x, QWeight(w, QType.F32, 1, w.size))
+
+    def decay_gates(self, b: DArray, a: DArray, dt_bias: DArray, ssm_a: DArray) -> tuple[DArray, DArray]:
+        beta, g = self._empty(b.shape), self._empty(b.shape)
+        launchers.deltanet.decay_gates(self.dev, b, a, dt_bias, ssm_a, beta, g)
+        return beta, g
+
+    def causal_conv(self, x: DArray, w: QWeight, state: RecurrentLayer) -> DArray:
+        if w.qtype != QType.F32:
+            raise AnvilError(f"CUDA causal_conv: the conv weight must be F32, got {w.qtype.name}")
+        y = self._empty(x.shape)
+        launchers.deltanet.causal_conv(self.dev, x, DArray(w.data.ptr, (w.n_out, w.n_in), np.dtype(np.float32),
+                                                           self.dev), state.conv, y)
+        return y
+
+    def l2_norm(self, x: DArray, eps: float) -> DArray:
+        """As llama.cpp: RMSNorm with ``eps/S``, then ``·1/√S``."""
+        S = x.shape[-1]
+        y = self._empty(x.shape)
+        launchers.norm.rms_norm(self.dev, x, None, y, eps / S)
+        launchers.elementwise.scale(self.dev, y, float(np.float32(1.0 / np.sqrt(S))))
+        return y
+
+    def delta_rule(self, q: DArray, k: DArray, v: DArray, g: DArray, beta: DArray, state: RecurrentLayer) -> DArray:
+        out = self._empty(v.shape)
+        launchers.deltanet.delta_rule(self.dev, q, k, v, g, beta, state.s, out)
+        return out
 
     def moe_route(self, x: DArray, router: QWeight, k: int, norm: bool):
         """The router's logits (a matmul), then softmax and top-k on the device:

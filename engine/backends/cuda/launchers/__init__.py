@@ -1,8 +1,8 @@
 """Kernel launchers: one module per kernel file of ``engine/kernels`` (norm,
-rope, attention, elementwise, argmax, gemv, dequant, decode, moe), each in the
+rope, attention, elementwise, argmax, gemv, dequant, decode, moe, deltanet), each in the
 convention of ``engine/backends/cuda/launch.py``. Their NumPy references are
 ``engine/backends/numpy/ops.py``; their tests tests/test_kernels_*.py."""
 
-from . import argmax, attention, decode, dequant, elementwise, gemv, moe, norm, rope
+from . import argmax, attention, decode, deltanet, dequant, elementwise, gemv, moe, norm, rope
 
-__all__ = ["argmax", "attention", "decode", "dequant", "elementwise", "gemv", "moe", "norm", "rope"]
+__all__ = ["argmax", "attention", "decode", "deltanet", "dequant", "elementwise", "gemv", "moe", "norm", "rope"]

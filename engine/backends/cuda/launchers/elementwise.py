@@ -1,4 +1,4 @@
-"""Launchers for elementwise.cu: gated activations, adds, scales, softcap, casts, bias rows."""
+"""Launchers for elementwise.cu: gated activations, adds, scales, softcap, casts, bias rows, column copies."""
 
 from __future__ import annotations
 
@@ -26,6 +26,13 @@ def gelu_tanh_mul(dev: Device, g: DArray, u: DArray, y: DArray) -> None:
     launch.check_f32(g, u, y)
     assert g.size == u.size == y.size
     _ew_launch(dev, "gelu_tanh_mul", g.size, [g, u, y, g.size])
+
+
+def sigmoid_mul(dev: Device, a: DArray, g: DArray, y: DArray) -> None:
+    """y = a * sigmoid(g) (the gated attention's output gate)."""
+    launch.check_f32(a, g, y)
+    assert a.size == g.size == y.size
+    _ew_launch(dev, "sigmoid_mul", a.size, [a, g, y, a.size])
 
 
 def add(dev: Device, a: DArray, b: DArray, y: DArray) -> None:
@@ -69,3 +76,11 @@ def bias_add_rows(dev: Device, y: DArray, b: DArray) -> None:
     assert rows * n == y.size
     fn = launch.function(dev, "elementwise.cu", "bias_add_rows")
     dev.launch(fn, (min(launch.ceil_div(n, 256), 64), min(rows, 65535)), (256,), [y, b, rows, n])
+
+
+def copy_cols(dev: Device, x: DArray, y: DArray, rows: int, cols: int, x_stride: int, x_off: int) -> None:
+    """y [rows, cols] = columns x_off..x_off+cols of each row of x (rows x_stride apart)."""
+    launch.check_f32(x, y)
+    assert y.size >= rows * cols and x_off + cols <= x_stride and x.size >= (rows - 1) * x_stride + x_off + cols
+    fn = launch.function(dev, "elementwise.cu", "copy_cols")
+    dev.launch(fn, (min(launch.ceil_div(cols, 256), 64), min(rows, 65535)), (256,), [x, y, rows, cols, x_stride, x_off])
