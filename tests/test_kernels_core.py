@@ -38,7 +38,7 @@ KERNELS = {
     "rope.cu": ["rope_norm", "rope_neox", "qk_norm_rope_norm", "qk_norm_rope_neox"],
     "elementwise.cu": ["silu_mul", "gelu_tanh_mul", "sigmoid_mul", "add", "scale", "softcap", "f32_to_bf16",
                        "f32_to_f16", "bias_add_rows", "copy_cols"],
-    "deltanet.cu": ["causal_conv", "decay_gates", "delta_rule"],
+    "deltanet.cu": ["causal_conv", "decay_gates", "delta_rule", "delta_rule_chunked"],
     "argmax.cu": ["argmax", "argmax_partial", "argmax_final"],
 }
 ATTN_KERNELS = ["kv_store", "attention_decode", "attention_combine", "attention_prefill"]
@@ -207,8 +207,10 @@ def test_launchers_match_kernels():
     deltanet.causal_conv(fd, fd.empty((T, C)), fd.empty((C, 4)), fd.empty((3, C)), fd.empty((T, C)))
     deltanet.decay_gates(fd, fd.empty((T, Hv)), fd.empty((T, Hv)), fd.empty((Hv,)), fd.empty((Hv,)),
                          fd.empty((T, Hv)), fd.empty((T, Hv)))
-    deltanet.delta_rule(fd, fd.empty((T, 16, 128)), fd.empty((T, 16, 128)), fd.empty((T, Hv, 128)),
-                        fd.empty((T, Hv)), fd.empty((T, Hv)), fd.empty((Hv, 128, 128)), fd.empty((T, Hv, 128)))
+    for path in ("tokens", "chunked"):
+        deltanet.delta_rule(fd, fd.empty((T, 16, 128)), fd.empty((T, 16, 128)), fd.empty((T, Hv, 128)),
+                            fd.empty((T, Hv)), fd.empty((T, Hv)), fd.empty((Hv, 128, 128)), fd.empty((T, Hv, 128)),
+                            path)
     elementwise.scale(fd, x, 0.5)
     elementwise.softcap(fd, x, 30.0)
     elementwise.f32_to_bf16(fd, x, fd.empty((T, n), np.uint16))

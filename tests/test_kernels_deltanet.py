@@ -55,11 +55,14 @@ def test_decay_gates(dev):
 
 
 @gpu
-@pytest.mark.parametrize("T,H_k,H_v,S_k,S_v", [(1, 16, 32, 128, 128), (9, 2, 4, 128, 128), (33, 4, 4, 64, 96)])
-def test_delta_rule_matches_the_token_loop(dev, T, H_k, H_v, S_k, S_v):
-    """Two calls in a row (the state carried on the device) against the NumPy
-    token loop; strong and no decay, a state of non-trivial size."""
-    r = rng("delta", T, H_k, H_v, S_k, S_v)
+@pytest.mark.parametrize("path", ["tokens", "chunked"])
+@pytest.mark.parametrize("T,H_k,H_v,S_k,S_v", [(1, 16, 32, 128, 128), (9, 2, 4, 128, 128), (33, 4, 4, 64, 96),
+                                                (150, 2, 4, 128, 128)])
+def test_delta_rule_matches_the_token_loop(dev, path, T, H_k, H_v, S_k, S_v):
+    """Both kernels, two calls in a row (the state carried on the device),
+    against the NumPy token loop: one token, a partial chunk, a column count
+    that is not a multiple of 32, several chunks; strong and no decay."""
+    r = rng("delta", path, T, H_k, H_v, S_k, S_v)
     S0 = (r.standard_normal((H_v, S_k, S_v)) * 0.5).astype(np.float32)
     ref = SimpleNamespace(s=S0.copy())
     d_S = dev.upload(S0)
@@ -72,10 +75,10 @@ def test_delta_rule_matches_the_token_loop(dev, T, H_k, H_v, S_k, S_v):
         want = ops.delta_rule(q, k, v, g, beta, ref)
         out = poisoned(dev, (T, H_v, S_v))
         deltanet.delta_rule(dev, dev.upload(q), dev.upload(k), dev.upload(v), dev.upload(g), dev.upload(beta),
-                            d_S, out)
-        # fp32 sums of S_k products per token, carried through T updates
-        assert_close(out.numpy(), want, 2e-5, 1e-4, f"delta_rule out, call {call}")
-        assert_close(d_S.numpy(), ref.s, 2e-5, 1e-4, f"delta_rule state, call {call}")
+                            d_S, out, path)
+        # fp32 sums of S_k products per token (the chunked form: different sums, same rule), over T updates
+        assert_close(out.numpy(), want, 2e-5, 1e-4, f"delta_rule {path} out, call {call}")
+        assert_close(d_S.numpy(), ref.s, 2e-5, 1e-4, f"delta_rule {path} state, call {call}")
 
 
 @gpu

@@ -120,3 +120,129 @@ delta_rule(const float* q, const float* k, const float* v, const float* g, const
         for (int r = 0; r < DR_ROWS; r++) Sh[(size_t)(warp + r * DR_WARPS) * S_v + j] = s[r];
     }
 }
+
+// ---------------------------------------------------------------------------
+// delta_rule_chunked: the same rule a chunk of DR_C tokens at a time (prefill),
+// in the WY / UT form (Yang et al., Gated Delta Networks; checked against the
+// token loop in NumPy by tests/test_deltanet_ops.py). For a chunk with state
+// S0, G_i = sum_{j<=i} g_j, Gamma_i = e^{G_i}:
+//   (I + A) Delta = diag(beta) (V - diag(Gamma) K S0),  A_ij = beta_i e^{G_i-G_j} k_i.k_j  (j < i)
+//   O   = (diag(Gamma) Q S0 + P Delta) / sqrt(S_v),     P_ij = e^{G_i-G_j} q_i.k_j      (j <= i)
+//   S   = Gamma_n S0 + sum_j e^{G_n-G_j} k_j Delta_j^T
+// Every exponent is <= 0 (g <= 0). The columns of S (and of V, Delta, O)
+// are independent, so a block takes one value head and 32 columns: grid
+// (H_v, S_v / 32); the chunks run in order inside it. (I + A) is unit lower
+// triangular: warp 0 substitutes forward, lane = column, while the others wait.
+// Shared memory (floats): K, Q [DR_C][HEAD_K+1], S [HEAD_K][32], rhs/Delta
+// and Q S0 [DR_C][33], A and P [DR_C][DR_C+1], G and beta [DR_C]
+// (launchers/deltanet.py chunked_smem()).
+#define DR_C 64
+constexpr int DRK = HEAD_K + 1, DRV = 33, DRA = DR_C + 1;
+
+extern "C" __global__ void __launch_bounds__(32 * DR_WARPS)
+delta_rule_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, float* S,
+                   float* out, int T, int H_k, int H_v, int S_v) {
+    KERNEL_START();
+    extern __shared__ float dr_smem[];
+    float* Ks = dr_smem;
+    float* Qs = Ks + DR_C * DRK;
+    float* Ss = Qs + DR_C * DRK;
+    float* Ds = Ss + HEAD_K * 32;  // rhs, then Delta
+    float* Os = Ds + DR_C * DRV;   // Q S0
+    float* As = Os + DR_C * DRV;
+    float* Ps = As + DR_C * DRA;
+    float* Gs = Ps + DR_C * DRA;
+    float* Bs = Gs + DR_C;
+    const int h = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NT = 32 * DR_WARPS;
+    const int c = lane, j0 = blockIdx.y * 32, hk = h % H_k;
+    const bool col = j0 + c < S_v;
+    float* Sh = S + (size_t)h * HEAD_K * S_v + j0;
+    for (int i = tid; i < HEAD_K * 32; i += NT) Ss[i] = (j0 + i % 32 < S_v) ? Sh[(size_t)(i / 32) * S_v + i % 32] : 0.0f;
+    const float inv_sqrt = rsqrtf((float)S_v);
+
+    for (int t0 = 0; t0 < T; t0 += DR_C) {
+        const int n = min(DR_C, T - t0);
+        __syncthreads();  // the previous chunk is done with every buffer
+        for (int i = tid; i < DR_C * HEAD_K; i += NT) {
+            const int t = i / HEAD_K, d = i % HEAD_K;
+            const size_t src = ((size_t)(t0 + t) * H_k + hk) * HEAD_K + d;
+            Ks[t * DRK + d] = t < n ? k[src] : 0.0f;
+            Qs[t * DRK + d] = t < n ? q[src] : 0.0f;
+        }
+        for (int i = tid; i < DR_C * 32; i += NT) {
+            const int t = i / 32, cc = i % 32;
+            Ds[t * DRV + cc] = (t < n && j0 + cc < S_v) ? v[((size_t)(t0 + t) * H_v + h) * S_v + j0 + cc] : 0.0f;
+        }
+        if (tid == 0) {
+            float G = 0.0f;
+            for (int t = 0; t < DR_C; t++) {
+                if (t < n) {
+                    G += g[(size_t)(t0 + t) * H_v + h];
+                    Bs[t] = beta[(size_t)(t0 + t) * H_v + h];
+                } else {
+                    Bs[t] = 0.0f;
+                }
+                Gs[t] = G;  // past n: the last G (those rows are zero anyway)
+            }
+        }
+        __syncthreads();
+        // A (strictly lower) and P (lower, diagonal included)
+        for (int i = tid; i < DR_C * DR_C; i += NT) {
+            const int r = i / DR_C, s = i % DR_C;
+            float a = 0.0f, p = 0.0f;
+            if (s <= r && r < n) {
+                float kk = 0.0f, qk = 0.0f;
+#pragma unroll 8
+                for (int d = 0; d < HEAD_K; d++) {
+                    const float ks = Ks[s * DRK + d];
+                    kk += Ks[r * DRK + d] * ks;
+                    qk += Qs[r * DRK + d] * ks;
+                }
+                const float e = __expf(Gs[r] - Gs[s]);
+                if (s < r) a = Bs[r] * e * kk;
+                p = e * qk;
+            }
+            As[r * DRA + s] = a;
+            Ps[r * DRA + s] = p;
+        }
+        // rhs = beta (V - Gamma K S0) and Q S0, for the rows t = warp + 8m
+        for (int t = warp; t < DR_C; t += DR_WARPS) {
+            float ks = 0.0f, qs = 0.0f;
+#pragma unroll 8
+            for (int d = 0; d < HEAD_K; d++) {
+                const float sd = Ss[d * 32 + c];
+                ks += Ks[t * DRK + d] * sd;
+                qs += Qs[t * DRK + d] * sd;
+            }
+            const float gam = __expf(Gs[t]);
+            Ds[t * DRV + c] = Bs[t] * (Ds[t * DRV + c] - gam * ks);
+            Os[t * DRV + c] = gam * qs;
+        }
+        __syncthreads();
+        // Delta: forward substitution through I + A (warp 0, lane = column)
+        if (warp == 0) {
+            for (int r = 1; r < n; r++) {
+                float acc = Ds[r * DRV + c];
+                for (int s = 0; s < r; s++) acc -= As[r * DRA + s] * Ds[s * DRV + c];
+                Ds[r * DRV + c] = acc;
+            }
+        }
+        __syncthreads();
+        // outputs of the chunk's tokens
+        for (int t = warp; t < n; t += DR_WARPS) {
+            float o = Os[t * DRV + c];
+            for (int s = 0; s <= t; s++) o += Ps[t * DRA + s] * Ds[s * DRV + c];
+            if (col) out[((size_t)(t0 + t) * H_v + h) * S_v + j0 + c] = o * inv_sqrt;
+        }
+        // the state after the chunk: S = Gamma_n S0 + sum_j e^{G_n - G_j} k_j Delta_j^T
+        const float Gn = Gs[n - 1], gam_n = __expf(Gn);
+        for (int d = warp; d < HEAD_K; d += DR_WARPS) {
+            float acc = 0.0f;
+            for (int s = 0; s < n; s++) acc += __expf(Gn - Gs[s]) * Ks[s * DRK + d] * Ds[s * DRV + c];
+            Ss[d * 32 + c] = gam_n * Ss[d * 32 + c] + acc;
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < HEAD_K * 32; i += NT)
+        if (j0 + i % 32 < S_v) Sh[(size_t)(i / 32) * S_v + i % 32] = Ss[i];
+}

@@ -7,7 +7,9 @@ from ....errors import AnvilError
 from .. import launch
 from ..device import DArray, Device
 
-DR_WARPS = 8  # deltanet.cu: warps per delta_rule block (S_k rows split among them)
+DR_WARPS = 8       # deltanet.cu: warps per delta_rule block (S_k rows split among them)
+DR_C = 64          # deltanet.cu: tokens per chunk of delta_rule_chunked
+CHUNKED_MIN_T = 16  # from this many tokens on, the chunked form
 
 
 def causal_conv(dev: Device, x: DArray, w: DArray, state: DArray, y: DArray) -> None:
@@ -33,10 +35,18 @@ def decay_gates(dev: Device, b: DArray, a: DArray, dt_bias: DArray, ssm_a: DArra
                [b, a, dt_bias, ssm_a, beta, g, n, H])
 
 
-def delta_rule(dev: Device, q: DArray, k: DArray, v: DArray, g: DArray, beta: DArray, S: DArray, out: DArray) -> None:
-    """The gated delta rule over T tokens, token by token, advancing S [H_v,
-    S_k, S_v] in place: q, k [T, H_k, S_k], v [T, H_v, S_v], g, beta [T, H_v],
-    out [T, H_v, S_v]; value head h reads key head h mod H_k."""
+def chunked_smem(S_k: int) -> int:
+    """delta_rule_chunked's dynamic shared memory: K and Q of a chunk, the
+    block's 32 state columns, rhs/Delta and Q S0, A and P, G and beta."""
+    return 4 * (2 * DR_C * (S_k + 1) + S_k * 32 + 2 * DR_C * 33 + 2 * DR_C * (DR_C + 1) + 2 * DR_C)
+
+
+def delta_rule(dev: Device, q: DArray, k: DArray, v: DArray, g: DArray, beta: DArray, S: DArray, out: DArray,
+               path: str | None = None) -> None:
+    """The gated delta rule over T tokens, advancing S [H_v, S_k, S_v] in
+    place: q, k [T, H_k, S_k], v [T, H_v, S_v], g, beta [T, H_v], out [T, H_v,
+    S_v]; value head h reads key head h mod H_k. ``path``: "tokens" (the
+    token loop; decode) or "chunked" (DR_C tokens at a time); None picks by T."""
     launch.check_f32(q, k, v, g, beta, S, out)
     T, H_k, S_k = q.shape
     _, H_v, S_v = v.shape
@@ -44,5 +54,13 @@ def delta_rule(dev: Device, q: DArray, k: DArray, v: DArray, g: DArray, beta: DA
             or S.size != H_v * S_k * S_v or out.size != T * H_v * S_v or S_k % DR_WARPS or H_v % H_k):
         raise AnvilError(f"CUDA delta_rule: q {q.shape}, k {k.shape}, v {v.shape}, g {g.shape}, "
                          f"state {S.shape}, out {out.shape}")
-    fn = launch.function(dev, "deltanet.cu", "delta_rule", {"HEAD_K": S_k})
-    dev.launch(fn, (H_v, launch.ceil_div(S_v, 32)), (32 * DR_WARPS,), [q, k, v, g, beta, S, out, T, H_k, H_v, S_v])
+    path = path or ("chunked" if T >= CHUNKED_MIN_T else "tokens")
+    grid, args = (H_v, launch.ceil_div(S_v, 32)), [q, k, v, g, beta, S, out, T, H_k, H_v, S_v]
+    if path == "tokens":
+        fn = launch.function(dev, "deltanet.cu", "delta_rule", {"HEAD_K": S_k})
+        dev.launch(fn, grid, (32 * DR_WARPS,), args)
+        return
+    assert path == "chunked", path
+    shared = chunked_smem(S_k)
+    fn = launch.function(dev, "deltanet.cu", "delta_rule_chunked", {"HEAD_K": S_k}, shared=shared)
+    dev.launch(fn, grid, (32 * DR_WARPS,), args, shared=shared)
