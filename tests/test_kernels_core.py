@@ -37,7 +37,7 @@ KERNELS = {
     "norm.cu": ["rms_norm", "add_rms_norm"],
     "rope.cu": ["rope_norm", "rope_neox", "qk_norm_rope_norm", "qk_norm_rope_neox"],
     "elementwise.cu": ["silu_mul", "gelu_tanh_mul", "sigmoid_mul", "add", "scale", "softcap", "f32_to_bf16",
-                       "f32_to_f16", "bias_add_rows", "copy_cols"],
+                       "f32_to_f16", "bias_add_rows", "sigmoid_mul_rows", "copy_cols"],
     "deltanet.cu": ["causal_conv", "decay_gates", "delta_rule", "delta_rule_chunked"],
     "argmax.cu": ["argmax", "argmax_partial", "argmax_final"],
 }
@@ -202,6 +202,7 @@ def test_launchers_match_kernels():
                        fd.empty((1, 1024)), pos, 1.0, 512)  # one split: no combine, NULL partials
     for op in (elementwise.silu_mul, elementwise.gelu_tanh_mul, elementwise.sigmoid_mul, elementwise.add):
         op(fd, x, y, fd.empty((T, n)))
+    elementwise.sigmoid_mul(fd, x, fd.empty((T, 1)), fd.empty((T, n)))
     elementwise.copy_cols(fd, x, fd.empty((T * H, 64)), T * H, 64, 128, 64)
     C, Hv = 8192, 32
     deltanet.causal_conv(fd, fd.empty((T, C)), fd.empty((C, 4)), fd.empty((3, C)), fd.empty((T, C)))

@@ -97,6 +97,9 @@ def test_gated_attention_pieces(dev):
     y = poisoned(dev, (T, H * D))
     elementwise.sigmoid_mul(dev, dev.upload(wq.reshape(T, -1)), gate, y)
     assert_close(y.numpy(), ops.sigmoid_mul(wq.reshape(T, -1), wg), 1e-7, 1e-6, "sigmoid_mul")
+    row_gate = r.standard_normal((T, 1)).astype(np.float32)  # qwen35moe's shared expert: one gate per row
+    elementwise.sigmoid_mul(dev, dev.upload(wq.reshape(T, -1)), dev.upload(row_gate), y)
+    assert_close(y.numpy(), ops.sigmoid_mul(wq.reshape(T, -1), row_gate), 1e-7, 1e-6, "sigmoid_mul per row")
     sizes = (100, 28, 384)
     for piece, off in zip(ops.split(x, sizes), np.cumsum((0,) + sizes[:-1])):
         got = poisoned(dev, piece.shape)

@@ -167,6 +167,17 @@ extern "C" __global__ void bias_add_rows(float* y, const float* b, int rows, int
     }
 }
 
+// y[r, i] = a[r, i] * sigmoid(g[r]): one gate per row (qwen35moe's shared
+// expert). grid (ceil(n/256) capped, rows capped); the loops stride by it.
+extern "C" __global__ void sigmoid_mul_rows(const float* a, const float* g, float* y, int rows, int n) {
+    KERNEL_START();
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float s = 1.0f / (1.0f + __expf(-g[r]));
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+            y[(size_t)r * n + i] = a[(size_t)r * n + i] * s;
+    }
+}
+
 // y[r, c] = x[r * x_stride + x_off + c] for r < rows, c < cols: a column range
 // of each row (split, and the per-head [q | gate] layout of gated attention).
 // grid (ceil(cols/256) capped, rows capped); the loops stride by the grid.

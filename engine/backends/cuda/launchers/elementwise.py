@@ -29,10 +29,18 @@ def gelu_tanh_mul(dev: Device, g: DArray, u: DArray, y: DArray) -> None:
 
 
 def sigmoid_mul(dev: Device, a: DArray, g: DArray, y: DArray) -> None:
-    """y = a * sigmoid(g) (the gated attention's output gate)."""
+    """y = a * sigmoid(g): elementwise (the gated attention's output gate), or
+    one gate per row when g has one value per row of a [rows, n]."""
     launch.check_f32(a, g, y)
-    assert a.size == g.size == y.size
-    _ew_launch(dev, "sigmoid_mul", a.size, [a, g, y, a.size])
+    assert a.size == y.size
+    if g.size == a.size:
+        _ew_launch(dev, "sigmoid_mul", a.size, [a, g, y, a.size])
+        return
+    rows = g.size
+    n = a.size // rows
+    assert rows * n == a.size, (a.shape, g.shape)
+    fn = launch.function(dev, "elementwise.cu", "sigmoid_mul_rows")
+    dev.launch(fn, (min(launch.ceil_div(n, 256), 64), min(rows, 65535)), (256,), [a, g, y, rows, n])
 
 
 def add(dev: Device, a: DArray, b: DArray, y: DArray) -> None:
