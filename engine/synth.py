@@ -139,6 +139,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
                 ("ssm_beta", "Q8_0"), ("ssm_alpha", "F32"), ("ssm_conv1d", "F32"), ("ssm_out", "Q8_0"),
                 ("ffn_gate_exps", "Q4_K"), ("ffn_up_exps", "Q4_K"), ("ffn_down_exps", "Q6_K"),
                 ("ffn_gate_shexp", "Q5_K"), ("ffn_up_shexp", "Q5_K"), ("ffn_down_shexp", "Q8_0"))),
+    # The real Qwen3.5-9B text shape: 24 Gated DeltaNet layers (16 key / 32 value heads of 128,
+    # conv 4) and 8 gated attention layers (16 / 4 heads of 256, rotating 64 dims), FFN 12288,
+    # its own 248320-token vocabulary; Q4_K_M as llama.cpp assigns it (attn_qkv Q5_K).
+    Preset("qwen35-9b", "qwen35", n_embd=4096, n_layer=32, n_head=16, n_head_kv=4, head_dim=256,
+           n_ff=12288, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6, vocab="qwen35", n_rot=64,
+           ssm_d_conv=4, ssm_k_heads=16, ssm_v_heads=32, ssm_head=128, full_attention_interval=4,
+           mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
     Preset("qwen3-8b", "qwen3", n_embd=4096, n_layer=36, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=12288, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2",
            mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
@@ -162,15 +169,26 @@ for _name in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"):
 
 # ---------------------------------------------------------------- tensor plan
 
-def _q4_k_m(role: str, il: int, p: Preset) -> T:
+def _more_bits(i: int, n: int) -> bool:
+    """llama-quant.cpp's use_more_bits: the first and last eighth, and every third between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def _q4_k_m(role: str, il: int, p: Preset, wv: tuple[int, int] | None = None) -> T:
     """src/llama-quant.cpp llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q4_K_M (non-falcon; its
-    n_expert == 8 bumps do not apply to the presets here, and the router stays F32)."""
-    n = p.n_layer
-    more_bits = il < n // 8 or il >= 7 * n // 8 or (il - n // 8) % 3 == 2
+    n_expert == 8 bumps do not apply to the presets here, and the router stays F32). ``wv``: this
+    attn_v's index among the file's attn_v tensors and their count (llama.cpp counts attn_v
+    tensors, not layers: a hybrid has them on its attention layers only)."""
     if role == "output" or (role == "token_embd" and p.tied):
         return T.Q6_K        # the OUTPUT rule; a tied token_embd is quantised as the head
-    if role in ("attn_v", "ffn_down", "ffn_down_exps") and more_bits:  # name.find("ffn_down"): experts too
-        return T.Q6_K
+    if role == "attn_v":
+        return T.Q6_K if _more_bits(*(wv or (il, p.n_layer))) else T.Q4_K
+    if role in ("ffn_down", "ffn_down_exps", "ffn_down_shexp") and _more_bits(il, p.n_layer):
+        return T.Q6_K        # name.find("ffn_down"): experts and the shared expert too, by layer
+    if role == "attn_qkv":
+        return T.Q5_K        # ATTENTION_QKV (the Gated DeltaNet in-projection)
+    if role == "ssm_conv1d":
+        return T.F32         # "do not quantize Mamba/Kimi's small conv1d weights"
     return T.Q4_K            # token_embd (untied) keeps the default type
 
 
@@ -211,10 +229,16 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
     E = p.n_embd
     mix = None if p.mix == "Q4_K_M" else {r: T[t] for r, t in p.mix}
 
+    fam = family(cfg.arch)
+    wv_layers = [i for i in range(cfg.n_layer)  # the layers with an attn_v tensor, in file order
+                 if any(s.gguf_name.endswith("attn_v.weight") and s.required(cfg) for s in fam.layer_tensors(cfg, i).values())]
+
     def qtype(role: str, il: int = -1) -> T:
         if role == "ffn_gate_inp":
             return T.F32  # the router: llama.cpp's quantizer never quantises it
-        return _q4_k_m(role, il, p) if mix is None else mix[role]
+        if mix is not None:
+            return mix[role]
+        return _q4_k_m(role, il, p, (wv_layers.index(il), len(wv_layers)) if role == "attn_v" else None)
 
     def ne(shape) -> tuple[int, ...]:  # GGUF order: ne0 (the row length) first
         return tuple(reversed(shape))
@@ -236,7 +260,6 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
             "head" if p.tied else "weight", embd_std)]
     if GLOBAL["rope_freqs"].required(cfg):
         out.append(("rope_freqs.weight", ne(GLOBAL["rope_freqs"].shape(cfg)), T.F32, "rope_freqs", 0.0))
-    fam = family(cfg.arch)
     for il in range(cfg.n_layer):
         for spec in _converter_order([s for s in fam.layer_tensors(cfg, il).values() if s.required(cfg)]):
             name, shape = spec.gguf_name.format(i=il), spec.shape(cfg)

@@ -188,6 +188,26 @@ def test_q4_k_m_real_shapes(name, n_vocab, size_gb):
     assert ("rope_freqs.weight" in plan) == (name == "llama3-8b")
 
 
+def test_q4_k_m_hybrid_qwen35_9b():
+    """llama.cpp's Q4_K_M rules on the Qwen3.5-9B shape: attn_v's extra bits
+    follow its index among the 8 attn_v tensors (not the layer), the DeltaNet
+    in-projection (attn_qkv) is Q5_K, the conv stays F32; 8.954B parameters."""
+    p = PRESETS["qwen35-9b"]
+    plan = {n: (ne, qt) for n, ne, qt, *_ in tensor_plan(p, 248320)}
+    attn = [il for il in range(p.n_layer) if f"blk.{il}.attn_v.weight" in plan]
+    assert attn == [3, 7, 11, 15, 19, 23, 27, 31]
+    six = [il for il in attn if plan[f"blk.{il}.attn_v.weight"][1] == T.Q6_K]
+    assert six == [attn[i] for i in range(8) if _more_bits(i, 8)] == [3, 15, 27, 31]
+    for il in range(p.n_layer):
+        assert plan[f"blk.{il}.ffn_down.weight"][1] == (T.Q6_K if _more_bits(il, 32) else T.Q4_K)
+        if il not in attn:
+            assert plan[f"blk.{il}.attn_qkv.weight"] == ((4096, 8192), T.Q5_K)
+            assert plan[f"blk.{il}.ssm_conv1d.weight"] == ((4, 8192), T.F32)
+            assert plan[f"blk.{il}.ssm_out.weight"][1] == T.Q4_K
+    assert plan["blk.3.attn_q.weight"][0] == (4096, 2 * 16 * 256)  # [q | gate] per head
+    assert sum(math.prod(ne) for ne, _ in plan.values()) == 8_953_803_264
+
+
 def test_tied_q4_k_m_embedding_is_q6_k():
     plan = {n: qt for n, _, qt, *_ in tensor_plan(PRESETS["tiny-qwen3"], 151936)}
     assert plan["token_embd.weight"] == T.Q6_K and "output.weight" not in plan
