@@ -140,8 +140,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
                 ("ffn_gate_exps", "Q4_K"), ("ffn_up_exps", "Q4_K"), ("ffn_down_exps", "Q6_K"),
                 ("ffn_gate_shexp", "Q5_K"), ("ffn_up_shexp", "Q5_K"), ("ffn_down_shexp", "Q8_0"))),
     # The real Qwen3.5-9B text shape: 24 Gated DeltaNet layers (16 key / 32 value heads of 128,
-    # conv 4) and 8 gated attention layers (16 / 4 heads of 256, rotating 64 dims), FFN 12288,
-    # its own 248320-token vocabulary; Q4_K_M as llama.cpp assigns it (attn_qkv Q5_K).
+    # conv 4) and 8 gated attention layers (16 / 4 heads of 256, rotating 64 dims), FFN 12288;
+    # Q4_K_M as llama.cpp assigns it (attn_qkv Q5_K). The vocabulary is llama.cpp's qwen35 test
+    # vocabulary (the qwen35 pre-tokenizer over 151936 tokens); the real model has 248320, so
+    # its embedding and head are 39% smaller here (8.954B parameters at 248320, 8.164B here).
     Preset("qwen35-9b", "qwen35", n_embd=4096, n_layer=32, n_head=16, n_head_kv=4, head_dim=256,
            n_ff=12288, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6, vocab="qwen35", n_rot=64,
            ssm_d_conv=4, ssm_k_heads=16, ssm_v_heads=32, ssm_head=128, full_attention_interval=4,
