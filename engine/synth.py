@@ -148,6 +148,18 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            n_ff=12288, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6, vocab="qwen35", n_rot=64,
            ssm_d_conv=4, ssm_k_heads=16, ssm_v_heads=32, ssm_head=128, full_attention_interval=4,
            mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
+    # Qwen3.6-27B (dense hybrid: 48 DeltaNet layers of 16 key / 48 value heads, 16 gated attention
+    # layers of 24 / 4 heads, FFN 17408) and Qwen3.6-35B-A3B (hybrid MoE: 30 + 10 layers, 256
+    # experts of width 512, 8 per token, and a gated shared expert of 512), same vocabulary note.
+    Preset("qwen36-27b", "qwen35", n_embd=5120, n_layer=64, n_head=24, n_head_kv=4, head_dim=256,
+           n_ff=17408, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6, vocab="qwen35", n_rot=64,
+           ssm_d_conv=4, ssm_k_heads=16, ssm_v_heads=48, ssm_head=128, full_attention_interval=4,
+           mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
+    Preset("qwen36-35b-a3b", "qwen35moe", n_embd=2048, n_layer=40, n_head=16, n_head_kv=2, head_dim=256,
+           n_ff=512, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6, vocab="qwen35", n_rot=64,
+           ssm_d_conv=4, ssm_k_heads=16, ssm_v_heads=32, ssm_head=128, full_attention_interval=4,
+           n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512,
+           mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
     Preset("qwen3-8b", "qwen3", n_embd=4096, n_layer=36, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=12288, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2",
            mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),

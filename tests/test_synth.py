@@ -208,6 +208,20 @@ def test_q4_k_m_hybrid_qwen35_9b():
     assert sum(math.prod(ne) for ne, _ in plan.values()) == 8_953_803_264
 
 
+@pytest.mark.parametrize("name, params", [("qwen36-27b", 26_895_998_464), ("qwen36-35b-a3b", 34_660_610_688)])
+def test_qwen36_real_shapes(name, params):
+    """The parameter counts computed from the published configs (at the real
+    248320-token vocabulary); the 35B-A3B's shared expert takes ffn_down's extra bits."""
+    p = PRESETS[name]
+    plan = {n: (ne, qt) for n, ne, qt, *_ in tensor_plan(p, 248320)}
+    assert sum(math.prod(ne) for ne, _ in plan.values()) == params
+    if name == "qwen36-35b-a3b":
+        assert plan["blk.0.ffn_gate_exps.weight"][0] == (2048, 512, 256)
+        for il in range(p.n_layer):
+            want = T.Q6_K if _more_bits(il, p.n_layer) else T.Q4_K
+            assert plan[f"blk.{il}.ffn_down_shexp.weight"][1] == plan[f"blk.{il}.ffn_down_exps.weight"][1] == want
+
+
 def test_tied_q4_k_m_embedding_is_q6_k():
     plan = {n: qt for n, _, qt, *_ in tensor_plan(PRESETS["tiny-qwen3"], 151936)}
     assert plan["token_embd.weight"] == T.Q6_K and "output.weight" not in plan
