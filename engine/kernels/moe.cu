@@ -38,13 +38,18 @@
 #define ROUTE_WARPS 4
 #define NORM_CLAMP 6.103515625e-5f  // 2^-14: llama.cpp clamps the renormalising sum
 
-// One warp routes one token: softmax of its logits l [n_expert] (p: n_expert
-// floats of shared memory), k warp-argmax rounds, renormalisation; writes
-// ids/weights [k]. A non-finite logit makes the row's weights NaN (ids stay in
-// range), so the step's logits turn NaN and the argmax reports it instead of a
-// wrong token.
-__device__ __forceinline__ void route_row(const float* l, int n_expert, int k, int norm, int* ids, float* weights,
-                                          float* p, int lane) {
+// One warp per token. Dynamic shared memory: ROUTE_WARPS * n_expert floats.
+// A non-finite logit makes the row's weights NaN (ids stay in range), so the
+// step's logits turn NaN and the argmax reports it instead of a wrong token.
+extern "C" __global__ void moe_route(const float* logits, int T, int n_expert, int k, int norm, int* ids,
+                                     float* weights) {
+    KERNEL_START();
+    extern __shared__ float route_p[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int t = blockIdx.x * ROUTE_WARPS + warp;
+    if (t >= T) return;
+    float* p = route_p + warp * n_expert;
+    const float* l = logits + (size_t)t * n_expert;
     float mx = -INFINITY;
     bool finite = true;
     for (int e = lane; e < n_expert; e += 32) {
@@ -99,24 +104,10 @@ __device__ __forceinline__ void route_row(const float* l, int n_expert, int k, i
     }
     const float scale = norm ? 1.0f / fmaxf(wsum, NORM_CLAMP) : 1.0f;
     if (lane < k) {
-        ids[lane] = my_id;
-        weights[lane] = finite ? my_w * scale : __int_as_float(0x7fc00000);
+        ids[(size_t)t * k + lane] = my_id;
+        weights[(size_t)t * k + lane] = finite ? my_w * scale : __int_as_float(0x7fc00000);
     }
 }
-
-// Logits [T, E] -> ids, weights: one warp per token. Dynamic shared memory:
-// ROUTE_WARPS * n_expert floats.
-extern "C" __global__ void moe_route(const float* logits, int T, int n_expert, int k, int norm, int* ids,
-                                     float* weights) {
-    KERNEL_START();
-    extern __shared__ float route_p[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int t = blockIdx.x * ROUTE_WARPS + warp;
-    if (t >= T) return;
-    route_row(logits + (size_t)t * n_expert, n_expert, k, norm, ids + (size_t)t * k, weights + (size_t)t * k,
-              route_p + warp * n_expert, lane);
-}
-
 
 // ---- decode: the selected experts as matrix-vector products ---------------------------
 __device__ __forceinline__ void check_stage_smem(int need) {
