@@ -57,7 +57,7 @@ extern "C" __global__ void decay_gates(const float* b, const float* a, const flo
     }
 }
 
-// grid (H_v, S_v / 32), block 32 * DR_WARPS. Block (h, cb) owns columns
+// grid (H_v, ceil(S_v / 32)), block 32 * DR_WARPS. Block (h, cb) owns columns
 // 32cb..32cb+31 of head h's state (lane = column) and keeps them in registers:
 // warp w holds rows i = w, w + DR_WARPS, ... (S_k / DR_WARPS of them). Per
 // token: kv = S^T k and o = S^T q are sums over rows, reduced across the warps
@@ -131,7 +131,7 @@ delta_rule(const float* q, const float* k, const float* v, const float* g, const
 //   S   = Gamma_n S0 + sum_j e^{G_n-G_j} k_j Delta_j^T
 // Every exponent is <= 0 (g <= 0). The columns of S (and of V, Delta, O)
 // are independent, so a block takes one value head and 32 columns: grid
-// (H_v, S_v / 32); the chunks run in order inside it. (I + A) is unit lower
+// (H_v, ceil(S_v / 32)); the chunks run in order inside it. (I + A) is unit lower
 // triangular: warp 0 substitutes forward, lane = column, while the others wait.
 // Shared memory (floats): K, Q [DR_C][HEAD_K+1], S [HEAD_K][32], rhs/Delta
 // and Q S0 [DR_C][33], A and P [DR_C][DR_C+1], G and beta [DR_C]

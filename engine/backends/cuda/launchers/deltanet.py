@@ -62,5 +62,8 @@ def delta_rule(dev: Device, q: DArray, k: DArray, v: DArray, g: DArray, beta: DA
         return
     assert path == "chunked", path
     shared = chunked_smem(S_k)
+    if shared > 227 * 1024:
+        raise AnvilError(f"CUDA delta_rule: key heads of {S_k} need {shared} bytes of shared memory per block "
+                         f"in chunks of {DR_C} (at most {227 * 1024})")
     fn = launch.function(dev, "deltanet.cu", "delta_rule_chunked", {"HEAD_K": S_k}, shared=shared)
     dev.launch(fn, grid, (32 * DR_WARPS,), args, shared=shared)
