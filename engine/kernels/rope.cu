@@ -20,24 +20,29 @@
 // thread per rotated pair; <= 128 pairs for head_dim 256).
 #include "common.cuh"
 
+// Pair i (< n_rot/2) of a head at position p: read from src, rotated into dst
+// (the same buffer, or a shared-memory copy of the head and its global row).
+template <bool NEOX>
+__device__ __forceinline__ void rotate_pair(const float* src, float* dst, int p, int i, int n_rot, float theta_scale,
+                                            float freq_scale, const float* freq_div) {
+    const float theta_base = (float)p * __powf(theta_scale, (float)i);
+    const float theta_extrap = freq_div ? theta_base / freq_div[i] : theta_base;
+    const float theta = freq_scale * theta_extrap;
+    const float c = __cosf(theta), s = __sinf(theta);
+    const int i0 = NEOX ? i : 2 * i;
+    const int i1 = NEOX ? i + n_rot / 2 : 2 * i + 1;
+    const float x0 = src[i0], x1 = src[i1];
+    dst[i0] = x0 * c - x1 * s;
+    dst[i1] = x0 * s + x1 * c;
+}
+
 template <bool NEOX>
 __device__ __forceinline__ void rope_pair(float* x, const int* pos, int n_heads, int head_dim, int n_rot,
                                           float theta_scale, float freq_scale, const float* freq_div) {
     const int i = threadIdx.x;
-    const int half = n_rot / 2;
-    if (i >= half) return;
+    if (i >= n_rot / 2) return;
     float* xh = x + ((size_t)blockIdx.x * n_heads + blockIdx.y) * head_dim;
-
-    const float theta_base = (float)pos[blockIdx.x] * __powf(theta_scale, (float)i);
-    const float theta_extrap = freq_div ? theta_base / freq_div[i] : theta_base;
-    const float theta = freq_scale * theta_extrap;
-    const float c = __cosf(theta), s = __sinf(theta);
-
-    const int i0 = NEOX ? i : 2 * i;
-    const int i1 = NEOX ? i + half : 2 * i + 1;
-    const float x0 = xh[i0], x1 = xh[i1];
-    xh[i0] = x0 * c - x1 * s;
-    xh[i1] = x0 * s + x1 * c;
+    rotate_pair<NEOX>(xh, xh, pos[blockIdx.x], i, n_rot, theta_scale, freq_scale, freq_div);
 }
 
 extern "C" __global__ void rope_norm(float* x, const int* pos, int n_heads, int head_dim, int n_rot,
@@ -57,7 +62,7 @@ extern "C" __global__ void rope_neox(float* x, const int* pos, int n_heads, int 
 // [T, n_head, D] and k [T, n_head_kv, D] in place, in one launch (the Q/K norms
 // of qwen3-style attention; two RMSNorm launches and one RoPE before).
 // Arithmetic as rms_norm (norm.cu: sum of squares, rsqrtf(sum/D + eps),
-// (scale*x)*w) and rope_pair above. Launch: grid (T, n_head + n_head_kv),
+// (scale*x)*w) and rope (rotate_pair above). Launch: grid (T, n_head + n_head_kv),
 // block D/2 threads rounded up to 32; blocks y < n_head take q's heads.
 template <bool NEOX>
 __device__ __forceinline__ void qk_norm_rope_impl(float* q, float* k, const int* pos, int n_head, int n_head_kv,
@@ -80,18 +85,7 @@ __device__ __forceinline__ void qk_norm_rope_impl(float* q, float* k, const int*
     const float scale = rsqrtf(ss / (float)head_dim + eps);
     for (int i = tid; i < head_dim; i += blockDim.x) xs[i] = (scale * xs[i]) * w[i];
     __syncthreads();
-    const int half = n_rot / 2;
-    if (tid < half) {
-        const float theta_base = (float)pos[t] * __powf(theta_scale, (float)tid);
-        const float theta_extrap = freq_div ? theta_base / freq_div[tid] : theta_base;
-        const float theta = freq_scale * theta_extrap;
-        const float c = __cosf(theta), s = __sinf(theta);
-        const int i0 = NEOX ? tid : 2 * tid;
-        const int i1 = NEOX ? tid + half : 2 * tid + 1;
-        const float x0 = xs[i0], x1 = xs[i1];
-        xh[i0] = x0 * c - x1 * s;
-        xh[i1] = x0 * s + x1 * c;
-    }
+    if (tid < n_rot / 2) rotate_pair<NEOX>(xs, xh, pos[t], tid, n_rot, theta_scale, freq_scale, freq_div);
     for (int i = n_rot + tid; i < head_dim; i += blockDim.x) xh[i] = xs[i];  // dims past n_rot: normalised only
 }
 
