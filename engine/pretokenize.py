@@ -328,6 +328,20 @@ def _split_three_digits(cps, fl, chunks):
     return _split_matches(chunks, matches)
 
 
+def _split_newline_runs(cps, fl, chunks):
+    """"[^\\n]+|[\\n]+" (Gemma 4): runs of newlines and runs of anything else."""
+    out = []
+    for s, e in chunks:
+        i = s
+        while i < e:
+            nl, j = cps[i] == 0x0A, i + 1
+            while j < e and (cps[j] == 0x0A) == nl:
+                j += 1
+            out.append((i, j))
+            i = j
+    return out
+
+
 _SPLIT_DEFAULT = (_runs(_is_default_punct), _split_gpt2, _runs(_is_number), _split_three_digits)
 _SPLIT_SMOLLM = (_runs(_is_number, single=True), _split_gpt2)
 
@@ -347,6 +361,7 @@ for _names, _cfg in [
      (_SPLIT_SMOLLM, False, False)),
     (("gpt-2", "phi-2", "gigachat", "a.x-4.0", "mellum", "exaone4", "mpt", "olmo", "jais", "trillion",
       "granite-docling"), ((_split_gpt2,), False, False)),
+    (("gemma4",), ((_split_newline_runs,), False, True)),
 ]:
     for _n in _names:
         _PRE[_n] = _cfg

@@ -15,6 +15,10 @@ quirks included, rather than Hugging Face's tokenizers:
 * ``tokenizer.ggml.model = "llama"``: SentencePiece BPE: pairs merge highest
   score first (ties leftmost), spaces become U+2581, an optional space prefix,
   and ``<0xXX>`` byte fallback for characters outside the vocabulary.
+* ``tokenizer.ggml.model = "gemma4"``: BPE by merge rank as "gpt2", but over
+  raw UTF-8 characters with spaces written as U+2581 (llama.cpp's "escaped
+  whitespace"), words cut only at newline runs (a run that is a token stays
+  one), ``<0xXX>`` byte fallback, and always a BOS.
 
 In both, llama.cpp first cuts user-defined tokens out of the text, even with
 parse_special=false (control tokens are then plain text). Token attributes are
@@ -89,6 +93,8 @@ class Tokenizer:
         self.token_to_id: dict[str, int] = dict(zip(tokens, range(n)))  # a later duplicate wins, as in llama.cpp
         self.scores = scores
 
+        # gemma4: SentencePiece-style BPE (spaces as U+2581, raw UTF-8, <0xXX> bytes)
+        self.escape_whitespace = pre == "gemma4"
         if kind == "bpe":
             self._splitters, self.ignore_merges, add_bos = _PRE[pre]
             # bpe_ranks keyed by the merge line itself: (first, second) -> first + " " + second.
@@ -112,7 +118,8 @@ class Tokenizer:
         self.bos_id: int | None = special_id("tokenizer.ggml.bos_token_id", bos)
         self.eos_id: int | None = special_id("tokenizer.ggml.eos_token_id", eos)
         self.unk_id: int | None = special_id("tokenizer.ggml.unknown_token_id", unk)
-        self.add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", add_bos))
+        self.add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", add_bos)) or self.escape_whitespace  # llama.cpp
+        # forces add_bos for gemma4 (its PR 21500)
         self.add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", add_eos))
 
         # ---- attributes, with llama.cpp's text-based fix-ups ----
@@ -202,9 +209,11 @@ class Tokenizer:
                                          f"(supported: {', '.join(sorted(_PRE))})")
         elif model == "llama":
             kind, pre = "spm", None
+        elif model == "gemma4":
+            kind, pre = "bpe", "gemma4"  # llama.cpp sets this pre-tokenizer for the model, whatever the key says
         else:
             raise GGUFError(gf.path, f"unsupported tokenizer: tokenizer.ggml.model = '{model}' "
-                                     f"(supported: 'gpt2' (BPE), 'llama' (SentencePiece))")
+                                     f"(supported: 'gpt2' (BPE), 'llama' (SentencePiece), 'gemma4')")
 
         def read(key, required=False):
             if not required and not gf.has_key(key):
@@ -308,10 +317,16 @@ class Tokenizer:
 
     def _bpe_text(self, text: str, out: list[int]) -> None:
         cache = self._word_cache
+        if self.escape_whitespace:
+            text = text.replace(" ", _SPM_SPACE)
         for word in pre_tokenize(text, self._splitters):
             ids = cache.get(word)
             if ids is None:
-                ids = self._bpe_word(word.encode("utf-8", "surrogatepass").decode("latin-1").translate(_BYTE_ENCODE))
+                if self.escape_whitespace:  # raw characters; a newline run that is a token stays whole
+                    ids = (self.token_to_id[word],) if word.strip("\n") == "" and word in self.token_to_id \
+                        else self._bpe_word(word)
+                else:
+                    ids = self._bpe_word(word.encode("utf-8", "surrogatepass").decode("latin-1").translate(_BYTE_ENCODE))
                 if len(cache) >= _BPE_WORD_CACHE_MAX:
                     cache.clear()
                 cache[word] = ids
@@ -362,9 +377,10 @@ class Tokenizer:
             if i is not None:
                 ids.append(i)
                 continue
-            # not a token: llama.cpp looks each byte up as a one-byte token text
+            # not a token: llama.cpp looks each byte up as a one-byte token text (byte-level
+            # BPE) or as its <0xXX> token (gemma4)
             for b in s.encode("utf-8", "surrogatepass"):
-                i = tid.get(bytes((b,)).decode("utf-8", "surrogateescape"))
+                i = tid.get(f"<0x{b:02X}>" if self.escape_whitespace else bytes((b,)).decode("utf-8", "surrogateescape"))
                 if i is not None:
                     ids.append(i)
         return tuple(ids)
@@ -439,7 +455,7 @@ class Tokenizer:
             elif attr & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED):
                 p = text.encode("utf-8", "surrogateescape")
             elif attr & ATTR_NORMAL:
-                if self.kind == "spm":
+                if self.kind == "spm" or self.escape_whitespace:
                     p = text.replace(_SPM_SPACE, " ").encode("utf-8", "surrogateescape")
                 else:
                     p = _decode_byte_level(text)

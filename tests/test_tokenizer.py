@@ -70,10 +70,12 @@ def _read_vectors(gguf: Path) -> list[tuple[str, list[int]]]:
     return [(s, [int(t) for t in o.split()]) for s, o in zip(inputs, outputs)]
 
 
-# qwen2, qwen35 (Qwen3.5/3.6: letter runs take combining marks), llama-bpe: ours. llama-spm: the SentencePiece path Gemma 3 takes (with a
-# space prefix; Gemma 3 has none). starcoder: the pre-tokenizer SmolLM2's
-# "smollm" selects. gpt-2: the plain GPT-2 splitter that "default" also uses.
-@pytest.mark.parametrize("vocab", ["qwen2", "qwen35", "llama-bpe", "llama-spm", "starcoder", "gpt-2"])
+# qwen2, qwen35 (Qwen3.5/3.6: letter runs take combining marks), llama-bpe,
+# gemma-4 (tokenizer.ggml.model "gemma4": SentencePiece-style BPE): ours.
+# llama-spm: the SentencePiece path Gemma 3 takes (with a space prefix; Gemma 3
+# has none). starcoder: the pre-tokenizer SmolLM2's "smollm" selects. gpt-2: the
+# plain GPT-2 splitter that "default" also uses.
+@pytest.mark.parametrize("vocab", ["qwen2", "qwen35", "llama-bpe", "gemma-4", "llama-spm", "starcoder", "gpt-2"])
 def test_llamacpp_vectors(vocab):
     path = fetch.fetch_llamacpp_vocab(vocab, progress=False)
     cases = _read_vectors(path)
@@ -130,6 +132,23 @@ def test_recorded_strings(vocab, vocab_paths):
     for s, ids in zip(_RECORDED_STRINGS, _RECORDED_IDS[vocab]):
         expect = ids[1:] if t.add_bos else ids
         assert t.encode(s, add_bos=False) == expect, s
+
+
+def test_gemma4_spaces_newline_runs_and_byte_fallback():
+    """Gemma 4's tokenizer: spaces are U+2581 inside tokens (and spaces again
+    when decoded), a run of newlines that is a token stays one token, a
+    character outside the vocabulary falls back to its <0xXX> byte tokens,
+    and BOS is always added; every string decodes back to itself."""
+    t = _tokenizer(str(fetch.fetch_llamacpp_vocab("gemma-4", progress=False)))
+    assert t.add_bos and t.encode("hi")[0] == t.bos_id == 2
+    ids = t.encode("a  b", add_bos=False)
+    assert "".join(t.tokens[i] for i in ids) == "a\u2581\u2581b"
+    nl = "\n" * 3
+    assert nl in t.token_to_id and t.encode(nl, add_bos=False) == [t.token_to_id[nl]]
+    rare = "\U0001F9EC\U0001FAE8"  # the first is a token, the second falls back to its four bytes
+    assert [t.tokens[i] for i in t.encode(rare, add_bos=False)] == ["\U0001F9EC", "<0xF0>", "<0x9F>", "<0xAB>", "<0xA8>"]
+    for s in ("Hello world", "  leading and trailing  ", "x\n\n\ny", rare, "日本語のテキスト", ""):
+        assert t.decode(t.encode(s, add_bos=False)) == s, s
 
 
 def test_qwen35_letter_runs_take_combining_marks():
