@@ -229,6 +229,11 @@ def _save(record: dict, arms: dict, cfg: ABConfig, results_dir) -> Path:
     return results.save({k: v for k, v in record.items() if k != "path"}, "ab", results_dir)
 
 
+def slower_tests(record: dict) -> list[str]:
+    """The tests whose verdict is "slower": what makes ``harness ab`` exit 1."""
+    return [test for test, t in record.get("analysis", {}).items() if t["verdict"] == stats.SLOWER]
+
+
 def format_report(record: dict) -> str:
     lines = [f"model: {record['model']}",
              f"A: {record['arms']['A'].get('label')}  B: {record['arms']['B'].get('label')}",
@@ -239,6 +244,13 @@ def format_report(record: dict) -> str:
         lines.append(f"| {test} | {t['A']['median']:.2f} | {t['A']['p90']:.2f} | {t['B']['median']:.2f} | "
                      f"{t['B']['p90']:.2f} | {t['ratio']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}] | "
                      f"{wins['B']}:{wins['A']} | {t['p_value']:.3g} | {t['verdict']} |")
+    analysis = record.get("analysis", {})
+    if analysis:
+        t = next(iter(analysis.values()))
+        lines.append(f"verdict: \"faster\" / \"slower\" only when B/A of the medians is beyond {t['factor']:g}x "
+                     f"(1/{t['factor']:g}) AND the Mann-Whitney U p < {t['alpha']:g} over the kept rounds (one value "
+                     f"per round and arm); else \"no significant change\". wins B:A: rounds in which each arm "
+                     f"was the faster (a second, independent read).")
     if record.get("skipped_rounds"):
         lines.append(f"skipped rounds: {len(record['skipped_rounds'])} (GPU busy)")
     if record.get("tokens_identical") is not None:

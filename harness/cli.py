@@ -278,6 +278,10 @@ def cmd_ab(args) -> int:
         return 130
     print(ab.format_report(record))
     print(f"saved {record['path']}", file=sys.stderr)
+    slower = ab.slower_tests(record)
+    if slower and not args.allow_slower:
+        print(f"slower: {', '.join(slower)}: exit status 1 (--allow-slower: 0)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -410,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="smallest ratio that counts as a change, > 1 (asv; default 1.05)")
     a.add_argument("--allow-same", action="store_true", help="allow two identical builds")
     a.add_argument("--allow-token-diff", action="store_true", help="do not fail when greedy tokens differ")
+    a.add_argument("--allow-slower", action="store_true",
+                   help="exit 0 even when a test's verdict is \"slower\" (by default exit 1: a CI gate)")
     a.add_argument("--results-dir", default=None, help="results store (default reports/results)")
     a.set_defaults(func=cmd_ab)
 

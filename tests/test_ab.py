@@ -61,6 +61,25 @@ def test_cold_round_dropped_and_verdict(monkeypatch, tmp_path):
     assert t["verdict"] == "faster" and t["wins"]["B"] == 6
     saved = json.loads((tmp_path / "res").glob("ab-*.json").__next__().read_text())
     assert saved["kind"] == "ab" and saved["complete"] and saved["tokens_identical"]
+    assert ab.slower_tests(rec) == []
+    assert "beyond 1.05x (1/1.05) AND the Mann-Whitney U p < 0.05" in ab.format_report(rec)  # the rule, stated
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_a_slower_candidate_fails_the_command(monkeypatch, tmp_path, capsys, allow):
+    """harness ab can gate CI: exit 1 when a test's verdict is "slower"
+    (--allow-slower: 0), naming the tests."""
+    from harness import cli
+
+    _fake(monkeypatch, FakeRunner("A", lambda n: 120.0 + n % 3, sha="a" * 64),
+          FakeRunner("B", lambda n: 100.0 + n % 2, sha="b" * 64))
+    monkeypatch.setattr(cli, "_model", lambda name, check_only=False: None if check_only else (tmp_path / "m.gguf", {}))
+    monkeypatch.setattr(cli, "_workdir", lambda: tmp_path)
+    argv = ["ab", "a.whl", "b.whl", "--rounds", "6", "--results-dir", str(tmp_path / "res")]
+    assert cli.main(argv + (["--allow-slower"] if allow else [])) == (0 if allow else 1)
+    out, err = capsys.readouterr()
+    assert out.count("| slower |") == 2
+    assert ("slower: pp8, tg4: exit status 1" in err) != allow
 
 
 def test_identical_builds_refused(monkeypatch, tmp_path):
