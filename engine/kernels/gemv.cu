@@ -15,11 +15,7 @@ __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const f
     extern __shared__ __align__(16) uint8_t gemv_stage[];
     __shared__ float red[GEMV_MAX_WARPS][R];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NT = blockDim.x;
-    {
-        uint32_t dyn;
-        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-        if (dyn < (uint32_t)((NT / 32) * R * Q::SPAN)) __trap();  // launcher passed too little shared memory
-    }
+    check_stage_smem((NT / 32) * R * Q::SPAN);
     const int row0 = blockIdx.x * R;
     const size_t row_bytes = (size_t)(n_in / Q::QK) * Q::BYTES;
     const int U = n_in / Q::QK * Q::UPB;  // work units per row

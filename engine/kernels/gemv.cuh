@@ -63,6 +63,13 @@
 
 #define U4(v, j) ((j) == 0 ? (v).x : (j) == 1 ? (v).y : (j) == 2 ? (v).z : (v).w)
 
+// The launcher's dynamic shared memory covers the staging buffers, or the kernel stops.
+__device__ __forceinline__ void check_stage_smem(int need) {
+    uint32_t dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < (uint32_t)need) __trap();  // launcher passed too little shared memory
+}
+
 // ---- loads -------------------------------------------------------------------
 __device__ __forceinline__ float4 ld_x4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ float sum4(float4 a) { return (a.x + a.y) + (a.z + a.w); }

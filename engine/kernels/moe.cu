@@ -110,12 +110,6 @@ extern "C" __global__ void moe_route(const float* logits, int T, int n_expert, i
 }
 
 // ---- decode: the selected experts as matrix-vector products ---------------------------
-__device__ __forceinline__ void check_stage_smem(int need) {
-    uint32_t dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < (uint32_t)need) __trap();  // launcher passed too little shared memory
-}
-
 // moe_glu / moe_gemv: grid (row groups, k, T), block NT threads laid out as
 // gemv.cu's (warp w takes units [32w, 32w+32) of every row, then +NT, ...):
 // block (g, j, t) computes RH rows of slot j's expert for token t. With GLU
