@@ -180,6 +180,11 @@ _ROLES = ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "
 for _name in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"):
     PRESETS[f"{_name}-f32"] = replace(PRESETS[_name], name=f"{_name}-f32", vocab="smollm2",
                                       mix=tuple((r, "F32") for r in _ROLES), file_type=FT.ALL_F32)
+# The hybrids' twins (every role of their mix in F32): the CUDA engine's tests hold
+# the hybrid prefill (the chunked delta rule) to fp32 arithmetic with them.
+for _name in ("tiny-qwen35", "tiny-qwen35moe"):
+    PRESETS[f"{_name}-f32"] = replace(PRESETS[_name], name=f"{_name}-f32", vocab="smollm2",
+                                      mix=tuple((r, "F32") for r, _ in PRESETS[_name].mix), file_type=FT.ALL_F32)
 
 # ---------------------------------------------------------------- tensor plan
 

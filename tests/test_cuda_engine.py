@@ -170,29 +170,50 @@ def test_auto_backend_picks_cuda_when_a_gpu_is_usable():
 
 
 HYBRIDS = ["tiny-qwen35", "tiny-qwen35moe"]
+HYBRID_PROMPT = [(37 * i) % 5000 + 3 for i in range(40)]
+
+
+def _hybrid_engines(path):
+    """The NumPy and CUDA engines on ``path``."""
+    import engine
+
+    return (engine.load(path, n_ctx=256, backend="numpy"),
+            engine.load(path, n_ctx=256, backend="cuda", kv_f16=False))
 
 
 @pytest.mark.parametrize("name", HYBRIDS)
-def test_hybrids_match_numpy(name, monkeypatch):
-    """Gated DeltaNet hybrids on the CUDA engine (still refused at load until
-    they pass the catalog on a GPU: let through here): a 40-token prefill (the
-    chunked delta rule) twice, with a reset between (the recurrent state
-    really cleared), then one-token steps (the decode kernels: the token-loop
-    delta rule, views for split), against the NumPy engine."""
-    import engine
-    from engine.backends import cuda
-
-    monkeypatch.setattr(cuda, "PENDING_ARCHS", frozenset())
-    path = catalog.model_path(name, progress=False)
-    ref, gpu = engine.load(path, n_ctx=256, backend="numpy"), engine.load(path, n_ctx=256, backend="cuda",
-                                                                           kv_f16=False)
-    prompt = [(37 * i) % 5000 + 3 for i in range(40)]
+def test_hybrid_decode_matches_numpy(name):
+    """Gated DeltaNet hybrids token by token (the decode kernels: the
+    token-loop delta rule, the conv state, views for split), at the decode
+    tolerance of the quantised models, then again after a reset (the
+    recurrent state really cleared)."""
+    ref, gpu = _hybrid_engines(catalog.model_path(name, progress=False))
     for _ in range(2):
         ref.reset(), gpu.reset()
-        lr, lg = ref.forward(prompt), gpu.forward(prompt)
-        assert np.isfinite(lg).all() and np.abs(lg - lr).max() <= 0.35, float(np.abs(lg - lr).max())
+        for step, tok in enumerate(HYBRID_PROMPT[:16]):
+            lr, lg = ref.forward([tok]), gpu.forward([tok])
+            assert np.isfinite(lg).all() and np.abs(lg - lr).max() <= 2e-2, (step, float(np.abs(lg - lr).max()))
+
+
+def test_hybrid_prefill_matches_numpy(tmp_path):
+    """The hybrid prefill (the chunked delta rule over 40 tokens, twice around
+    a reset), then one-token steps on the state it left, on tiny-qwen35's F32
+    twin: its GEMMs run in fp32, so the decode tolerance of F32 models holds.
+    (Not tiny-qwen35moe's: the grouped expert GEMM rounds to bf16 whatever the
+    weights' type, 0.14 logits there, as the NumPy engine with bf16-rounded
+    experts gives; its recurrent layers are the same code.)"""
+    from engine import synth
+
+    twin = "tiny-qwen35-f32"
+    path = tmp_path / f"{twin}.gguf"
+    synth.write_synthetic(twin, path, vocab_gguf=catalog.vocab_source(synth.PRESETS[twin].vocab, progress=False))
+    ref, gpu = _hybrid_engines(path)
+    for _ in range(2):
+        ref.reset(), gpu.reset()
+        lr, lg = ref.forward(HYBRID_PROMPT), gpu.forward(HYBRID_PROMPT)
+        assert np.isfinite(lg).all() and np.abs(lg - lr).max() <= 2e-3, float(np.abs(lg - lr).max())
     tok = int(np.argmax(lr))
     for step in range(8):
         lr, lg = ref.forward([tok]), gpu.forward([tok])
-        assert np.abs(lg - lr).max() <= 2e-2 + 0.35, (step, float(np.abs(lg - lr).max()))  # prefill's error carried
+        assert np.abs(lg - lr).max() <= 2e-3, (step, float(np.abs(lg - lr).max()))
         tok = int(np.argmax(lr))

@@ -52,7 +52,9 @@ extern "C" __global__ void decay_gates(const float* b, const float* a, const flo
         const int h = i % H;
         beta[i] = 1.0f / (1.0f + __expf(-b[i]));
         const float x = a[i] + dt_bias[h];
-        const float sp = x > 20.0f ? x : logf(1.0f + __expf(x));  // ggml's softplus
+        // ggml's softplus; log1pf, not logf(1 + e^x): fast math makes logf an approximation
+        // whose absolute error (~4e-7) swamps a small e^x
+        const float sp = x > 20.0f ? x : log1pf(__expf(x));
         g[i] = sp * ssm_a[h];
     }
 }
