@@ -94,6 +94,10 @@ def test_gemv_plan_covers_rows_and_threads():
             assert p.blocks * p.rows >= n_out > (p.blocks - 1) * p.rows
             assert 32 <= p.threads <= gemv.MAX_THREADS and p.threads % 32 == 0
             assert p.shared <= 227 * 1024
+            assert p.rows <= gemv.max_rows(t, p.threads) and (p.rows == 1 or p.blocks >= 132)
+    # the rows measured best on the H200 (reports/notes/gemv-rows-2026-11-30.md)
+    assert gemv.gemv_plan(QType.Q4_K, 2048, 5120).rows == 8 and gemv.gemv_plan(QType.Q4_K, 4096, 4096).rows == 16
+    assert gemv.gemv_plan(QType.Q6_K, 4096, 151936).rows == 8 and gemv.gemv_plan(QType.Q4_K, 4096, 1024).rows == 4
 
 
 # ---- GPU ------------------------------------------------------------------------

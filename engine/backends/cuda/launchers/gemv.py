@@ -21,8 +21,17 @@ _GEMV_UNITS = {
     QType.Q8_0: (2, 32, 34), QType.Q4_K: (8, 256, 144), QType.Q5_K: (8, 256, 176), QType.Q6_K: (8, 256, 210),
 }
 ROW_CHOICES = (16, 8, 4, 2, 1)  # GEMV_ROWS values compiled (one module each)
-MIN_BLOCKS_PER_SM = 2           # rows per block: the largest choice that still gives this many blocks per SM
 MAX_THREADS = 256               # gemv.cu GEMV_MAX_THREADS
+
+
+def max_rows(qt: QType, threads: int) -> int:
+    """Rows per block at most: 16 only where a row spans 4+ warps and the type
+    decodes cheaply. The kernel is bound by its decode instructions as much as
+    by memory at these sizes, and more rows per warp lengthen the tail after
+    the last load lands (H200, reports/notes/gemv-rows-2026-11-30.md: Q4_K
+    [5120 x 2048] 5.85 us with 16 rows, 4.79 with 8; Q6_K [151936 x 4096]
+    221 us, 195)."""
+    return 16 if threads >= 128 and qt != QType.Q6_K else 8
 
 
 def _gemv_layout(qt: QType, n_in: int) -> tuple[int, int, int]:
@@ -57,15 +66,15 @@ def gemv_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, rows: int | Non
         upb, qk, nbytes = _gemv_layout(qt, n_in)
         if n_in <= 0 or n_out <= 0 or n_in % qk:
             raise AnvilError(f"CUDA gemv: {qt.name} needs n_in a positive multiple of {qk}, got {n_in} (n_out {n_out})")
-        if rows is None:
-            rows = next((r for r in ROW_CHOICES if -(-n_out // r) >= MIN_BLOCKS_PER_SM * sm_count), 1)
-        elif rows not in ROW_CHOICES:
-            raise AnvilError(f"CUDA gemv: rows per block must be one of {ROW_CHOICES}, got {rows}")
         units = n_in // qk * upb
         # as few passes as possible, then the fewest warps that cover a row in that many
         passes = -(-units // MAX_THREADS)
         per_pass = -(-units // passes)
         threads = min(MAX_THREADS, max(32, (per_pass + 31) // 32 * 32))
+        if rows is None:  # the most rows (up to max_rows) that still give every SM a block
+            rows = next((r for r in ROW_CHOICES if r <= max_rows(qt, threads) and -(-n_out // r) >= sm_count), 1)
+        elif rows not in ROW_CHOICES:
+            raise AnvilError(f"CUDA gemv: rows per block must be one of {ROW_CHOICES}, got {rows}")
         shared = threads // 32 * rows * gemv_span(upb, nbytes)
         plan = GemvPlan(rows, threads, -(-n_out // rows), shared)
         _plans[key] = plan

@@ -14,12 +14,16 @@ from typing import Callable
 import numpy as np
 
 from ....errors import AnvilError
-from ....quants import BLOCK, row_bytes
+from ....quants import BLOCK, QType, row_bytes
 from .. import launch
 from ..device import DArray, Device
 from . import gemv as gemv_launcher
 
 ROW_CHOICES = (16, 8, 4, 2)  # GEMV_ROWS of the expert kernels (even: a GLU warp splits them gate/up)
+# Rows per warp at most. gate/up: as the dense gemv (launchers/gemv.py max_rows). down
+# (short rows: 768 wide at 30B-A3B, 24 Q6_K units for 32 lanes): Q6_K 4 (H200,
+# reports/notes/gemv-rows-2026-11-30.md: down Q6_K 7.55 us at 4 rows, 8.42 at 8; Q4_K 7.66, 5.84).
+DOWN_MAX_ROWS = {QType.Q6_K: 4}
 MAX_WARPS = 8                # moe.cu MOE_MAX_WARPS: selected experts run side by side in a block
 ROUTE_WARPS = 4              # moe.cu: tokens per moe_route block
 MAX_K = 32                   # moe_route: lane j keeps pick j
@@ -63,24 +67,25 @@ def expert_plan(qtype, n_in: int, n_out: int, k: int, T: int, kind: str, sm_coun
                 rows: int | None = None) -> ExpertPlan:
     """Launch plan of moe_glu / moe_gemv (``kind`` "glu", "gemv": a block per
     row group, slot and token, its warps splitting a row's units as the dense
-    gemv) or moe_down ("down": one warp per slot, up to MAX_WARPS). Rows: the
-    most that still give every SM MIN_BLOCKS_PER_SM blocks; ``rows``
-    overrides (tests, tuning)."""
+    gemv) or moe_down ("down": one warp per slot, up to MAX_WARPS). ``rows``
+    overrides the rule below (tests, tuning)."""
     qt = launch.weight_type(qtype, "MoE expert")
     upb, qk, nbytes = gemv_launcher._gemv_layout(qt, n_in)
     if n_in <= 0 or n_out <= 0 or n_in % qk:
         raise AnvilError(f"CUDA MoE experts: {qt.name} needs n_in a positive multiple of {qk}, got {n_in}")
     per_block = (lambda r: r // 2) if kind == "glu" else (lambda r: r)
     slots = 1 if kind == "down" else k
-    if rows is None:
-        want = gemv_launcher.MIN_BLOCKS_PER_SM * sm_count
-        rows = next((r for r in ROW_CHOICES if -(-n_out // per_block(r)) * slots * T >= want), ROW_CHOICES[-1])
-    elif rows not in ROW_CHOICES:
-        raise AnvilError(f"CUDA MoE experts: rows per warp must be one of {ROW_CHOICES}, got {rows}")
     if kind == "down":
         threads = 32 * min(k, MAX_WARPS)
+        cap = DOWN_MAX_ROWS.get(qt, 8)
     else:
-        threads = gemv_launcher.gemv_plan(qt, n_in, n_out, sm_count, rows).threads
+        threads = gemv_launcher.gemv_plan(qt, n_in, n_out, sm_count, 1).threads
+        cap = gemv_launcher.max_rows(qt, threads)
+    if rows is None:  # the most rows (up to cap) that still give every SM a block
+        rows = next((r for r in ROW_CHOICES if r <= cap and -(-n_out // per_block(r)) * slots * T >= sm_count),
+                    ROW_CHOICES[-1])
+    elif rows not in ROW_CHOICES:
+        raise AnvilError(f"CUDA MoE experts: rows per warp must be one of {ROW_CHOICES}, got {rows}")
     shared = threads // 32 * rows * gemv_launcher.gemv_span(upb, nbytes)
     return ExpertPlan(rows, threads, -(-n_out // per_block(rows)), shared)
 
