@@ -77,12 +77,27 @@ def _op(numpy_name: str, numpy_op: Callable, cuda=None):
     return patches
 
 
-def _wrap(numpy_name: str, wrapper: Callable):
-    """Replace a NumPy operator by ``wrapper(real_op, *args)``."""
+def _wrap(numpy_name: str, wrapper: Callable, cuda=None):
+    """Replace a NumPy operator by ``wrapper(real_op, *args)``; ``cuda`` (patches) changes the CUDA backend alike."""
     def patches():
         from engine.backends.numpy import ops
 
         yield mock.patch.object(ops, numpy_name, functools.partial(wrapper, getattr(ops, numpy_name)))
+        if cuda is not None:
+            yield from cuda()
+    return patches
+
+
+def _cuda_op(name: str, method: Callable):
+    """Replace the CUDA backend's operator ``name`` by ``method(real, self, *args)``."""
+    def patches():
+        from engine.backends.cuda import Ops
+
+        real = getattr(Ops, name)
+
+        def op(self, *args):
+            return method(real, self, *args)
+        yield mock.patch.object(Ops, name, op)
     return patches
 
 
@@ -187,6 +202,25 @@ def _gate_halves(real, x, n_head, head_dim):
     T = x.shape[0]
     return np.ascontiguousarray(x[:, :n_head * head_dim]).reshape(T, n_head, head_dim), \
         np.ascontiguousarray(x[:, n_head * head_dim:])
+
+
+def _gate_halves_cuda(real, self, x, n_head, head_dim):
+    """As _gate_halves, with the CUDA backend's column copy."""
+    from engine.backends.cuda import launchers
+
+    T, n = x.shape[0], n_head * head_dim
+    q, gate = self._empty((T, n_head, head_dim)), self._empty((T, n))
+    for y, off in ((q, 0), (gate, n)):
+        launchers.elementwise.copy_cols(self.dev, x, y, T, n, 2 * n, off)
+    return q, gate
+
+
+def _zero_cuda(real, self, *args):
+    from engine.backends.cuda import launchers
+
+    y = real(self, *args)
+    launchers.elementwise.scale(self.dev, y, 0.0)
+    return y
 
 
 def _gelu_quick(x):
@@ -306,22 +340,25 @@ MUTANTS = [
     Mutant("moe-weights-reversed", "each chosen expert weighted by another's routing weight", _moe,
            _moe_weights_reversed),
     Mutant("deltanet-conv-state-dropped", "the DeltaNet conv's carried inputs zeroed on every call", _deltanet,
-           _wrap("causal_conv", _conv_state_dropped)),
+           _wrap("causal_conv", _conv_state_dropped, _kernel_source(
+               "deltanet.cu", "if (j < K - 1) win[j] = state[(size_t)j * C + c];", "if (j < K - 1) win[j] = 0.0f;"))),
     Mutant("deltanet-decay-sign", "DeltaNet's log-decay g with the wrong sign (the state grows)", _deltanet,
-           _wrap("decay_gates", _decay_sign)),
+           _wrap("decay_gates", _decay_sign, _kernel_source("deltanet.cu", "g[i] = sp * ssm_a[h];",
+                                                            "g[i] = -sp * ssm_a[h];"))),
     Mutant("deltanet-l2norm-dropped", "DeltaNet's q and k not L2-normalised", _deltanet,
-           _op("l2_norm", lambda x, eps: x)),
+           _op("l2_norm", lambda x, eps: x, _cuda_op("l2_norm", lambda real, self, x, eps: x))),
     Mutant("deltanet-key-heads-grouped", "value head h reads key head h // (H_v/H_k), not h mod H_k", _deltanet,
-           _wrap("delta_rule", _grouped_key_heads)),
+           _wrap("delta_rule", _grouped_key_heads, _kernel_source("deltanet.cu", "hk = h % H_k;",
+                                                                  "hk = h / (H_v / H_k);"))),
     Mutant("attn-gate-dropped", "the gated attention's sigmoid output gate not applied", lambda c: c.attn_gate,
-           _op("sigmoid_mul", lambda a, g: a)),
+           _op("sigmoid_mul", lambda a, g: a, _cuda_op("sigmoid_mul", lambda real, self, a, g: a))),
     Mutant("q-gate-halves", "the Q projection read as [all q | all gates], not [q | gate] per head",
-           lambda c: c.attn_gate, _wrap("split_gate", _gate_halves)),
+           lambda c: c.attn_gate, _wrap("split_gate", _gate_halves, _cuda_op("split_gate", _gate_halves_cuda))),
     Mutant("rope-partial-full", "every head dim rotated where the file rotates rope.dimension_count of them",
            lambda c: c.n_rot < c.head_dim, _config(n_rot=lambda c: c.head_dim)),
     Mutant("shared-expert-gate-ignored", "the shared expert's gate logit ignored (every token gated by 1/2)",
            lambda c: c.moe is not None and c.moe.n_ff_shexp > 0,
-           _op("dot", lambda x, w: (x[:, :1] * 0))),
+           _op("dot", lambda x, w: (x[:, :1] * 0), _cuda_op("dot", _zero_cuda))),
     Mutant("gelu-erf", "GELU computed with erf instead of llama.cpp's tanh approximation",
            lambda c: c.activation == "gelu_tanh",
            _op("gelu_tanh", _gelu_erf, _kernel_source(
