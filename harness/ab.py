@@ -132,7 +132,7 @@ def prepare_arms(base_spec: str, cand_spec: str, workdir: Path, *, allow_same: b
 
 
 def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, progress=None,
-           results_dir: Path | None = None, runners: dict | None = None) -> dict:
+           results_dir: Path | None = None, save: bool = True, runners: dict | None = None) -> dict:
     """The interleaved A/B of two builds on ``cfg.model``, saved as one
     record (``runners``: the arms from ``prepare_arms``, if already made)."""
     runners = runners or prepare_arms(base_spec, cand_spec, workdir, allow_same=cfg.allow_same)
@@ -181,8 +181,9 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
     except BaseException as e:  # Ctrl-C or a failed run: keep the rounds already measured
         record["interrupted"] = f"{type(e).__name__}: {e}"
         n_measured = max(0, len(record["rounds"]) - 1)  # the cold round is never a result
-        path = _save(record, arms, cfg, results_dir) if n_measured else None
-        said = (f"{n_measured} measured round{'s' * (n_measured != 1)} saved in {path}" if path else
+        path = _save(record, arms, cfg, results_dir, save) if n_measured else None
+        rounds = f"{n_measured} measured round{'s' * (n_measured != 1)}"
+        said = (f"{rounds} saved in {path}" if path else f"{rounds}, not saved (no --save)" if n_measured else
                 "no round was measured, nothing saved")
         if isinstance(e, KeyboardInterrupt):
             raise Interrupted(said) from None
@@ -191,7 +192,8 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
     try:
         _check_tokens(record, arms, cfg)
     finally:
-        record["path"] = str(_save(record, arms, cfg, results_dir))
+        path = _save(record, arms, cfg, results_dir, save)
+        record["path"] = str(path) if path else None
     return record
 
 
@@ -221,12 +223,12 @@ def _analyse(arms: dict, cfg: ABConfig) -> dict:
     return out
 
 
-def _save(record: dict, arms: dict, cfg: ABConfig, results_dir) -> Path:
-    """One record per A/B run, written once (append-only store)."""
+def _save(record: dict, arms: dict, cfg: ABConfig, results_dir, save: bool = True) -> Path | None:
+    """Complete the record's analysis; with ``save``, write it (once: the store is append-only)."""
     record["analysis"] = _analyse(arms, cfg)
     record["measured_rounds"] = sum(1 for r in record["rounds"] if not r["cold"])
     record["nvml_summary"] = {k: v.nvml for k, v in arms.items()}
-    return results.save({k: v for k, v in record.items() if k != "path"}, "ab", results_dir)
+    return results.save({k: v for k, v in record.items() if k != "path"}, "ab", results_dir) if save else None
 
 
 def slower_tests(record: dict) -> list[str]:

@@ -272,12 +272,12 @@ def cmd_ab(args) -> int:
 
     try:
         record = ab.run_ab(args.base, args.candidate, cfg, _workdir(), progress=progress, runners=runners,
-                           results_dir=args.results_dir)
+                           results_dir=args.results_dir, save=_saving(args))
     except ab.Interrupted as e:
         print(f"interrupted: {e}", file=sys.stderr)
         return 130
     print(ab.format_report(record))
-    print(f"saved {record['path']}", file=sys.stderr)
+    print(f"saved {record['path']}" if record["path"] else NOT_SAVED, file=sys.stderr)
     slower = ab.slower_tests(record)
     if slower and not args.allow_slower:
         print(f"slower: {', '.join(slower)}: exit status 1 (--allow-slower: 0)", file=sys.stderr)
@@ -304,11 +304,24 @@ def cmd_bench(args) -> int:
             rec = ab.bench_record(runner, path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
                                   pp_reps=args.pp_repetitions)
             rec.update(identity)
-            rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench", args.results_dir))
+            if _saving(args):
+                rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench",
+                                               args.results_dir))
+                print(f"saved {rec['path']}", file=sys.stderr)
             recs.append(rec)
         rows.append((name, recs))
     print(ab.format_bench(rows))
+    if not _saving(args):
+        print(NOT_SAVED, file=sys.stderr)
     return 0
+
+
+NOT_SAVED = "not saved: --save keeps the records in reports/results (or --results-dir DIR)"
+
+
+def _saving(args) -> bool:
+    """Records enter a store only when asked: --save (the committed store) or an explicit --results-dir."""
+    return bool(args.save or args.results_dir)
 
 
 def cmd_report(args) -> int:
@@ -416,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--allow-token-diff", action="store_true", help="do not fail when greedy tokens differ")
     a.add_argument("--allow-slower", action="store_true",
                    help="exit 0 even when a test's verdict is \"slower\" (by default exit 1: a CI gate)")
-    a.add_argument("--results-dir", default=None, help="results store (default reports/results)")
+    a.add_argument("--save", action="store_true", help="keep the record in the results store (reports/results)")
+    a.add_argument("--results-dir", default=None, help="keep the record in this results store instead")
     a.set_defaults(func=cmd_ab)
 
     b = sub.add_parser("bench", help="benchmark the engine (and llama.cpp) on catalog models or files")
@@ -429,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--pp-repetitions", type=positive_int, default=None,
                    help="repetitions of the prefill test (default: -r); ~40 make its NVML window long enough "
                         "to diagnose")
-    b.add_argument("--results-dir", default=None, help="results store (default reports/results)")
+    b.add_argument("--save", action="store_true", help="keep the records in the results store (reports/results)")
+    b.add_argument("--results-dir", default=None, help="keep the records in this results store instead")
     b.set_defaults(func=cmd_bench)
 
     d = sub.add_parser("doctor", help="what this machine can do, with fixes")

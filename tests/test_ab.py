@@ -152,3 +152,25 @@ def test_bench_record_samples_each_test_in_its_own_process(tmp_path):
     # the prefill test can be repeated more often (a window NVML can read)
     rec = ab.bench_record(r, tmp_path / "m.gguf", n_prompt=8, n_gen=4, reps=2, pp_reps=7)
     assert [len(x["samples_tok_s"]) for x in rec["results"]] == [7, 2] and rec["settings"]["pp_reps"] == 7
+
+
+@pytest.mark.parametrize("save", [False, True])
+def test_records_enter_the_store_only_when_asked(monkeypatch, tmp_path, capsys, save):
+    """Trying `harness ab` or `harness bench` leaves the committed store alone;
+    --save writes there and prints each path."""
+    from harness import cli, runners
+
+    store = tmp_path / "store"
+    monkeypatch.setattr(results, "DEFAULT_DIR", store)
+    monkeypatch.setattr(cli, "_model", lambda name, check_only=False: None if check_only else (tmp_path / "m.gguf", {}))
+    monkeypatch.setattr(cli, "_workdir", lambda: tmp_path)
+    flag = ["--save"] if save else []
+    _fake(monkeypatch, FakeRunner("A", lambda n: 100.0, sha="a" * 64), FakeRunner("B", lambda n: 100.0, sha="b" * 64))
+    assert cli.main(["ab", "a.whl", "b.whl", "--rounds", "2", *flag]) == 0
+    bench = iter([FakeRunner("C", lambda n: 100.0, sha="c" * 64)])
+    monkeypatch.setattr(runners, "make_runner", lambda spec, workdir: next(bench))
+    assert cli.main(["bench", "--model", "m", "-p", "8", "-n", "4", "-r", "2", *flag]) == 0
+    err = capsys.readouterr().err
+    saved = sorted(p.name.split("-")[0] for p in store.glob("*.json")) if store.exists() else []
+    assert saved == (["ab", "bench"] if save else [])
+    assert err.count("saved ") == (2 if save else 0) and (err.count("not saved: --save") == (0 if save else 2))

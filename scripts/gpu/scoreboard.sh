@@ -32,7 +32,7 @@ grep -h "| cuda |" "$OUT"/val-*.txt
 llamacpp_wait $(( 420 - ($(date +%s) - T0) )) || exit 1
 nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem.csv" &
 smi=$!
-python3 -m harness.cli bench --llamacpp llama-bench:$bench --pp-repetitions 40 --model $models 2>&1 | tail -12
+python3 -m harness.cli bench --save --llamacpp llama-bench:$bench --pp-repetitions 40 --model $models 2>&1 | tail -12
 kill $smi
 python3 - "$OUT/mem.csv" <<'PY'
 import sys
