@@ -8,7 +8,8 @@ including its defaults, so a file means the same thing here as there.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 from .errors import GGUFError
 from .gguf_file import GGUFFile
@@ -31,6 +32,8 @@ class MoEConfig:
     n_ff_exp: int
     norm_topk: bool  # renormalise the chosen experts' weights to sum 1 (qwen3moe: always)
     n_ff_shexp: int = 0  # a shared expert of this width beside the routed ones, gated per token (qwen35moe)
+    activation: str = "silu"  # the experts' GLU: "silu" (SwiGLU) or "gelu_tanh" (GeGLU: gemma4)
+    expert_scale: bool = False  # a per-expert scale on the down projection's output (gemma4's ffn_down_exps.scale)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,19 @@ class SSMConfig:
     @property
     def conv_dim(self) -> int:  # q, k and v side by side
         return 2 * self.key_dim + self.value_dim
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What differs between the layers of one model (gemma4: sliding and full
+    layers have their own head width, KV heads and RoPE). ``ModelConfig.layer(il)``
+    is the config with these in place."""
+    head_dim: int
+    n_head_kv: int
+    n_rot: int
+    has_rope_freqs: bool  # the frequency-divisor tensor applies to this layer's RoPE
+    v_from_k: bool        # no attn_v: the values are the K projection (gemma4's full layers)
+    out_scale: bool       # a layer_output_scale scalar multiplies the layer's output
 
 
 @dataclass(frozen=True)
@@ -92,10 +108,25 @@ class ModelConfig:
     ssm: SSMConfig | None = None  # the Gated DeltaNet group, for hybrids (qwen35)
     recurrent: tuple[bool, ...] = ()  # per layer: a recurrent (DeltaNet) layer rather than softmax attention
     attn_gate: bool = False  # the Q projection interleaves a sigmoid output gate per head (qwen35)
+    v_norm: bool = False  # V is RMS-normed per head without a weight (gemma4)
+    v_from_k: bool = False  # see LayerShape (per layer: read through layer(il))
+    out_scale: bool = False  # see LayerShape
+    layer_shapes: tuple[LayerShape, ...] = ()  # per layer, where layers differ; () = all alike
 
     @property
     def n_gqa(self) -> int:
         return self.n_head // self.n_head_kv
+
+    def layer(self, il: int) -> "ModelConfig":
+        """The config as layer ``il`` sees it: its own ``LayerShape`` in place
+        (the config itself when every layer is alike)."""
+        return self._layer_views[il] if self.layer_shapes else self
+
+    @cached_property
+    def _layer_views(self) -> tuple["ModelConfig", ...]:
+        return tuple(replace(self, layer_shapes=(), head_dim=s.head_dim, n_head_kv=s.n_head_kv, n_rot=s.n_rot,
+                             has_rope_freqs=s.has_rope_freqs, v_from_k=s.v_from_k, out_scale=s.out_scale)
+                     for s in self.layer_shapes)
 
     @classmethod
     def from_gguf(cls, gf: GGUFFile) -> "ModelConfig":
@@ -134,8 +165,10 @@ class ModelConfig:
                                      f"(block_count - 1), got {n_mtp!r}")
         n_layer -= n_mtp
         n_head = positive_int("attention.head_count", _scalar(gf, f"{arch}.attention.head_count", key("attention.head_count")))
-        n_head_kv = positive_int("attention.head_count_kv",
-                                 _scalar(gf, f"{arch}.attention.head_count_kv", key("attention.head_count_kv", n_head)))
+        heads_kv = key("attention.head_count_kv", n_head)
+        if arch == "gemma4" and isinstance(heads_kv, list):  # per layer: read in _gemma4
+            heads_kv = heads_kv[0] if heads_kv else None
+        n_head_kv = positive_int("attention.head_count_kv", _scalar(gf, f"{arch}.attention.head_count_kv", heads_kv))
         if n_head % n_head_kv:
             raise GGUFError(gf.path, f"key '{arch}.attention.head_count' ({n_head}) is not a multiple of head_count_kv ({n_head_kv})")
         n_ff = positive_int("feed_forward_length", _scalar(gf, f"{arch}.feed_forward_length", key("feed_forward_length")))
@@ -189,7 +222,30 @@ class ModelConfig:
             softcap = real("final_logit_softcapping", key("final_logit_softcapping", 0.0), zero_ok=True)
             activation = "gelu_tanh"
 
+        gemma4 = {}
+        if arch == "gemma4":
+            gemma4 = _gemma4(gf, arch, key, positive_int, real, n_layer, n_head, head_dim, n_rot, freq_base, freq_scale)
+            swa_window, rope_base, rope_scale = gemma4.pop("swa_window"), gemma4.pop("rope_base"), gemma4.pop("rope_scale")
+            attn_scale = 1.0  # the Q/K norms replace 1/sqrt(d) (f_attention_scale = 1.0)
+            embd_scale = math.sqrt(n_embd)
+            # absent, the key keeps llama.cpp's default of 30 (gemma4 does not reset it, unlike gemma3)
+            softcap = real("final_logit_softcapping", key("final_logit_softcapping", 30.0), zero_ok=True)
+            activation = "gelu_tanh"
+
         moe = None
+        if arch == "gemma4" and gf.has_tensor("blk.0.ffn_gate_inp.weight"):
+            if gf.has_tensor("blk.0.ffn_gate_up_exps.weight"):
+                raise GGUFError(gf.path, "tensor 'blk.0.ffn_gate_up_exps.weight' (merged gate/up experts) is not "
+                                         "supported; convert with separate ffn_gate_exps and ffn_up_exps")
+            n_expert = positive_int("expert_count", key("expert_count"))
+            n_used = positive_int("expert_used_count", key("expert_used_count"))
+            if n_used > n_expert:
+                raise GGUFError(gf.path, f"key '{arch}.expert_used_count' ({n_used}) exceeds expert_count ({n_expert})")
+            n_ff_exp = positive_int("expert_feed_forward_length",
+                                    _scalar(gf, f"{arch}.expert_feed_forward_length", key("expert_feed_forward_length")))
+            # build_moe_ffn with norm_w = true, GELU experts; the dense FFN runs beside them
+            moe = MoEConfig(n_expert, n_used, n_ff_exp, norm_topk=True, activation="gelu_tanh",
+                            expert_scale=gf.has_tensor("blk.0.ffn_down_exps.scale"))
         if arch in ("qwen3moe", "qwen35moe"):
             n_expert = positive_int("expert_count", key("expert_count"))
             n_used = positive_int("expert_used_count", key("expert_used_count"))
@@ -209,7 +265,7 @@ class ModelConfig:
         if arch in HYBRID_ARCHS:
             ssm, recurrent = _deltanet(gf, arch, key, positive_int, n_layer)
 
-        return cls(
+        fields = dict(
             arch=arch, moe=moe, ssm=ssm, recurrent=tuple(recurrent), attn_gate=arch in HYBRID_ARCHS, n_vocab=int(n_vocab), n_ctx_train=positive_int("context_length", key("context_length")),
             n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
             n_ff=n_ff, n_rot=n_rot, rope_type=ROPE_NORM if arch == "llama" else ROPE_NEOX, rms_eps=rms_eps,
@@ -217,13 +273,15 @@ class ModelConfig:
             has_rope_freqs=arch == "llama" and gf.has_tensor("rope_freqs.weight"),
             swa_window=tuple(swa_window), attn_scale=attn_scale, embd_scale=embd_scale,
             final_softcap=softcap, activation=activation,
-            qk_norm=arch in ("qwen3", "qwen3moe", "gemma3", *HYBRID_ARCHS), post_norms=arch == "gemma3",
+            qk_norm=arch in ("qwen3", "qwen3moe", "gemma3", "gemma4", *HYBRID_ARCHS),
+            post_norms=arch in ("gemma3", "gemma4"), v_norm=arch == "gemma4",
             qkv_bias=gf.has_tensor("blk.0.attn_q.bias"),
             output_bias=arch == "qwen2" and gf.has_tensor("output.bias"),
             tied_output=not gf.has_tensor("output.weight"),
             bos_token_id=gf.get("tokenizer.ggml.bos_token_id", None),
             eos_token_id=gf.get("tokenizer.ggml.eos_token_id", None),
         )
+        return cls(**fields | gemma4)
 
 
 def _deltanet(gf: GGUFFile, arch: str, key, positive_int, n_layer: int) -> tuple[SSMConfig, list[bool]]:
@@ -255,6 +313,60 @@ def _deltanet(gf: GGUFFile, arch: str, key, positive_int, n_layer: int) -> tuple
         interval = positive_int("full_attention_interval", key("full_attention_interval", 4))
         recurrent = [(il + 1) % interval != 0 for il in range(n_layer)]
     return SSMConfig(d_conv, n_k, n_v, head_k, d_inner // n_v), recurrent
+
+
+def _gemma4(gf: GGUFFile, arch: str, key, positive_int, real, n_layer: int, n_head: int, head_dim: int,
+            n_rot: int, freq_base: float, freq_scale: float) -> dict:
+    """Gemma 4's layers (llama_model_gemma4::load_arch_hparams, architectures.md §6.1): a required
+    bool per layer saying which slide (``attention.sliding_window_pattern``), each kind with its
+    own head width (``key_length_swa`` on sliding layers), KV heads (``head_count_kv``, a
+    per-layer array) and RoPE: sliding layers ``rope.freq_base_swa`` (default 1e4) unscaled,
+    full ones ``rope.freq_base`` with the ``rope_freqs`` divisors (proportional RoPE).
+    Returns the ModelConfig fields they set."""
+    def per_layer(name, value):
+        if isinstance(value, list):
+            if len(value) < n_layer:
+                raise GGUFError(gf.path, f"key '{arch}.{name}' has {len(value)} entries for {n_layer} layers")
+            return [positive_int(name, v) for v in value[:n_layer]]
+        return [positive_int(name, value)] * n_layer
+
+    pattern = key("attention.sliding_window_pattern")
+    if not isinstance(pattern, list) or len(pattern) < n_layer or not all(isinstance(v, bool) for v in pattern):
+        raise GGUFError(gf.path, f"key '{arch}.attention.sliding_window_pattern' must be a bool per layer "
+                                 f"({n_layer}), got {pattern!r}"[:300])
+    swa = pattern[:n_layer]
+    window = positive_int("attention.sliding_window", key("attention.sliding_window"))
+    for name in ("attention.shared_kv_layers", "embedding_length_per_layer_input"):
+        value = key(name, 0)
+        if value != 0:  # E2B/E4B features: KV sharing, per-layer embeddings
+            raise GGUFError(gf.path, f"key '{arch}.{name}' = {value!r}: only 0 is supported")
+    if gf.has_tensor("blk.0.attn_qkv.weight"):
+        raise GGUFError(gf.path, "tensor 'blk.0.attn_qkv.weight' (fused QKV) is not supported for gemma4")
+    head_swa = positive_int("attention.key_length_swa", key("attention.key_length_swa"))
+    if key("attention.value_length_swa") != head_swa:
+        raise GGUFError(gf.path, f"key '{arch}.attention.value_length_swa' must equal key_length_swa ({head_swa})")
+    # partial rotation is written as frequency divisors (1e30 = unrotated), never as a short n_rot
+    rot_swa = key("rope.dimension_count_swa", n_rot)
+    if n_rot != head_dim or rot_swa != head_swa:
+        raise GGUFError(gf.path, f"keys '{arch}.rope.dimension_count' ({n_rot}) and rope.dimension_count_swa "
+                                 f"({rot_swa}) must equal the head widths {head_dim} and {head_swa}")
+    heads_kv = per_layer("attention.head_count_kv", key("attention.head_count_kv", n_head))
+    for il, h in enumerate(heads_kv):
+        if n_head % h:
+            raise GGUFError(gf.path, f"key '{arch}.attention.head_count' ({n_head}) is not a multiple of "
+                                     f"head_count_kv ({h}) of layer {il}")
+    base_swa = real("rope.freq_base_swa", key("rope.freq_base_swa", 10000.0))
+    shapes = tuple(LayerShape(head_dim=head_swa if swa[il] else head_dim, n_head_kv=heads_kv[il],
+                              n_rot=head_swa if swa[il] else head_dim, has_rope_freqs=not swa[il],
+                              v_from_k=not gf.has_tensor(f"blk.{il}.attn_v.weight"),
+                              out_scale=gf.has_tensor(f"blk.{il}.layer_output_scale.weight"))
+                   for il in range(n_layer))
+    full = [il for il in range(n_layer) if not swa[il]]
+    return {"layer_shapes": shapes, "has_rope_freqs": bool(full),
+            "n_head_kv": heads_kv[full[0]] if full else heads_kv[0],
+            "swa_window": [window if s else 0 for s in swa],
+            "rope_base": [base_swa if s else freq_base for s in swa],
+            "rope_scale": [1.0 if s else freq_scale for s in swa]}
 
 
 def _scalar(gf: GGUFFile, full_key: str, value):

@@ -53,15 +53,18 @@ class Ops(Protocol):
     def geglu(self, g, u):
         """``GELU_tanh(g) ⊙ u``, ``GELU_tanh(x) = 0.5x(1 + tanh(0.7978845608·x·(1 + 0.044715x²)))``."""
 
-    def moe_route(self, x, router, k, norm):
-        """Per row of x ``[T, n_embd]``: ``p = softmax(router·x)`` over the ``[n_expert, n_embd]``
+    def moe_route(self, x, router, k, norm, scale=1.0):
+        """Per row of x ``[T, n_embd]``: ``p = softmax(router·(x·scale))`` over the ``[n_expert, n_embd]``
         router's experts, the top ``k`` by p (ties to the lower id, in descending order) and their
         weights ``p[ids]``, divided by ``max(Σ, 2^-14)`` when ``norm``. (ids int32 ``[T, k]``,
         weights ``[T, k]``)."""
 
-    def moe_ffn(self, x, ids, weights, gate_exps, up_exps, down_exps, add=None):
-        """``Σ_j weights[t, j] · down[e]·(SiLU(gate[e]·x_t) ⊙ (up[e]·x_t))``, ``e = ids[t, j]``, summed
-        in selection order (``+ add``, a residual); expert tensors ``[n_expert, n_out, n_in]``. ``[T, n_embd]``."""
+    def moe_ffn(self, x, ids, weights, gate_exps, up_exps, down_exps, add=None, activation="silu",
+                down_scale=None):
+        """``Σ_j weights[t, j] · s[e] · down[e]·(act(gate[e]·x_t) ⊙ (up[e]·x_t))``, ``e = ids[t, j]``, summed
+        in selection order (``+ add``, a residual); ``act`` SiLU or tanh-GELU (``activation`` "silu" or
+        "gelu_tanh"), ``s = down_scale [n_expert]`` (1 if None); expert tensors ``[n_expert, n_out, n_in]``.
+        ``[T, n_embd]``."""
 
     def split(self, x, sizes):
         """The columns of ``x [T, Σ sizes]`` as consecutive ``[T, size]`` pieces."""
@@ -90,6 +93,10 @@ class Ops(Protocol):
         """The gated delta rule over the layer ``state``'s ``S [H_v, S_k, S_v]``, token by token: value head h
         with key head ``h mod H_k``, ``S ← e^g S``, ``S ← S + k (β (v − Sᵀk))ᵀ``, out ``Sᵀq / √S_v``.
         q, k ``[T, H_k, S_k]``, v ``[T, H_v, S_v]``, g, beta ``[T, H_v]``; ``[T, H_v, S_v]``."""
+
+    def mul(self, x, w):
+        """``x ⊙ w`` for a 1-D weight ``w`` broadcast over the rows: ``[n]``, or ``[1]`` (a scalar:
+        gemma4's layer_output_scale)."""
 
     def softcap(self, x, cap):
         """``cap · tanh(x / cap)`` (gemma's final logit softcap)."""

@@ -38,7 +38,7 @@ from gguf import GGUFValueType as V
 from gguf import LlamaFileType as FT
 
 from .atomic import atomic_open
-from .config import ModelConfig
+from .config import ModelConfig, MoEConfig
 from .gguf_file import GGUFFile
 from .models import family
 from .models.weights import GLOBAL
@@ -85,6 +85,15 @@ class Preset:
     ssm_v_heads: int = 0
     ssm_head: int = 0
     full_attention_interval: int = 0
+    # gemma4: sliding layers have heads of head_dim_swa and n_head_kv_swa KV heads (head_dim and
+    # n_head_kv are the full layers'); layer il is full iff il % swa_period == swa_period - 1 or
+    # it is the last; full layers rotate rope_partial of their dims (through rope_freqs) and have
+    # no attn_v; out_scale: a layer_output_scale per layer
+    head_dim_swa: int = 0
+    n_head_kv_swa: int = 0
+    swa_period: int = 0
+    rope_partial: float = 0.0
+    out_scale: bool = False
 
 
 _TINY = dict(n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512)
@@ -111,6 +120,26 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            mix=(("token_embd", "Q5_K"), ("attn_q", "Q5_K"), ("attn_k", "Q5_K"), ("attn_v", "Q6_K"),
                 ("attn_output", "BF16"), ("ffn_gate", "Q5_K"), ("ffn_up", "Q5_K"),
                 ("ffn_down", "Q6_K"))),
+    # Gemma 4: 4 sliding layers (heads of 64, 2 KV heads, window 16) and 2 full ones (heads of
+    # 128, 1 KV head, no attn_v, RoPE on a quarter of each head); every layer output scaled.
+    # The head is set as tiny-gemma3's (softcap 30 over the same 262144-token vocabulary).
+    Preset("tiny-gemma4", "gemma4", n_embd=256, n_layer=6, n_head=4, n_head_kv=1, head_dim=128,
+           n_ff=512, context_length=262144, rope_freq_base=1e6, rms_eps=1e-6, vocab="gemma-4",
+           tied=True, sliding_window=16, rope_freq_base_swa=10000.0, softcap=30.0, rope_freqs=True,
+           head_dim_swa=64, n_head_kv_swa=2, swa_period=3, rope_partial=0.25, out_scale=True,
+           logit_std=3.5, head_row_sigma=0.3, file_type=FT.MOSTLY_Q5_K_M,
+           mix=(("token_embd", "Q5_K"), ("attn_q", "Q5_K"), ("attn_k", "Q4_K"), ("attn_v", "Q6_K"),
+                ("attn_output", "Q8_0"), ("ffn_gate", "Q5_K"), ("ffn_up", "Q4_K"), ("ffn_down", "Q6_K"))),
+    # ...with 8 GeGLU experts of width 256 (2 per token) beside a dense MLP of 256 on every layer.
+    Preset("tiny-gemma4moe", "gemma4", n_embd=256, n_layer=4, n_head=4, n_head_kv=1, head_dim=128,
+           n_ff=256, context_length=262144, rope_freq_base=1e6, rms_eps=1e-6, vocab="gemma-4",
+           tied=True, sliding_window=16, rope_freq_base_swa=10000.0, softcap=30.0, rope_freqs=True,
+           head_dim_swa=64, n_head_kv_swa=2, swa_period=2, rope_partial=0.25, out_scale=True,
+           n_expert=8, n_expert_used=2, n_ff_exp=256,
+           logit_std=3.5, head_row_sigma=0.3, file_type=FT.MOSTLY_Q4_K_M,
+           mix=(("token_embd", "Q6_K"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"), ("attn_v", "Q6_K"),
+                ("attn_output", "Q5_K"), ("ffn_gate", "Q4_K"), ("ffn_up", "Q4_K"), ("ffn_down", "Q6_K"),
+                ("ffn_gate_exps", "Q4_K"), ("ffn_up_exps", "Q5_K"), ("ffn_down_exps", "Q8_0"))),
     # The 8B shapes' head is scaled past the napkin target: at its median 1.5
     # llama.cpp's CUDA references measured median top-2 margins of 1.52-1.56;
     # logit std 17 puts them near 2.5, above the decisive 2.
@@ -167,6 +196,22 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("qwen3moe-30b-a3b", "qwen3moe", n_embd=2048, n_layer=48, n_head=32, n_head_kv=4, head_dim=128,
            n_ff=6144, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2", n_expert=128,
            n_expert_used=8, n_ff_exp=768, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
+    # Gemma 4 31B (50 sliding layers of 32 heads of 256 over 16 KV heads, window 1024; 10 full
+    # ones of 32 heads of 512 over 4, RoPE on 128 of 512 dims; FFN 21504) and 26B-A4B (25 + 5
+    # layers, 16 heads over 8 / 2 KV heads, a dense MLP of 2112 beside 128 experts of 704, 8 per
+    # token): catalog-shapes.md §5-6, Q4_K_M as llama.cpp assigns it (rows of 2112 and 704 are
+    # not whole K-quant blocks: its fallback types).
+    Preset("gemma4-31b", "gemma4", n_embd=5376, n_layer=60, n_head=32, n_head_kv=4, head_dim=512,
+           n_ff=21504, context_length=262144, rope_freq_base=1e6, rms_eps=1e-6, vocab="gemma-4",
+           tied=True, sliding_window=1024, rope_freq_base_swa=10000.0, softcap=30.0, rope_freqs=True,
+           head_dim_swa=256, n_head_kv_swa=16, swa_period=6, rope_partial=0.25, out_scale=True,
+           logit_std=3.5, head_row_sigma=0.3, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M),
+    Preset("gemma4-26b-a4b", "gemma4", n_embd=2816, n_layer=30, n_head=16, n_head_kv=2, head_dim=512,
+           n_ff=2112, context_length=262144, rope_freq_base=1e6, rms_eps=1e-6, vocab="gemma-4",
+           tied=True, sliding_window=1024, rope_freq_base_swa=10000.0, softcap=30.0, rope_freqs=True,
+           head_dim_swa=256, n_head_kv_swa=8, swa_period=6, rope_partial=0.25, out_scale=True,
+           n_expert=128, n_expert_used=8, n_ff_exp=704,
+           logit_std=3.5, head_row_sigma=0.3, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M),
     Preset("llama3-8b", "llama", n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=14336, context_length=131072, rope_freq_base=500000.0, rms_eps=1e-5,
            vocab="llama-bpe", rope_freqs=True, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
@@ -223,7 +268,14 @@ def preset_config(p: Preset, n_vocab: int) -> ModelConfig:
         path = Path(d) / "metadata.gguf"
         path.write_bytes(struct.pack("<IIQQ", GGUF_MAGIC, GGUF_VERSION, 0, len(kvs)) + b"".join(kvs))
         cfg = ModelConfig.from_gguf(GGUFFile(path))
-    return replace(cfg, qkv_bias=p.qkv_bias, has_rope_freqs=p.rope_freqs, tied_output=p.tied)
+    cfg = replace(cfg, qkv_bias=p.qkv_bias, has_rope_freqs=p.rope_freqs, tied_output=p.tied)
+    if p.arch == "gemma4":  # tensors decide: no attn_v on full layers, the output scales, the experts
+        cfg = replace(cfg, layer_shapes=tuple(replace(s, v_from_k=not cfg.swa_window[il], out_scale=p.out_scale)
+                                              for il, s in enumerate(cfg.layer_shapes)))
+        if p.n_expert:
+            cfg = replace(cfg, moe=MoEConfig(p.n_expert, p.n_expert_used, p.n_ff_exp, norm_topk=True,
+                                             activation="gelu_tanh", expert_scale=True))
+    return cfg
 
 
 def _converter_order(specs: list) -> list:
@@ -250,14 +302,17 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
 
     fam = family(cfg.arch)
     wv_layers = [i for i in range(cfg.n_layer)  # the layers with an attn_v tensor, in file order
-                 if any(s.gguf_name.endswith("attn_v.weight") and s.required(cfg) for s in fam.layer_tensors(cfg, i).values())]
+                 if any(s.gguf_name.endswith("attn_v.weight") and s.required(cfg.layer(i))
+                        for s in fam.layer_tensors(cfg, i).values())]
 
-    def qtype(role: str, il: int = -1) -> T:
+    def qtype(role: str, il: int = -1, n_in: int = 0) -> T:
         if role == "ffn_gate_inp":
             return T.F32  # the router: llama.cpp's quantizer never quantises it
         if mix is not None:
             return mix[role]
-        return _q4_k_m(role, il, p, (wv_layers.index(il), len(wv_layers)) if role == "attn_v" else None)
+        qt = _q4_k_m(role, il, p, (wv_layers.index(il), len(wv_layers)) if role == "attn_v" else None)
+        # tensor_type_fallback: a row that is not whole 256-blocks takes a 32-block type
+        return {T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}[qt] if n_in % GGML_QUANT_SIZES[qt][0] else qt
 
     def ne(shape) -> tuple[int, ...]:  # GGUF order: ne0 (the row length) first
         return tuple(reversed(shape))
@@ -280,17 +335,25 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
     if GLOBAL["rope_freqs"].required(cfg):
         out.append(("rope_freqs.weight", ne(GLOBAL["rope_freqs"].shape(cfg)), T.F32, "rope_freqs", 0.0))
     for il in range(cfg.n_layer):
-        for spec in _converter_order([s for s in fam.layer_tensors(cfg, il).values() if s.required(cfg)]):
-            name, shape = spec.gguf_name.format(i=il), spec.shape(cfg)
+        lc = cfg.layer(il)
+        for spec in _converter_order([s for s in fam.layer_tensors(cfg, il).values() if s.required(lc)]):
+            name, shape = spec.gguf_name.format(i=il), spec.shape(lc)
             if len(shape) == 1:
                 bias = name.endswith(".bias")
                 if name.endswith("ffn_gate_inp_shexp.weight"):  # a vector of weights: a gate logit ~N(0, 1)
                     out.append((name, ne(shape), T.F32, "bias", GAIN / math.sqrt(shape[0])))
                     continue
                 kind = "bias" if bias else "decay" if name.endswith(".ssm_a") else "norm"
-                out.append((name, ne(shape), T.F32, kind, BIAS_STD if bias else 0.0))
+                gain = 0.0
+                if cfg.attn_scale == 1.0 and name.endswith(("attn_q_norm.weight", "attn_k_norm.weight")):
+                    # no 1/sqrt(d) on q·k (gemma4): the Q and K norms carry d^-1/4 each, so
+                    # attention logits have unit std instead of sqrt(d) (a near-argmax softmax
+                    # that turns rounding noise into different attention choices)
+                    gain = shape[0] ** -0.25
+                out.append((name, ne(shape), T.F32, kind, BIAS_STD if bias else gain))
             else:  # role: "attn_q" of blk.N.attn_q.weight; unit-RMS inputs give O(1) outputs
-                out.append((name, ne(shape), qtype(name.split(".")[2], il), "weight", GAIN / math.sqrt(shape[-1])))
+                out.append((name, ne(shape), qtype(name.split(".")[2], il, shape[-1]), "weight",
+                            GAIN / math.sqrt(shape[-1])))
     out.append(("output_norm.weight", ne(GLOBAL["output_norm"].shape(cfg)), T.F32,
                 "norm_signed" if p.tied else "norm", out_gain))
     if not p.tied:
@@ -327,7 +390,12 @@ def _logit_std(p: Preset, n_vocab: int) -> float:
 
 
 def _rope_freqs(p: Preset) -> np.ndarray:
-    """Llama-3.1 rope factors as conversion/llama.py computes them (factor 8, low 1, high 4, orig 8192)."""
+    """Llama-3.1 rope factors as conversion/llama.py computes them (factor 8, low 1, high 4, orig 8192);
+    gemma4's proportional RoPE as conversion/gemma.py writes it: divisor 1 on the first
+    rope_partial of the pairs, 1e30 (no rotation) on the rest."""
+    if p.rope_partial:
+        n_rot = int(p.head_dim * p.rope_partial) // 2
+        return np.array([1.0] * n_rot + [1e30] * (p.head_dim // 2 - n_rot), dtype=np.float32)
     factor, low, high, old = 8.0, 1.0, 4.0, 8192
     out = []
     for i in range(0, p.head_dim, 2):
@@ -530,6 +598,8 @@ def _kv(key: str, vt: V, val) -> bytes:
     if vt == V.STRING:
         s = val.encode()
         return head + struct.pack("<Q", len(s)) + s
+    if vt == V.ARRAY and all(isinstance(v, bool) for v in val):  # of BOOL
+        return head + struct.pack("<IQ", V.BOOL, len(val)) + bytes(int(v) for v in val)
     if vt == V.ARRAY:  # of INT32
         return head + struct.pack("<IQ", V.INT32, len(val)) + struct.pack(f"<{len(val)}i", *val)
     return head + struct.pack({V.UINT32: "<I", V.FLOAT32: "<f"}[vt], val)
@@ -544,9 +614,17 @@ def _metadata(p: Preset, n_vocab: int) -> list[bytes]:
                  ("attention.head_count", p.n_head), ("attention.head_count_kv", p.n_head_kv),
                  ("attention.key_length", p.head_dim), ("attention.value_length", p.head_dim),
                  ("rope.dimension_count", p.n_rot or p.head_dim), ("vocab_size", n_vocab)):
-        kv.append(_kv(f"{a}.{k}", V.UINT32, v))
+        if not (p.swa_period and k == "attention.head_count_kv"):  # gemma4: an array, per layer (below)
+            kv.append(_kv(f"{a}.{k}", V.UINT32, v))
     kv.append(_kv(f"{a}.rope.freq_base", V.FLOAT32, p.rope_freq_base))
     kv.append(_kv(f"{a}.attention.layer_norm_rms_epsilon", V.FLOAT32, p.rms_eps))
+    if p.swa_period:  # gemma4: per-layer kinds and the sliding layers' own heads (conversion/gemma.py)
+        swa = [il % p.swa_period != p.swa_period - 1 and il != p.n_layer - 1 for il in range(p.n_layer)]
+        kv.append(_kv(f"{a}.attention.sliding_window_pattern", V.ARRAY, swa))
+        kv.append(_kv(f"{a}.attention.head_count_kv", V.ARRAY, [p.n_head_kv_swa if s else p.n_head_kv for s in swa]))
+        for k, v in (("attention.key_length_swa", p.head_dim_swa), ("attention.value_length_swa", p.head_dim_swa),
+                     ("rope.dimension_count_swa", p.head_dim_swa), ("embedding_length_per_layer_input", 0)):
+            kv.append(_kv(f"{a}.{k}", V.UINT32, v))
     if p.sliding_window:
         kv.append(_kv(f"{a}.attention.sliding_window", V.UINT32, p.sliding_window))
         kv.append(_kv(f"{a}.rope.freq_base_swa", V.FLOAT32, p.rope_freq_base_swa))

@@ -67,7 +67,7 @@ def variants(entry: catalog.Entry, reference_set: str) -> dict:
 def budget(entry: catalog.Entry, reference_set: str) -> catalog.Gate | None:
     if not is_fp32(entry, reference_set):
         return None
-    return GELU_F16_BUDGET if entry.arch == "gemma3" else FP32_BUDGET
+    return GELU_F16_BUDGET if entry.arch in ("gemma3", "gemma4") else FP32_BUDGET
 
 
 def propose(entry: catalog.Entry, reference_set: str, spread: list) -> catalog.Gate:

@@ -61,7 +61,7 @@ def _tensor(pattern: str, change: Callable):
 
         def raw(self, name):
             data = real(self, name)
-            return change(self, data) if re.fullmatch(pattern, name) else data
+            return change(self, name, data) if re.fullmatch(pattern, name) else data
         yield mock.patch.object(GGUFFile, "raw", raw)
     return patches
 
@@ -121,14 +121,16 @@ def _kernel_source(file: str, old: str, new: str):
     return patches
 
 
-def _regroup_q_heads(gf, data):
+def _regroup_q_heads(gf, name, data):
     """Query head rows reordered so that the head in slot j is head
     (j mod g)·n_kv + j div g: each query head meets KV head h mod n_kv
-    instead of h div g (g = n_head / n_head_kv)."""
+    instead of h div g (g = n_head / n_head_kv, n_head_kv the layer's)."""
     import numpy as np
 
-    h, hkv = gf.get(f"{gf.get('general.architecture')}.attention.head_count"), \
-        gf.get(f"{gf.get('general.architecture')}.attention.head_count_kv")
+    arch = gf.get("general.architecture")
+    h, hkv = gf.get(f"{arch}.attention.head_count"), gf.get(f"{arch}.attention.head_count_kv")
+    if isinstance(hkv, list):  # per layer (gemma4)
+        hkv = hkv[int(name.split(".")[1])]
     g = h // hkv
     perm = np.array([(j % g) * hkv + j // g for j in range(h)])
     return np.ascontiguousarray(data.reshape(h, -1)[perm]).reshape(data.shape)
@@ -145,13 +147,13 @@ def _moe(c):
     return c.moe is not None
 
 
-def _moe_route_sigmoid(x, router, k, norm):
+def _moe_route_sigmoid(x, router, k, norm, scale=1.0):
     """Router gating by sigmoid instead of softmax (another family's choice)."""
     import numpy as np
 
     from engine.backends.numpy.ops import MOE_NORM_CLAMP
 
-    p = (1.0 / (1.0 + np.exp(-(x @ router.T).astype(np.float64)))).astype(np.float32)
+    p = (1.0 / (1.0 + np.exp(-((x * np.float32(scale)) @ router.T).astype(np.float64)))).astype(np.float32)
     ids = np.argsort(-p, axis=-1, kind="stable")[:, :k].astype(np.int32)
     w = np.take_along_axis(p, ids, axis=-1)
     return ids, (w / np.maximum(w.sum(axis=-1, keepdims=True), MOE_NORM_CLAMP) if norm else w).astype(np.float32)
@@ -164,8 +166,8 @@ def _moe_weights_reversed():
 
     real = ops.moe_route
 
-    def route(x, router, k, norm):
-        ids, w = real(x, router, k, norm)
+    def route(x, router, k, norm, scale=1.0):
+        ids, w = real(x, router, k, norm, scale)
         return ids, w[:, ::-1]
     yield mock.patch.object(ops, "moe_route", route)
     yield from _kernel_source("moe.cu", "weights[(size_t)t * k + lane] = finite ? my_w * scale",
@@ -249,6 +251,18 @@ def _drop_attn_norm_weights():
     yield mock.patch.object(weights, "load", load)
 
 
+def _layers(**changes):
+    """Change every layer's LayerShape fields (gemma4's per-layer geometry)."""
+    return lambda c: tuple(dataclasses.replace(s, **changes) for s in c.layer_shapes)
+
+
+def _ones(gf, name, data):
+    """A 1-D F32 tensor read as all ones (a scale the engine forgot)."""
+    import numpy as np
+
+    return np.ones_like(data)
+
+
 def _rotate(t: tuple) -> tuple:
     return t[1:] + t[:1]
 
@@ -290,8 +304,9 @@ MUTANTS = [
            _config(rope_base=lambda c: tuple(b * 1.01 for b in c.rope_base))),
     Mutant("rope-type", "RoPE pairs swapped: NEOX (i, i+d/2) for NORM (2i, 2i+1) and back", _any,
            _config(rope_type=lambda c: ROPE_NEOX if c.rope_type == ROPE_NORM else ROPE_NORM)),
-    Mutant("rope-freqs-ignored", "llama-3 rope_freqs frequency divisors not applied", lambda c: c.has_rope_freqs,
-           _config(has_rope_freqs=lambda c: False)),
+    Mutant("rope-freqs-ignored", "rope_freqs frequency divisors not applied (llama-3's; gemma4's proportional RoPE)",
+           lambda c: c.has_rope_freqs, _config(has_rope_freqs=lambda c: False,
+                                               layer_shapes=_layers(has_rope_freqs=False))),
     Mutant("rms-eps", "RMSNorm epsilon x100", _any, _config(rms_eps=lambda c: c.rms_eps * 100)),
     Mutant("attn-scale", "attention scale x1.05", _any, _config(attn_scale=lambda c: c.attn_scale * 1.05)),
     Mutant("softcap-half", "final logit softcap at half its value", lambda c: c.final_softcap > 0,
@@ -359,6 +374,15 @@ MUTANTS = [
     Mutant("shared-expert-gate-ignored", "the shared expert's gate logit ignored (every token gated by 1/2)",
            lambda c: c.moe is not None and c.moe.n_ff_shexp > 0,
            _op("dot", lambda x, w: (x[:, :1] * 0), _cuda_op("dot", _zero_cuda))),
+    Mutant("v-norm-dropped", "V not RMS-normed per head (gemma4)", lambda c: c.v_norm, _config(v_norm=lambda c: False)),
+    Mutant("kq-scale-sqrt-d", "q·k scaled by 1/sqrt(head_dim) where the Q/K norms replace it (gemma4: 1)",
+           lambda c: c.arch == "gemma4", _config(attn_scale=lambda c: 1.0 / c.head_dim ** 0.5)),
+    Mutant("layer-scale-ignored", "the per-layer layer_output_scale not applied (gemma4)",
+           lambda c: any(s.out_scale for s in c.layer_shapes), _config(layer_shapes=_layers(out_scale=False))),
+    Mutant("router-scale-ignored", "the router input's scale vector ffn_gate_inp.scale not applied (gemma4)",
+           lambda c: c.arch == "gemma4" and c.moe is not None, _tensor(r"blk\.\d+\.ffn_gate_inp\.scale", _ones)),
+    Mutant("expert-scale-ignored", "the per-expert output scale ffn_down_exps.scale not applied (gemma4)",
+           lambda c: c.moe is not None and c.moe.expert_scale, _tensor(r"blk\.\d+\.ffn_down_exps\.scale", _ones)),
     Mutant("gelu-erf", "GELU computed with erf instead of llama.cpp's tanh approximation",
            lambda c: c.activation == "gelu_tanh",
            _op("gelu_tanh", _gelu_erf, _kernel_source(

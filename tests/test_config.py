@@ -59,3 +59,55 @@ def test_mtp_blocks_are_not_layers(tmp_path):
     assert c.n_layer == 3 and c.recurrent == (True, True, True)
     with pytest.raises(GGUFError, match=r"key 'qwen35.nextn_predict_layers' must be an integer in 0..3"):
         config(4)
+
+
+def _metadata_config(tmp_path, preset: str, extra=(), drop=()):
+    """ModelConfig of a tensor-less GGUF holding a preset's metadata (plus ``extra`` keys, minus ``drop``)."""
+    import struct
+
+    from engine import synth
+
+    p = synth.PRESETS[preset]
+    kvs = [kv for kv in synth._metadata(p, 1000) if not any(f"{p.arch}.{d}".encode() in kv[:120] for d in drop)]
+    kvs += [synth._kv(*e) for e in extra]
+    path = tmp_path / f"{preset}-{len(list(tmp_path.iterdir()))}.gguf"
+    path.write_bytes(struct.pack("<IIQQ", synth.GGUF_MAGIC, synth.GGUF_VERSION, 0, len(kvs)) + b"".join(kvs))
+    return ModelConfig.from_gguf(GGUFFile(path))
+
+
+def test_gemma4_layers_have_their_own_geometry(tmp_path):
+    """Gemma 4 (architectures.md §6.1): the sliding-window pattern is a bool per
+    layer; sliding layers take key_length_swa, their own KV-head count from the
+    per-layer array, base freq_base_swa unscaled and no frequency divisors;
+    full layers key_length, base rope.freq_base and the rope_freqs divisors;
+    attention scale 1 and the softcap defaulting to 30 when the key is absent."""
+    import pytest
+
+    from engine.errors import GGUFError
+    from gguf import GGUFValueType as V
+
+    c = _metadata_config(tmp_path, "gemma4-31b", drop=("final_logit_softcapping",))
+    full = [il for il in range(60) if not c.swa_window[il]]
+    assert full == list(range(5, 60, 6)) and {w for w in c.swa_window if w} == {1024}
+    swa, glob = c.layer(0), c.layer(5)
+    assert (swa.head_dim, swa.n_head_kv, swa.n_rot, swa.has_rope_freqs) == (256, 16, 256, False)
+    assert (glob.head_dim, glob.n_head_kv, glob.n_rot, glob.has_rope_freqs) == (512, 4, 512, True)
+    assert (c.rope_base[0], c.rope_scale[0], c.rope_base[5]) == (10000.0, 1.0, 1e6)
+    assert c.attn_scale == 1.0 and c.final_softcap == 30.0 and c.v_norm and c.qk_norm and c.post_norms
+    assert c.embd_scale == math.sqrt(5376) and c.activation == "gelu_tanh" and c.has_rope_freqs
+    assert c.layer(0).layer(0) is c.layer(0)  # a layer's view is final
+    with pytest.raises(GGUFError, match=r"missing required key 'gemma4.attention.sliding_window_pattern'"):
+        _metadata_config(tmp_path, "gemma4-31b", drop=("attention.sliding_window_pattern",))
+    with pytest.raises(GGUFError, match=r"key 'gemma4.attention.sliding_window_pattern' must be a bool per layer"):
+        _metadata_config(tmp_path, "gemma4-31b", drop=("attention.sliding_window_pattern",),
+                         extra=[("gemma4.attention.sliding_window_pattern", V.ARRAY, [1] * 60)])
+    with pytest.raises(GGUFError, match=r"key 'gemma4.embedding_length_per_layer_input' = 256: only 0 is supported"):
+        _metadata_config(tmp_path, "gemma4-31b", drop=("embedding_length_per_layer_input",),
+                         extra=[("gemma4.embedding_length_per_layer_input", V.UINT32, 256)])
+    with pytest.raises(GGUFError, match=r"must equal the head widths 512 and 256"):
+        _metadata_config(tmp_path, "gemma4-31b", drop=("rope.dimension_count_swa",),
+                         extra=[("gemma4.rope.dimension_count_swa", V.UINT32, 128)])
+    with pytest.raises(GGUFError, match=r"key 'gemma4.attention.head_count' \(32\) is not a multiple of "
+                                        r"head_count_kv \(5\) of layer 5"):
+        _metadata_config(tmp_path, "gemma4-31b", drop=("attention.head_count_kv",),
+                         extra=[("gemma4.attention.head_count_kv", V.ARRAY, [16, 16, 16, 16, 16, 5] * 10)])

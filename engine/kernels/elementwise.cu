@@ -189,3 +189,21 @@ extern "C" __global__ void copy_cols(const float* x, float* y, int rows, int col
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) yr[c] = xr[c];
     }
 }
+
+// y[r, i] = x[r, i] * w[i % n_w]: a weight row broadcast over the rows
+// (n_w = n), or one scalar (n_w = 1: gemma4's layer_output_scale). grid
+// (ceil(n/256) capped, rows capped); the loops stride by it.
+extern "C" __global__ void mul_rows(const float* x, const float* w, float* y, int rows, int n, int n_w) {
+    KERNEL_START();
+    for (int r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+            y[(size_t)r * n + i] = x[(size_t)r * n + i] * w[n_w == 1 ? 0 : i];
+}
+
+// y[i] = w[i] * s[ids[i]]: each routing weight times its expert's scale
+// (gemma4's ffn_down_exps.scale; llama.cpp scales the expert's output, the
+// same product in another order).
+extern "C" __global__ void mul_gather(const float* w, const int* ids, const float* s, float* y, int n) {
+    KERNEL_START();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = w[i] * s[ids[i]];
+}

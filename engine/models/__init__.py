@@ -21,9 +21,9 @@ The embedding, the final norm and the head are shared (``weights.GLOBAL``,
 from __future__ import annotations
 
 from ..errors import AnvilError
-from . import gemma3, llama, qwen3moe, qwen35
+from . import gemma3, gemma4, llama, qwen3moe, qwen35
 
-FAMILIES = {arch: module for module in (llama, qwen3moe, gemma3, qwen35) for arch in module.ARCHS}
+FAMILIES = {arch: module for module in (llama, qwen3moe, gemma3, qwen35, gemma4) for arch in module.ARCHS}
 
 
 def family(arch: str):

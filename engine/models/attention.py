@@ -4,11 +4,15 @@ shares (architectures.md §0.3, §0.4; llama.cpp's ``build_qkv`` and
 
     n = RMSNorm(x)·attn_norm
     Q, K, V = Wq·n + bq, Wk·n + bk, Wv·n + bv             (biases: qwen2)
-    Q, K = RMSNorm_head(Q)·q_norm, RMSNorm_head(K)·k_norm  (qwen3, gemma3, qwen35)
+    V = Wk·n                                               (no attn_v: gemma4's full layers)
+    Q, K = RMSNorm_head(Q)·q_norm, RMSNorm_head(K)·k_norm  (qwen3, gemma3, gemma4, qwen35)
+    V = RMSNorm_head(V)                                    (no weight: gemma4)
     out = Wo · Attn(RoPE(Q), RoPE(K), V)                   (window: sliding layers)
     out = Wo · (Attn(...) ⊙ sigmoid(G)), [Q | G] per head  (gated: qwen35, partial RoPE)
 
 The caller adds ``out`` to the residual stream (after its own post-norm, if any).
+Each layer reads its own view of the config (``cfg.layer(il)``): gemma4's
+sliding and full layers differ in head width, KV heads and RoPE.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ TENSORS = {
     "attn_norm": Spec("blk.{i}.attn_norm.weight", lambda c: (c.n_embd,)),
     "wq": Spec("blk.{i}.attn_q.weight", lambda c: (_q(c), c.n_embd), group="qkv"),
     "wk": Spec("blk.{i}.attn_k.weight", lambda c: (_kv(c), c.n_embd), group="qkv"),
-    "wv": Spec("blk.{i}.attn_v.weight", lambda c: (_kv(c), c.n_embd), group="qkv"),
+    "wv": Spec("blk.{i}.attn_v.weight", lambda c: (_kv(c), c.n_embd), lambda c: not c.v_from_k, group="qkv"),
     "bq": Spec("blk.{i}.attn_q.bias", lambda c: (_q(c),), lambda c: c.qkv_bias),
     "bk": Spec("blk.{i}.attn_k.bias", lambda c: (_kv(c),), lambda c: c.qkv_bias),
     "bv": Spec("blk.{i}.attn_v.bias", lambda c: (_kv(c),), lambda c: c.qkv_bias),
@@ -53,14 +57,20 @@ def every_layer(cfg) -> list[str]:
 def self_attention(ops, cfg, w, il, x, positions, kv):
     """``Wo · Attn(...)`` of layer ``il`` for the rows of ``x`` at ``positions``;
     the layer's keys and values are stored in its state ``kv`` on the way."""
-    T = x.shape[0]
+    cfg, T = cfg.layer(il), x.shape[0]
     n = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
-    q, k, v = ops.matmuls(n, (w.wq, w.wk, w.wv), (w.bq, w.bk, w.bv))
+    if cfg.v_from_k:
+        q, k = ops.matmuls(n, (w.wq, w.wk), (w.bq, w.bk))
+        v = k
+    else:
+        q, k, v = ops.matmuls(n, (w.wq, w.wk, w.wv), (w.bq, w.bk, w.bv))
     if cfg.attn_gate:
         q, gate = ops.split_gate(q, cfg.n_head, cfg.head_dim)
     q = q.reshape(T, cfg.n_head, cfg.head_dim)
     k = k.reshape(T, cfg.n_head_kv, cfg.head_dim)
     v = v.reshape(T, cfg.n_head_kv, cfg.head_dim)
+    if cfg.v_norm:  # before K's norm and RoPE, which may work in place on the shared projection
+        v = ops.rms_norm(v, None, cfg.rms_eps)
     rotation = kv.rope(positions)  # per layer: gemma3's sliding layers have their own base
     if cfg.qk_norm:  # RMSNorm per head, then RoPE
         q, k = ops.qk_norm_rope(rotation, q, k, w.q_norm, w.k_norm, cfg.rms_eps)

@@ -19,9 +19,9 @@ TENSORS = {
     "ffn_norm": Spec("blk.{i}.ffn_norm.weight", lambda c: (c.n_embd,)),
     "router": Spec("blk.{i}.ffn_gate_inp.weight", lambda c: (c.moe.n_expert, c.n_embd)),
     "gate_exps": Spec("blk.{i}.ffn_gate_exps.weight", lambda c: (c.moe.n_expert, c.moe.n_ff_exp, c.n_embd),
-                      group="gate_up"),
+                      group="gate_up_exps"),
     "up_exps": Spec("blk.{i}.ffn_up_exps.weight", lambda c: (c.moe.n_expert, c.moe.n_ff_exp, c.n_embd),
-                    group="gate_up"),
+                    group="gate_up_exps"),
     "down_exps": Spec("blk.{i}.ffn_down_exps.weight", lambda c: (c.moe.n_expert, c.n_embd, c.moe.n_ff_exp)),
 }
 

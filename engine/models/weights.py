@@ -47,16 +47,18 @@ GLOBAL = {
 
 def load(gf: GGUFFile, cfg: ModelConfig, layer_tensors, upload: Callable[[GGUFFile, str], object]):
     """Shape-check every tensor a family declares for this config (GLOBAL,
-    then its ``layer_tensors(cfg, il)`` per layer, in declaration order)
+    then its ``layer_tensors(cfg, il)`` per layer, in declaration order, each
+    layer's specs read against its view ``cfg.layer(il)``)
     and hand it to the backend's ``upload(gf, gguf_name)``. Optional tensors
     the config does not call for are ``None``. Returns ``(globals, [per-layer
     namespaces])``."""
 
     def take(spec: Spec, i: int | None = None):
-        if not spec.required(cfg):
+        c = cfg if i is None else cfg.layer(i)
+        if not spec.required(c):
             return None
         name = spec.gguf_name.format(i=i)
-        shape = spec.shape(cfg)
+        shape = spec.shape(c)
         gf.check_shape(name, shape)
         if len(shape) == 1:  # norms, biases, frequency factors: a NaN here runs silently to garbage
             if gf.tensor_type(name) != QType.F32:  # llama.cpp's converter and quantizer keep them F32
@@ -84,9 +86,10 @@ def _read_per_token(gf: GGUFFile, cfg: ModelConfig, layer_tensors, size) -> int:
     head = GLOBAL["output"].gguf_name if not cfg.tied_output else GLOBAL["token_embd"].gguf_name
     total = size(head)
     for il in range(cfg.n_layer):
+        c = cfg.layer(il)
         for s in layer_tensors(cfg, il).values():
-            dims = len(s.shape(cfg))
-            if s.required(cfg) and dims >= 2:
+            dims = len(s.shape(c))
+            if s.required(c) and dims >= 2:
                 n = size(s.gguf_name.format(i=il))
                 total += n * cfg.moe.n_expert_used // cfg.moe.n_expert if dims == 3 else n
     return total

@@ -34,9 +34,22 @@ GEMV_MAX_TOKENS = 1
 # Architectures the CUDA backend does not run yet (their kernels are not yet
 # validated on a GPU against the catalog): refused at load, and --backend auto
 # runs them on NumPy (model.make_backend).
-PENDING_ARCHS: frozenset[str] = frozenset()
+PENDING_ARCHS: frozenset[str] = frozenset({"gemma4"})
 
 DEFAULT_WORKSPACE_MB = 256  # one micro-batch (model.UBATCH = 512 tokens) of an 8B shape fits
+
+
+def workspace_bytes(cfg: ModelConfig) -> int:
+    """One micro-batch's temporaries: a layer's scratch is a few rows of its
+    widest activation per token. 256 MB holds the 8B shapes' (FFN 14336: under
+    9 rows); qwen36-27b (FFN 17408) ran out past 273 MB (7.7 rows, its
+    DeltaNet's chunked scratch among them). 12 rows of the widest, at least
+    256 MB."""
+    from ...model import UBATCH
+
+    widest = max(cfg.n_embd, cfg.n_ff, 2 * cfg.n_head * max(s.head_dim for s in cfg.layer_shapes or [cfg]),
+                 cfg.ssm.conv_dim + cfg.ssm.value_dim if cfg.ssm else 0)
+    return max(DEFAULT_WORKSPACE_MB << 20, 12 * 4 * UBATCH * widest)
 
 
 @dataclass(frozen=True)
@@ -68,15 +81,17 @@ class KVLayer:
     """Layer ``il``'s keys and values on the device (f16 or f32), and its RoPE."""
 
     def __init__(self, state: "State", il: int, n_ctx: int):
-        cfg, dev = state.cfg, state.backend.dev
+        cfg, dev = state.cfg.layer(il), state.backend.dev
         self.state, self.il = state, il
         dtype = np.float16 if state.backend.kv_f16 else np.float32
         self.k = dev.empty((n_ctx, cfg.n_head_kv, cfg.head_dim), dtype)
         self.v = dev.empty((n_ctx, cfg.n_head_kv, cfg.head_dim), dtype)
 
     def rope(self, positions: Positions) -> Rotation:
-        c, il = self.state.cfg, self.il
-        return Rotation(positions, c.rope_base[il], c.rope_scale[il], self.state.rope_freqs, c.rope_type, c.n_rot)
+        il = self.il
+        c = self.state.cfg.layer(il)
+        divisors = self.state.rope_freqs if c.has_rope_freqs else None  # gemma4: its full layers only
+        return Rotation(positions, c.rope_base[il], c.rope_scale[il], divisors, c.rope_type, c.n_rot)
 
     def store(self, positions: Positions, k: DArray, v: DArray):
         launchers.attention.kv_store(self.state.backend.dev, k, v, self.k, self.v, positions.dev)
@@ -307,37 +322,48 @@ class Ops:
         launchers.deltanet.delta_rule(self.dev, q, k, v, g, beta, state.s, out)
         return out
 
-    def moe_route(self, x: DArray, router: QWeight, k: int, norm: bool):
+    def moe_route(self, x: DArray, router: QWeight, k: int, norm: bool, scale: float = 1.0):
         """The router's logits (a matmul), then softmax and top-k on the device:
         ids and weights stay in device memory for the expert kernels. Decode:
-        one launch for both."""
+        one launch for both. ``scale`` multiplies the logits (the same as the
+        input, up to rounding)."""
         T = x.shape[0]
         ids = self._empty((T, k), np.int32)
         weights = self._empty((T, k))
-        launchers.moe.route(self.dev, self.matmul(x, router), ids, weights, k, norm)
+        logits = self.matmul(x, router)
+        if scale != 1.0:
+            launchers.elementwise.scale(self.dev, logits, scale)
+        launchers.moe.route(self.dev, logits, ids, weights, k, norm)
         return ids, weights
 
     def moe_ffn(self, x: DArray, ids: DArray, weights: DArray, gate_exps: QWeight, up_exps: QWeight,
-                down_exps: QWeight, add: DArray | None = None) -> DArray:
+                down_exps: QWeight, add: DArray | None = None, activation: str = "silu",
+                down_scale: DArray | None = None) -> DArray:
         """Decode: the k selected experts of each token as matrix-vector
         products reading their ids on the device (gate and up in one launch
         with SwiGLU; the down projection sums the experts and adds ``add``).
         Prefill: the (token, expert) pairs grouped by expert on the device,
-        one grouped GEMM per projection."""
+        one grouped GEMM per projection. ``down_scale`` is folded into the
+        routing weights (each expert's weight times its scale)."""
         T, k = ids.shape
         n_embd, n_ff, n_expert = down_exps.n_out, down_exps.n_in, down_exps.n_expert
+        glu = launchers.elementwise.silu_mul if activation == "silu" else launchers.elementwise.gelu_tanh_mul
+        if down_scale is not None:
+            scaled = self._empty(weights.shape)
+            launchers.elementwise.mul_gather(self.dev, weights, ids, down_scale, scaled)
+            weights = scaled
         y = self._empty((T, n_embd))
         if T <= GEMV_MAX_TOKENS or n_embd % 32 or n_ff % 32:
             # (widths the grouped GEMM cannot tile run token by token: grid.z = T)
             h = self._empty((T, k, n_ff))
-            if gate_exps.qtype == up_exps.qtype:
+            if gate_exps.qtype == up_exps.qtype and activation == "silu":
                 launchers.moe.glu(self.dev, gate_exps.data, up_exps.data, gate_exps.qtype, ids, x, h, n_embd, n_ff,
                                   n_expert)
-            else:  # no fused kernel for two types: each projection, then SwiGLU
+            else:  # no fused kernel for two types or for GeGLU: each projection, then the GLU
                 g, u = self._empty((T, k, n_ff)), self._empty((T, k, n_ff))
                 for w, out in ((gate_exps, g), (up_exps, u)):
                     launchers.moe.gemv(self.dev, w.data, w.qtype, ids, x, out, n_embd, n_ff, n_expert)
-                launchers.elementwise.silu_mul(self.dev, g, u, h)
+                glu(self.dev, g, u, h)
             launchers.moe.down(self.dev, down_exps.data, down_exps.qtype, ids, weights, h, y, add, n_ff, n_embd,
                                n_expert)
             return y
@@ -348,12 +374,17 @@ class Ops:
         g, u = self._empty((T * k, n_ff)), self._empty((T * k, n_ff))
         launchers.moe.gemm(self.dev, gate_exps.data, gate_exps.qtype, xs, grouping, g, n_embd, n_ff)
         launchers.moe.gemm(self.dev, up_exps.data, up_exps.qtype, xs, grouping, u, n_embd, n_ff)
-        launchers.elementwise.silu_mul(self.dev, g, u, g)
+        glu(self.dev, g, u, g)
         hs = self._empty((T * k, n_ff), np.uint16)
         launchers.elementwise.f32_to_bf16(self.dev, g, hs)
         d = self._empty((T * k, n_embd))
         launchers.moe.gemm(self.dev, down_exps.data, down_exps.qtype, hs, grouping, d, n_ff, n_embd)
         launchers.moe.combine(self.dev, d, grouping, weights, add, y)
+        return y
+
+    def mul(self, x: DArray, w: DArray) -> DArray:
+        y = self._empty(x.shape)
+        launchers.elementwise.mul_rows(self.dev, x, w, y)
         return y
 
     def softcap(self, x: DArray, cap: float) -> DArray:
@@ -407,7 +438,7 @@ class Backend:
         self.cfg, self.n_ctx, self.kv_f16, self.eager = cfg, n_ctx, kv_f16, eager
         self.dev = Device()
         self.cublas = Cublas(self.dev.stream)
-        self.workspace = Workspace(self.dev, (workspace_mb or DEFAULT_WORKSPACE_MB) << 20)
+        self.workspace = Workspace(self.dev, workspace_mb << 20 if workspace_mb else workspace_bytes(cfg))
         self.weights: Workspace | None = None  # sized from the file on the first upload
         self.stacked: dict = {}
         self.ops = Ops(self)

@@ -19,15 +19,17 @@ class KVLayer:
     """Layer ``il``'s keys and values for positions ``0..n_ctx-1``, and its RoPE."""
 
     def __init__(self, state: "State", il: int, n_ctx: int):
-        cfg = state.cfg
+        cfg = state.cfg.layer(il)
         self.state, self.il = state, il
         self.k = np.zeros((n_ctx, cfg.n_head_kv, cfg.head_dim), np.float32)
         self.v = np.zeros_like(self.k)
 
     def rope(self, positions: np.ndarray):
         """This layer's rotation for these positions, for ``ops.rope``."""
-        c, il = self.state.cfg, self.il
-        cos, sin = ops.rope_angles(positions, c.n_rot, c.rope_base[il], c.rope_scale[il], self.state.rope_freqs)
+        il = self.il
+        c = self.state.cfg.layer(il)
+        divisors = self.state.rope_freqs if c.has_rope_freqs else None  # gemma4: its full layers only
+        cos, sin = ops.rope_angles(positions, c.n_rot, c.rope_base[il], c.rope_scale[il], divisors)
         return cos, sin, c.rope_type
 
     def store(self, positions: np.ndarray, k: np.ndarray, v: np.ndarray):

@@ -218,9 +218,12 @@ def delta_rule(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta:
 MOE_NORM_CLAMP = 6.103515625e-5  # 2^-14: llama.cpp's floor on the renormalising sum
 
 
-def moe_route(x: np.ndarray, router: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` experts per row by softmax probability (ties to the lower id,
-    descending) and their weights, renormalised to sum 1 when ``norm``."""
+def moe_route(x: np.ndarray, router: np.ndarray, k: int, norm: bool, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` experts per row by softmax probability of ``router·(x·scale)``
+    (ties to the lower id, descending) and their weights, renormalised to sum
+    1 when ``norm``."""
+    if scale != 1.0:
+        x = x * F32(scale)
     logits = x @ router.T  # [T, n_expert]
     e = np.exp((logits - logits.max(axis=-1, keepdims=True)).astype(np.float64))
     p = (e / e.sum(axis=-1, keepdims=True)).astype(F32)
@@ -232,19 +235,30 @@ def moe_route(x: np.ndarray, router: np.ndarray, k: int, norm: bool) -> tuple[np
 
 
 def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, gate_exps: np.ndarray, up_exps: np.ndarray,
-            down_exps: np.ndarray, add: np.ndarray | None = None) -> np.ndarray:
-    """Each row's chosen SwiGLU experts, weighted and summed in selection order (then ``+ add``)."""
+            down_exps: np.ndarray, add: np.ndarray | None = None, activation: str = "silu",
+            down_scale: np.ndarray | None = None) -> np.ndarray:
+    """Each row's chosen SwiGLU (or GeGLU) experts, each output times its
+    expert's ``down_scale`` and then its weight (llama.cpp's order), summed in
+    selection order (then ``+ add``)."""
+    glu = swiglu if activation == "silu" else geglu
     out = np.zeros((x.shape[0], down_exps.shape[1]), F32)
     for t in range(x.shape[0]):
         for j in range(ids.shape[1]):
             e = ids[t, j]
-            h = swiglu(gate_exps[e] @ x[t], up_exps[e] @ x[t])
-            out[t] += (down_exps[e] @ h) * weights[t, j]
+            y = down_exps[e] @ glu(gate_exps[e] @ x[t], up_exps[e] @ x[t])
+            if down_scale is not None:
+                y = y * down_scale[e]
+            out[t] += y * weights[t, j]
     return out if add is None else add + out
 
 
 def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a + b
+
+
+def mul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x ⊙ w``, ``w`` ``[n]`` or ``[1]`` broadcast over the rows."""
+    return x * w
 
 
 def embed(table: np.ndarray, tokens: np.ndarray, scale: float = 1.0) -> np.ndarray:

@@ -92,3 +92,20 @@ def copy_cols(dev: Device, x: DArray, y: DArray, rows: int, cols: int, x_stride:
     assert y.size >= rows * cols and x_off + cols <= x_stride and x.size >= (rows - 1) * x_stride + x_off + cols
     fn = launch.function(dev, "elementwise.cu", "copy_cols")
     dev.launch(fn, (min(launch.ceil_div(cols, 256), 64), min(rows, 65535)), (256,), [x, y, rows, cols, x_stride, x_off])
+
+
+def mul_rows(dev: Device, x: DArray, w: DArray, y: DArray) -> None:
+    """y[r, :] = x[r, :] * w for every row of x (row length w.size), or x * w[0] for a one-element w."""
+    launch.check_f32(x, w, y)
+    n = x.shape[-1]
+    rows = x.size // n
+    assert w.size in (1, n) and y.size == x.size, (x.shape, w.shape)
+    fn = launch.function(dev, "elementwise.cu", "mul_rows")
+    dev.launch(fn, (min(launch.ceil_div(n, 256), 64), min(rows, 65535)), (256,), [x, w, y, rows, n, w.size])
+
+
+def mul_gather(dev: Device, w: DArray, ids: DArray, s: DArray, y: DArray) -> None:
+    """y = w * s[ids] elementwise (ids int32, any shape of w's size)."""
+    launch.check_f32(w, s, y)
+    assert ids.size == w.size == y.size and np.dtype(ids.dtype) == np.int32
+    _ew_launch(dev, "mul_gather", w.size, [w, ids, s, y, w.size])
