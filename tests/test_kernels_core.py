@@ -217,6 +217,8 @@ def test_launchers_match_kernels():
     elementwise.f32_to_bf16(fd, x, fd.empty((T, n), np.uint16))
     elementwise.f32_to_f16(fd, x, fd.empty((T, n), np.float16))
     elementwise.bias_add_rows(fd, x, w)
+    elementwise.mul_rows(fd, x, w, y)
+    elementwise.mul_gather(fd, fd.empty((T, 8)), fd.empty((T, 8), i32), fd.empty((128,)), fd.empty((T, 8)))
     argmax.argmax(fd, fd.empty((1000,)), fd.empty((1,), i32))
     argmax.argmax(fd, fd.empty((151936,)), fd.empty((1,), i32))
 
@@ -640,6 +642,30 @@ def test_bias_add_rows(dev, rows, n):
     dy = dev.upload(y)
     elementwise.bias_add_rows(dev, dy, dev.upload(b))
     np.testing.assert_array_equal(dy.numpy(), y + b, err_msg=f"bias_add_rows (seed {SEED})")  # one add: exact
+
+
+@gpu
+@pytest.mark.parametrize("rows,n,n_w", [(1, 4096, 4096), (37, 1024, 1), (5, 3, 3)])
+def test_mul_rows(dev, rows, n, n_w):
+    """A weight row (or one scalar: gemma4's layer_output_scale) times every row."""
+    r = rng("mul_rows", rows, n, n_w)
+    x = r.standard_normal((rows, n)).astype(np.float32)
+    w = r.standard_normal(n_w).astype(np.float32)
+    dy = poisoned(dev, (rows, n))
+    elementwise.mul_rows(dev, dev.upload(x), dev.upload(w), dy)
+    np.testing.assert_array_equal(dy.numpy(), ops.mul(x, w), err_msg=f"mul_rows (seed {SEED})")  # one multiply: exact
+
+
+@gpu
+def test_mul_gather(dev):
+    """Routing weights times their experts' scales (gemma4's ffn_down_exps.scale)."""
+    r = rng("mul_gather")
+    w = r.random((7, 8)).astype(np.float32)
+    ids = r.integers(0, 128, (7, 8)).astype(np.int32)
+    s = r.standard_normal(128).astype(np.float32)
+    dy = poisoned(dev, (7, 8))
+    elementwise.mul_gather(dev, dev.upload(w), dev.upload(ids), dev.upload(s), dy)
+    np.testing.assert_array_equal(dy.numpy(), w * s[ids], err_msg=f"mul_gather (seed {SEED})")
 
 
 # ---- argmax --------------------------------------------------------------------------

@@ -289,10 +289,12 @@ def test_grouped_prefill(dev, t, bn):
 
 @gpu
 @pytest.mark.parametrize("T", [1, 40])
-def test_ops_moe_against_numpy(T):
+@pytest.mark.parametrize("gemma4", [False, True])
+def test_ops_moe_against_numpy(T, gemma4):
     """The CUDA Ops (router matmul + route, then the decode or the grouped
     path) against the NumPy ops on a tiny-qwen3moe-like layer: the same
-    experts, outputs within bf16 (prefill) or fp32 (decode) tolerance."""
+    experts, outputs within bf16 (prefill) or fp32 (decode) tolerance.
+    gemma4: GeGLU experts, a scale on the router's input and one per expert."""
     from types import SimpleNamespace
 
     from engine.backends.cuda import Ops, QWeight
@@ -320,12 +322,16 @@ def test_ops_moe_against_numpy(T):
             break
         x[near] = g.standard_normal((int(near.sum()), D), dtype=np.float32)
     res = g.standard_normal((T, D), dtype=np.float32)
-    ids_ref, w_ref = np_ops.moe_route(x, router, k, True)
-    want = np_ops.moe_ffn(x, ids_ref, w_ref, tensors["gate"][1], tensors["up"][1], tensors["down"][1], add=res)
+    scale, act = (2.0, "gelu_tanh") if gemma4 else (1.0, "silu")
+    down_scale = (g.random(E) + 0.5).astype(np.float32) if gemma4 else None
+    ids_ref, w_ref = np_ops.moe_route(x, router, k, True, scale)
+    want = np_ops.moe_ffn(x, ids_ref, w_ref, tensors["gate"][1], tensors["up"][1], tensors["down"][1], add=res,
+                          activation=act, down_scale=down_scale)
     b.workspace.reset()
     d_x = dev.upload(x)
-    ids, w = ops.moe_route(d_x, QWeight(dev.upload(router.view(np.uint8)), QType.F32, E, D), k, True)
-    y = ops.moe_ffn(d_x, ids, w, tensors["gate"][0], tensors["up"][0], tensors["down"][0], add=dev.upload(res))
+    ids, w = ops.moe_route(d_x, QWeight(dev.upload(router.view(np.uint8)), QType.F32, E, D), k, True, scale)
+    y = ops.moe_ffn(d_x, ids, w, tensors["gate"][0], tensors["up"][0], tensors["down"][0], add=dev.upload(res),
+                    activation=act, down_scale=None if down_scale is None else dev.upload(down_scale))
     assert ids.numpy().tolist() == ids_ref.tolist(), f"seed {SEED}"
     got = y.numpy()
     scale = np.abs(want - res).max()
