@@ -24,7 +24,7 @@ from harness import catalog
 pytestmark = pytest.mark.gpu
 
 TINY = ["tiny-llama-f32", "tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-gemma3-f32",
-        "tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"]
+        "tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-gemma4", "tiny-gemma4moe"]
 PROMPT = [11, 400, 1234, 7, 99, 2048, 5, 17, 300, 42, 8, 1000]
 
 

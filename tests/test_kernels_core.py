@@ -42,7 +42,7 @@ KERNELS = {
     "argmax.cu": ["argmax", "argmax_partial", "argmax_final"],
 }
 ATTN_KERNELS = ["kv_store", "attention_decode", "attention_combine", "attention_prefill"]
-ATTN_SHAPES = list(itertools.product([0, 1], [64, 128, 256], [1, 4, 8, 9]))  # KV_F16, HEAD_DIM, GQA (9: a short head group)
+ATTN_SHAPES = list(itertools.product([0, 1], [64, 128, 256, 512], [1, 4, 8, 9]))  # KV_F16, HEAD_DIM, GQA (9: a short head group)
 
 
 def rng(*salt) -> np.random.Generator:
@@ -192,7 +192,7 @@ def test_launchers_match_kernels():
     for rt in (ROPE_NEOX, ROPE_NORM):
         rope.qk_norm_rope(fd, fd.empty((T, H, D)), fd.empty((T, Hkv, D)), pos, rt, D // 2, 1e6, 1.0, None,
                           fd.empty((D,)), fd.empty((D,)), 1e-6)
-    for dt, hd in ((f16, 128), (f32, 256), (f16, 64)):
+    for dt, hd in ((f16, 128), (f32, 256), (f16, 64), (f16, 512)):
         kc, vc = fd.empty((4096, Hkv, hd), dt), fd.empty((4096, Hkv, hd), dt)
         attention.kv_store(fd, fd.empty((T, Hkv * hd)), fd.empty((T, Hkv * hd)), kc, vc, pos)
         for t, path in ((1, None), (T, "decode"), (T, "prefill"), (600, None)):
@@ -360,6 +360,8 @@ def test_rope(dev, rope_type, T, p0, H, D, n_rot, base, scale, ff):
     if T > 1:
         pos[-1] = p0 + 4 * T + 17  # positions need not be consecutive: each token reads its own
     fdiv = r.uniform(1.0, 8.0, n_rot // 2).astype(np.float32) if ff else None
+    if ff and D == 512:  # gemma4's proportional RoPE: a quarter of the pairs rotate, the rest divided by 1e30
+        fdiv = np.array([1.0] * 64 + [1e30] * 192, np.float32)
     dx = dev.upload(x)
     rope.rope(dev, dx, dev.upload(pos), rope_type, n_rot, base, scale, dev.upload(fdiv) if ff else None)
     got = dx.numpy()
@@ -381,6 +383,7 @@ def test_rope(dev, rope_type, T, p0, H, D, n_rot, base, scale, ff):
     (5, 3000, 16, 8, 128, 128, True),   # frequency divisors
     (3, 7000, 8, 4, 256, 64, False),    # partial rotation (qwen35: 64 of 256)
     (40, 0, 4, 1, 64, 64, False),       # prefill rows
+    (3, 900, 8, 1, 512, 512, True),     # gemma4's full layers: heads of 512, frequency divisors
 ])
 def test_qk_norm_rope(dev, rope_type, T, p0, H, Hkv, D, n_rot, ff):
     """The fused per-head Q/K RMSNorm and RoPE against the NumPy ops it fuses."""
@@ -390,6 +393,8 @@ def test_qk_norm_rope(dev, rope_type, T, p0, H, Hkv, D, n_rot, ff):
     qw, kw = ((r.standard_normal(D) * 0.3 + 1).astype(np.float32) for _ in range(2))
     pos = (p0 + np.arange(T)).astype(np.int32)
     fdiv = r.uniform(1.0, 8.0, n_rot // 2).astype(np.float32) if ff else None
+    if ff and D == 512:  # gemma4's proportional RoPE: a quarter of the pairs rotate, the rest divided by 1e30
+        fdiv = np.array([1.0] * 64 + [1e30] * 192, np.float32)
     base, scale, eps = 1e6, 1.0, 1e-6
     dq, dk = dev.upload(q), dev.upload(k)
     rope.qk_norm_rope(dev, dq, dk, dev.upload(pos), rope_type, n_rot, base, scale,
@@ -466,7 +471,7 @@ def run_attention(dev, r, T, p0, n_ctx, Hkv, G, D, kv_f16, window, path, q_gain=
 
 @gpu
 @pytest.mark.parametrize("kv_f16", [1, 0])
-@pytest.mark.parametrize("D,G", [(64, 1), (128, 2), (128, 4), (128, 8), (128, 9), (64, 16), (256, 4)])
+@pytest.mark.parametrize("D,G", [(64, 1), (128, 2), (128, 4), (128, 8), (128, 9), (64, 16), (256, 4), (512, 8)])
 @pytest.mark.parametrize("L", [1, 37, 1000, 2049])
 @pytest.mark.parametrize("window", [0, 8])
 def test_attention_decode(dev, kv_f16, D, G, L, window):
@@ -491,6 +496,7 @@ def test_attention_decode_8b_shape(dev):
     (200, 300, 128, 8, 0),   # chunked prefill: earlier positions already cached
     (64, 0, 128, 1, 8),
     (300, 50, 256, 4, 100),  # gemma3-style sliding window
+    (70, 20, 512, 8, 0),     # gemma4's full layers: heads of 512
     (600, 0, 128, 4, 0),
     (600, 0, 64, 8, 64),
 ])

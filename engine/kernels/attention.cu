@@ -7,7 +7,7 @@
 // (what llama.cpp's fast-math build runs). Output [T, n_head*HEAD_DIM].
 // Rows past the visible range are never read (they may hold garbage or NaN).
 //
-// Compile-time: KV_F16 (0/1), HEAD_DIM (multiple of 64, <= 256), GQA
+// Compile-time: KV_F16 (0/1), HEAD_DIM (64, 128, 256 or 512: gemma4's full layers), GQA
 // (n_head / n_head_kv). launchers/attention.py compiles one module per model shape.
 //
 // Kernels:
@@ -35,7 +35,7 @@ typedef float kv_t;
 
 constexpr int D = HEAD_DIM;
 constexpr int G = GQA;
-static_assert(D == 64 || D == 128 || D == 256, "HEAD_DIM must be 64, 128 or 256");
+static_assert(D == 64 || D == 128 || D == 256 || D == 512, "HEAD_DIM must be 64, 128, 256 or 512");
 static_assert(G >= 1 && G <= 16, "GQA ratio out of range");
 
 // Elements of a cache row per 16-byte load.
@@ -347,7 +347,8 @@ extern "C" __global__ void attention_combine(const float* part_o, const float* p
 //   O += P V: the same thread owns rows 4rg..4rg+3 x dims kg*4 + 64c (float4s).
 // Shared memory rows are padded to D+4 floats so the 8 threads of a
 // 128-bit access phase hit distinct bank groups. D=128: 54 KB (4 blocks/SM),
-// D=256: 102 KB (2 blocks/SM); launch.function raises the dynamic smem limit.
+// D=256: 102 KB (2 blocks/SM), D=512: 198 KB (1 block/SM, 128 accumulators a
+// thread); launch.function raises the dynamic smem limit.
 // Napkin math, per 32-key tile and thread: S is 8*D FMAs from D/4*6 float4
 // shared loads, PV is 8*D FMAs from 32*(1+D/64) float4 loads. D=128: 2048
 // FMAs vs 288 LDS.128 (4 smem cycles each per warp): with 4 warps per SM

@@ -17,7 +17,7 @@
 // see the current position, not the one at capture time.
 //
 // Launch: grid (T, n_heads), block = n_rot/2 threads rounded up to 32 (one
-// thread per rotated pair; <= 128 pairs for head_dim 256).
+// thread per rotated pair; <= 256 pairs for head_dim 512).
 #include "common.cuh"
 
 // Pair i (< n_rot/2) of a head at position p: read from src, rotated into dst
@@ -69,7 +69,7 @@ __device__ __forceinline__ void qk_norm_rope_impl(float* q, float* k, const int*
                                                   int head_dim, int n_rot, float theta_scale, float freq_scale,
                                                   const float* freq_div, const float* q_w, const float* k_w,
                                                   float eps) {
-    __shared__ float xs[256];
+    __shared__ float xs[512];  // head_dim <= 512 (gemma4's full layers)
     __shared__ float scratch[32];
     const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     const bool is_q = h < n_head;

@@ -34,7 +34,7 @@ GEMV_MAX_TOKENS = 1
 # Architectures the CUDA backend does not run yet (their kernels are not yet
 # validated on a GPU against the catalog): refused at load, and --backend auto
 # runs them on NumPy (model.make_backend).
-PENDING_ARCHS: frozenset[str] = frozenset({"gemma4"})
+PENDING_ARCHS: frozenset[str] = frozenset()
 
 DEFAULT_WORKSPACE_MB = 256  # one micro-batch (model.UBATCH = 512 tokens) of an 8B shape fits
 

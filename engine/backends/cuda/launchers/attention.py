@@ -87,7 +87,7 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     launch.check_f32(q, out)
     T, n_head, head_dim = q.shape
     n_ctx, n_head_kv, hd = k_cache.shape
-    assert hd == head_dim and head_dim in (64, 128, 256), head_dim  # attention.cu static_assert
+    assert hd == head_dim and head_dim in (64, 128, 256, 512), head_dim  # attention.cu static_assert
     assert v_cache.shape == k_cache.shape and v_cache.dtype == k_cache.dtype
     assert out.size == q.size and pos.dtype == np.int32 and pos.size >= T
     defines = attention_defines(k_cache, n_head)

@@ -36,7 +36,7 @@ def qk_norm_rope(dev: Device, q: DArray, k: DArray, pos: DArray, rope_type: str,
     head (weights q_w, k_w [D]), then rotated as ``rope``; one launch."""
     launch.check_f32(q, k, q_w, k_w, freq_div)
     T, n_head, head_dim = q.shape
-    assert k.shape[0] == T and k.shape[2] == head_dim and head_dim <= 256 and q_w.size == k_w.size == head_dim
+    assert k.shape[0] == T and k.shape[2] == head_dim and head_dim <= 512 and q_w.size == k_w.size == head_dim
     assert pos.dtype == np.int32 and pos.size >= T
     assert n_rot % 2 == 0 and n_rot <= head_dim and (freq_div is None or freq_div.size >= n_rot // 2)
     name = {ROPE_NORM: "qk_norm_rope_norm", ROPE_NEOX: "qk_norm_rope_neox"}[rope_type]
