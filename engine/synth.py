@@ -352,8 +352,13 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
                     gain = shape[0] ** -0.25
                 out.append((name, ne(shape), T.F32, kind, BIAS_STD if bias else gain))
             else:  # role: "attn_q" of blk.N.attn_q.weight; unit-RMS inputs give O(1) outputs
-                out.append((name, ne(shape), qtype(name.split(".")[2], il, shape[-1]), "weight",
-                            GAIN / math.sqrt(shape[-1])))
+                std = GAIN / math.sqrt(shape[-1])
+                if cfg.arch == "gemma4" and name.endswith("ffn_gate_inp.weight"):
+                    # gemma4's router reads its input scaled by 1/sqrt(n_embd): its weights carry
+                    # sqrt(n_embd) back, or the router logits (std 1/sqrt(n_embd)) near-tie everywhere
+                    # and any rounding re-routes tokens
+                    std *= math.sqrt(cfg.n_embd)
+                out.append((name, ne(shape), qtype(name.split(".")[2], il, shape[-1]), "weight", std))
     out.append(("output_norm.weight", ne(GLOBAL["output_norm"].shape(cfg)), T.F32,
                 "norm_signed" if p.tied else "norm", out_gain))
     if not p.tied:
