@@ -3,6 +3,8 @@
 - ``pp<N>``: one N-token prefill from an empty cache, per repetition.
 - ``tg<N>``: N single-token greedy decode steps from an empty cache, each
   step synchronised (the chosen token is read back before the next).
+- at depth D (``pp512 @ d4096``): the same after D context tokens were put
+  in the cache, untimed, before every repetition (llama-bench's ``-d``).
 - 1 warm-up + R repetitions, reported as mean ± sd tokens/s; decode also as
   achieved GB/s: the weight bytes one token reads × tokens/s.
 """
@@ -61,19 +63,26 @@ def _sync(model):
         dev.synchronize()
 
 
-def run_pp(model, n: int, rng) -> float:
-    tokens = rng.integers(0, model.config.n_vocab, n)
+def _fill(model, context) -> None:
+    """A fresh sequence holding ``context`` (untimed): a test at depth ``len(context)``."""
     model.reset()
+    if len(context):
+        model.forward(context)
+
+
+def run_pp(model, n: int, rng, context=()) -> float:
+    tokens = rng.integers(0, model.config.n_vocab, n)
+    _fill(model, context)
     _sync(model)
     t0 = time.perf_counter()
     model.forward(tokens)  # returns host logits: the pass has finished
     return n / (time.perf_counter() - t0)
 
 
-def run_tg(model, n: int, start_token: int, tokens_out: list | None = None) -> float:
-    """n greedy decode steps from ``start_token`` at position 0; the tokens
+def run_tg(model, n: int, start_token: int, tokens_out: list | None = None, context=()) -> float:
+    """n greedy decode steps from ``start_token`` after ``context``; the tokens
     are kept so two builds can be checked to generate the same ones."""
-    model.reset()
+    _fill(model, context)
     token = start_token
     tokens = []
     _sync(model)
@@ -87,15 +96,24 @@ def run_tg(model, n: int, start_token: int, tokens_out: list | None = None) -> f
     return n / dt
 
 
-def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: int = 0, progress=None) -> dict:
+def depth_context(n_vocab: int, depth: int, seed: int = 0) -> np.ndarray:
+    """The ``depth`` context tokens a test at that depth starts from (the
+    llama-cpp-python arm draws the same)."""
+    return np.random.default_rng(seed + 1).integers(0, n_vocab, depth)
+
+
+def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: int = 0, depth: int = 0,
+          progress=None) -> dict:
     rng = np.random.default_rng(seed)
     start_token = int(rng.integers(0, model.config.n_vocab))
+    context = depth_context(model.config.n_vocab, depth, seed)
+    at = f" @ d{depth}" if depth else ""  # llama-bench's names
     tokens: list[int] = []
     tests = []
     if n_prompt:
-        tests.append((f"pp{n_prompt}", lambda: run_pp(model, n_prompt, rng)))
+        tests.append((f"pp{n_prompt}{at}", lambda: run_pp(model, n_prompt, rng, context)))
     if n_gen:
-        tests.append((f"tg{n_gen}", lambda: run_tg(model, n_gen, start_token, tokens)))
+        tests.append((f"tg{n_gen}{at}", lambda: run_tg(model, n_gen, start_token, tokens, context)))
     bytes_tok = weight_bytes_per_token(model)
     results = []
     for name, fn in tests:
@@ -121,7 +139,7 @@ def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: 
         "model": str(model.path), "model_bytes": model.path.stat().st_size,
         "weight_bytes_per_token": bytes_tok, "params_per_token": params_per_token(model),
         "backend": be.name,
-        "settings": {"n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "warmup": 1, "seed": seed,
+        "settings": {"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": depth, "reps": reps, "warmup": 1, "seed": seed,
                      "n_ctx": model.n_ctx, "kv": "f16" if getattr(be, "kv_f16", False) else "f32",
                      "graphs": not getattr(be, "eager", True),
                      "pdl": bool(getattr(getattr(be, "dev", None), "pdl", False))},

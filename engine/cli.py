@@ -2,7 +2,7 @@
 
     python -m engine generate MODEL.gguf --prompt "The capital of France is" -n 32
     python -m engine generate MODEL.gguf --prompt-ids 1,504,3458 -n 32
-    python -m engine bench MODEL.gguf [-p 512] [-n 128] [-r 5] [--json]
+    python -m engine bench MODEL.gguf [-p 512] [-n 128] [-r 5] [-d 0] [--json]
     python -m engine info [--json]
 
 ``info`` is what a harness asks a build before measuring it: the engine's
@@ -47,8 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("model", help="path to a GGUF file")
     b.add_argument("-p", "--n-prompt", type=count_int, default=512, help="prefill test length (0 = skip; default 512)")
     b.add_argument("-n", "--n-gen", type=count_int, default=128, help="decode test length (0 = skip; default 128)")
-    b.add_argument("-r", "--repetitions", type=positive_int, default=5)
-    b.add_argument("--ctx", type=positive_int, default=None, help="context length (default: min(4096, trained))")
+    b.add_argument("-r", "--repetitions", type=positive_int, default=5, help="measured repetitions (default 5)")
+    b.add_argument("-d", "--n-depth", type=count_int, default=0,
+                   help="context tokens in the cache before each test, untimed (llama-bench's -d; default 0)")
+    b.add_argument("--ctx", type=positive_int, default=None,
+                   help="context length (default: min(4096, trained); with -d, the depth plus the test's length)")
     _backend_args(b)
     b.add_argument("--json", action="store_true", help="print the result record as JSON")
 
@@ -109,11 +112,14 @@ def cmd_bench(args) -> int:
 
     if not (args.n_prompt or args.n_gen):
         raise AnvilError("nothing to measure: -p/--n-prompt and -n/--n-gen are both 0")
+    if args.ctx is None and args.n_depth:
+        args.ctx = args.n_depth + max(args.n_prompt, args.n_gen)  # llama-bench sizes its cache so
     model = _load(args)
     for flag, n in (("-p/--n-prompt", args.n_prompt), ("-n/--n-gen", args.n_gen)):
-        if n > model.n_ctx:
-            raise AnvilError(f"{flag} {n} exceeds the context of {model.n_ctx} (--ctx)")
-    rec = bench(model, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
+        if args.n_depth + n > model.n_ctx:
+            depth = f" at depth {args.n_depth}" if args.n_depth else ""
+            raise AnvilError(f"{flag} {n}{depth} exceeds the context of {model.n_ctx} (--ctx)")
+    rec = bench(model, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions, depth=args.n_depth,
                 progress=None if args.json else lambda t, v: print(f"  {t}: {v:.2f} t/s", file=sys.stderr))
     print(json.dumps(rec, indent=1) if args.json else format_table(rec))
     return 0

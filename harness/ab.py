@@ -18,6 +18,7 @@ A boosting GPU lies, so an A/B comparison here:
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from engine.errors import AnvilError
 
 from . import nvml, results, stats
 from .runners import RunResult, make_runner
+from .table import markdown
 
 
 class Interrupted(KeyboardInterrupt):
@@ -51,6 +53,7 @@ class ABConfig:
     model: Path
     n_prompt: int = 512
     n_gen: int = 128
+    depth: int = 0
     reps: int = 3
     rounds: int = 8
     factor: float = 1.05
@@ -158,7 +161,7 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
             for arm in order[r_i]:
                 with nvml.Sampler() as sampler:
                     res = runners[arm].run(cfg.model, n_prompt=cfg.n_prompt, n_gen=cfg.n_gen, reps=cfg.reps,
-                                           timeout_s=cfg.timeout_s)
+                                           timeout_s=cfg.timeout_s, **({"depth": cfg.depth} if cfg.depth else {}))
                     exit_unix = time.time()
                 if sampler.available:
                     summary, window = measured(sampler, res.raw.get("results", []), exit_unix)
@@ -260,10 +263,12 @@ def format_report(record: dict) -> str:
     return "\n".join(lines)
 
 
-def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int, pp_reps: int | None = None) -> dict:
+def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int, pp_reps: int | None = None,
+                 depth: int = 0) -> dict:
     """One bench record for ``runner`` on ``model``: each test in its own
     process under its own NVML sampler, so every test gets its own trace
-    and diagnosis (prefill and decode are bound by different things).
+    and diagnosis (prefill and decode are bound by different things); at
+    ``depth``, each after that many context tokens (llama-bench's ``-d``).
     ``pp_reps`` repeats the prefill test more often than ``reps``: five
     512-token prefills last ~0.15 s, too short for NVML's ~1 s averaging."""
     rec, tests = None, []
@@ -271,7 +276,7 @@ def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int, p
         if not (p or n):
             continue
         with nvml.Sampler() as sampler:
-            res = runner.run(model, n_prompt=p, n_gen=n, reps=test_reps)
+            res = runner.run(model, n_prompt=p, n_gen=n, reps=test_reps, **({"depth": depth} if depth else {}))
             exit_unix = time.time()
         raw = dict(res.raw)
         for r in raw.get("results", []):
@@ -291,21 +296,53 @@ def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int, p
                 rec["tokens"] = raw["tokens"]
         tests.append(res.cmd)
     rec.update(model=str(model), runner=runner.describe(), commands=tests)
-    rec.setdefault("settings", {}).update(n_prompt=n_prompt, n_gen=n_gen, reps=reps,
+    rec.setdefault("settings", {}).update(n_prompt=n_prompt, n_gen=n_gen, n_depth=depth, reps=reps,
                                           **({"pp_reps": pp_reps} if pp_reps else {}))
     return rec
 
 
-def format_bench(rows) -> str:
-    """llama-bench style: test, t/s mean ± sd, GB/s, and the ratio to the
-    llama.cpp arm when there is one (rows: [(model, [engine rec, llama.cpp rec?])])."""
-    lines = ["| model | engine | test | t/s | GB/s | vs llama.cpp |", "|---|---|---|---|---|---|"]
+BENCH_FIELDS = ("model", "engine", "build", "test", "n_prompt", "n_gen", "n_depth", "tok_s_mean", "tok_s_sd",
+                "gb_s", "vs_llamacpp", "record")
+
+
+def bench_rows(rows) -> list[dict]:
+    """One row per (model, engine, test), llama-bench's columns plus the
+    ratio to the llama.cpp arm when there is one (rows: [(model, [engine
+    rec, llama.cpp rec?])]); ``record``: where the record was saved, if it was."""
+    out = []
     for model, recs in rows:
         base = {r["test"]: r["tok_s_mean"] for r in recs[1]["results"]} if len(recs) > 1 else {}
         for rec in recs:
+            s = rec.get("settings", {})
             for r in rec["results"]:
-                gbs = f"{r['gb_s']:.0f}" if r.get("gb_s") else ""
-                ratio = f"{r['tok_s_mean'] / base[r['test']]:.2f}x" if rec is recs[0] and r["test"] in base else ""
-                lines.append(f"| {model} | {rec.get('engine', '?')} | {r['test']} | "
-                             f"{r['tok_s_mean']:.2f} ± {r['tok_s_sd']:.2f} | {gbs} | {ratio} |")
-    return "\n".join(lines)
+                ratio = r["tok_s_mean"] / base[r["test"]] if rec is recs[0] and r["test"] in base else None
+                pp = r["test"].startswith("pp")
+                out.append({"model": model, "engine": rec.get("engine", "?"), "build": rec.get("build"),
+                            "test": r["test"], "n_prompt": s.get("n_prompt", 0) if pp else 0,
+                            "n_gen": 0 if pp else s.get("n_gen", 0), "n_depth": s.get("n_depth", 0),
+                            "tok_s_mean": r["tok_s_mean"], "tok_s_sd": r["tok_s_sd"], "gb_s": r.get("gb_s"),
+                            "vs_llamacpp": ratio, "record": rec.get("path")})
+    return out
+
+
+def format_bench(rows, fmt: str = "md") -> str:
+    """The rows of ``bench_rows`` as llama-bench's ``-o`` formats: md (t/s as
+    mean ± sd, GB/s, the ratio to llama.cpp), json (a list), jsonl, csv."""
+    table = bench_rows(rows)
+    if fmt == "json":
+        return json.dumps(table, indent=1)
+    if fmt == "jsonl":
+        return "\n".join(json.dumps(r) for r in table)
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, BENCH_FIELDS, lineterminator="\n")
+        w.writeheader()
+        w.writerows({k: "" if v is None else v for k, v in r.items()} for r in table)
+        return buf.getvalue().rstrip("\n")
+    return markdown(["model", "engine", "test", "t/s", "GB/s", "vs llama.cpp"],
+                    [[r["model"], r["engine"], r["test"], f"{r['tok_s_mean']:.2f} ± {r['tok_s_sd']:.2f}",
+                      f"{r['gb_s']:.0f}" if r["gb_s"] else "",
+                      f"{r['vs_llamacpp']:.2f}x" if r["vs_llamacpp"] is not None else ""] for r in table])

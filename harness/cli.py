@@ -258,7 +258,7 @@ def cmd_ab(args) -> int:
     _model(args.model, check_only=True)
     runners = ab.prepare_arms(args.base, args.candidate, _workdir(), allow_same=args.allow_same)
     path, identity = _model(args.model)
-    cfg = ab.ABConfig(model=path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
+    cfg = ab.ABConfig(model=path, n_prompt=args.n_prompt, n_gen=args.n_gen, depth=args.n_depth, reps=args.repetitions,
                       rounds=args.rounds, factor=args.factor, allow_same=args.allow_same,
                       allow_token_diff=args.allow_token_diff, identity=identity)
     total = 2 * (cfg.rounds + 1)
@@ -299,18 +299,19 @@ def cmd_bench(args) -> int:
     rows = []
     for name in args.model:
         path, identity = _model(name)
-        recs = []
-        for runner in arms:
-            rec = ab.bench_record(runner, path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
-                                  pp_reps=args.pp_repetitions)
-            rec.update(identity)
-            if _saving(args):
-                rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench",
-                                               args.results_dir))
-                print(f"saved {rec['path']}", file=sys.stderr)
-            recs.append(rec)
-        rows.append((name, recs))
-    print(ab.format_bench(rows))
+        for depth in args.n_depth:  # one record per engine and depth, as llama-bench's rows
+            recs = []
+            for runner in arms:
+                rec = ab.bench_record(runner, path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
+                                      pp_reps=args.pp_repetitions, depth=depth)
+                rec.update(identity)
+                if _saving(args):
+                    rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench",
+                                                   args.results_dir))
+                    print(f"saved {rec['path']}", file=sys.stderr)
+                recs.append(rec)
+            rows.append((name, recs))
+    print(ab.format_bench(rows, args.output))
     if not _saving(args):
         print(NOT_SAVED, file=sys.stderr)
     return 0
@@ -353,9 +354,36 @@ def factor_above_one(text: str) -> float:
     return x
 
 
+def depth_list(text: str) -> list[int]:
+    """``0,4096,16384``: the depths of a sweep, each a token count >= 0."""
+    try:
+        return [count_int(part) for part in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected token counts >= 0 separated by commas (e.g. 0,4096), "
+                                         f"got {text!r}") from None
+
+
+class _Help(argparse.HelpFormatter):
+    """--help shows each option's default (where it has one its help does not already name)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text or not action.option_strings:
+            return text
+        default = ",".join(map(str, action.default)) if isinstance(action.default, list) else action.default
+        return f"{text} (default: {default})" if text else f"default: {default}"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="harness", description="Anvil workbench: correctness and speed against llama.cpp")
-    sub = p.add_subparsers(dest="command", required=True)
+    import functools
+
+    from engine import __version__
+
+    p = argparse.ArgumentParser(prog="harness", description="Anvil workbench: correctness and speed against llama.cpp",
+                                formatter_class=_Help)
+    p.add_argument("--version", action="version", version=f"harness (anvil) {__version__}")
+    sub = p.add_subparsers(dest="command", required=True,
+                           parser_class=functools.partial(argparse.ArgumentParser, formatter_class=_Help))
 
     m = sub.add_parser("models", help="fetch or generate catalog models and print their paths")
     m.add_argument("names", nargs="*", help="catalog model names (default: every cpu-tier model)")
@@ -420,8 +448,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--model", default="qwen3-8b", help="catalog model name or a .gguf path (default qwen3-8b)")
     a.add_argument("--rounds", type=at_least_two, default=8,
                    help="measured rounds, at least 2 (one more cold round is run and dropped)")
-    a.add_argument("-p", "--n-prompt", type=count_int, default=512)
-    a.add_argument("-n", "--n-gen", type=count_int, default=128)
+    a.add_argument("-p", "--n-prompt", type=count_int, default=512, help="prefill test length, tokens (0: skip)")
+    a.add_argument("-n", "--n-gen", type=count_int, default=128, help="decode test length, tokens (0: skip)")
+    a.add_argument("-d", "--n-depth", type=count_int, default=0,
+                   help="context tokens in the cache before each test, untimed (llama-bench's -d)")
     a.add_argument("-r", "--repetitions", type=positive_int, default=3, help="repetitions inside each run")
     a.add_argument("--factor", type=factor_above_one, default=1.05,
                    help="smallest ratio that counts as a change, > 1 (asv; default 1.05)")
@@ -437,12 +467,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--engine", default="installed", help="'installed' (default) or an engine wheel")
     b.add_argument("--llamacpp", help="llama-bench:PATH or llama-cpp-python[:SITE] for a llama.cpp arm")
     b.add_argument("--model", nargs="+", default=["qwen3-8b"], help="catalog model names or .gguf paths")
-    b.add_argument("-p", "--n-prompt", type=count_int, default=512)
-    b.add_argument("-n", "--n-gen", type=count_int, default=128)
-    b.add_argument("-r", "--repetitions", type=positive_int, default=5)
+    b.add_argument("-p", "--n-prompt", type=count_int, default=512, help="prefill test length, tokens (0: skip)")
+    b.add_argument("-n", "--n-gen", type=count_int, default=128, help="decode test length, tokens (0: skip)")
+    b.add_argument("-d", "--n-depth", type=depth_list, default=[0],
+                   help="context tokens in the cache before each test, untimed; a comma list sweeps "
+                        "(llama-bench's -d, e.g. 0,4096,16384)")
+    b.add_argument("-r", "--repetitions", type=positive_int, default=5, help="measured repetitions per test")
     b.add_argument("--pp-repetitions", type=positive_int, default=None,
                    help="repetitions of the prefill test (default: -r); ~40 make its NVML window long enough "
                         "to diagnose")
+    b.add_argument("-o", "--output", choices=["md", "json", "jsonl", "csv"], default="md",
+                   help="output format of the table (llama-bench's -o)")
     b.add_argument("--save", action="store_true", help="keep the records in the results store (reports/results)")
     b.add_argument("--results-dir", default=None, help="keep the records in this results store instead")
     b.set_defaults(func=cmd_bench)

@@ -174,3 +174,27 @@ def test_records_enter_the_store_only_when_asked(monkeypatch, tmp_path, capsys, 
     saved = sorted(p.name.split("-")[0] for p in store.glob("*.json")) if store.exists() else []
     assert saved == (["ab", "bench"] if save else [])
     assert err.count("saved ") == (2 if save else 0) and (err.count("not saved: --save") == (0 if save else 2))
+
+
+def test_bench_depth_sweep_and_output_formats(model_path, capsys):
+    """`harness bench -d 0,16 -o json|csv`: llama-bench's depth (the tests
+    after that many cached tokens, named "pp8 @ d16") and its output
+    formats, through the real engine in its own process (NumPy, tiny model)."""
+    import csv
+    import io
+    import json
+
+    from harness import cli
+
+    path = str(model_path("tiny-qwen3"))
+    assert cli.main(["bench", "--model", path, "-p", "8", "-n", "4", "-r", "2", "-d", "0,16", "-o", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["test"], r["n_depth"], r["engine"]) for r in rows] == [
+        ("pp8", 0, "anvil"), ("tg4", 0, "anvil"), ("pp8 @ d16", 16, "anvil"), ("tg4 @ d16", 16, "anvil")]
+    assert all(r["tok_s_mean"] > 0 and r["record"] is None and r["vs_llamacpp"] is None for r in rows)
+    assert cli.main(["bench", "--model", path, "-p", "0", "-n", "4", "-r", "2", "-o", "csv"]) == 0
+    table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["test"] for r in table] == ["tg4"] and list(table[0]) == list(ab.BENCH_FIELDS)
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--model", path, "-d", "0,-4"])
+    assert "expected token counts >= 0 separated by commas" in capsys.readouterr().err

@@ -192,6 +192,9 @@ def test_llama_bench_runner_parses_records(tmp_path):
                                  "tok_s_mean": pytest.approx(276.7), "tok_s_sd": 1.5}
     assert raw["settings"]["type_k"] == "f16" and raw["llama_bench"] == records
     assert runner.describe()["build_commit"] == "abc1234"
+    runner.run(model, n_prompt=8, n_gen=0, reps=2, depth=4096, timeout_s=60)  # llama-bench's own -d
+    argv = json.loads((exe.parent / "argv.json").read_text())
+    assert argv[argv.index("-d") + 1] == "4096" and argv[argv.index("-p") + 1] == "8"
 
 
 def test_llama_bench_test_names():
@@ -238,6 +241,10 @@ def test_llama_cpp_python_runner(tiny_qwen3, tmp_path):
     from engine.bench import bench
 
     assert res.tokens == bench(engine.load(tiny_qwen3), n_prompt=0, n_gen=4, reps=1)["tokens"]
+    # at depth: the same context tokens before the test, so again the same greedy tokens
+    res = runner.run(tiny_qwen3, n_prompt=8, n_gen=4, reps=1, depth=24, timeout_s=300)
+    assert set(res.tests) == {"pp8 @ d24", "tg4 @ d24"} and res.raw["settings"]["n_depth"] == 24
+    assert res.tokens == bench(engine.load(tiny_qwen3), n_prompt=0, n_gen=4, reps=1, depth=24)["tokens"]
 
 
 def test_llama_cpp_python_missing_site(tmp_path):

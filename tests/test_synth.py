@@ -275,3 +275,35 @@ def test_runs_in_llama_cpp(name, vocab_fixture, request, tmp_path):
         seqs.append(seq)
     assert np.median(margins) > 0.3
     assert seqs[0] != seqs[1] and len(set(seqs[0] + seqs[1])) >= 6, seqs  # random nets may fall into short loops
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in __import__("harness.catalog", fromlist=["load"]).load().items()
+                                        if e.source == "synth" and e.tier == "cpu"))
+def test_regenerated_tiny_models_match_the_catalog(name, tmp_path):
+    """The generator writes, from scratch, the very file the catalog pins: a
+    change to it fails here even when a cached model would hide it (the
+    references were made from the pinned file)."""
+    from harness import catalog
+
+    e = catalog.entry(name)
+    info = write_synthetic(PRESETS[e.preset], tmp_path / f"{name}.gguf", seed=e.seed,
+                           vocab_gguf=catalog.vocab_source(PRESETS[e.preset].vocab, progress=False))
+    assert info["sha256"] == e.sha256, f"{name}: the generator now writes {info['sha256']}, the catalog pins {e.sha256}"
+
+
+def test_gemma4_real_shapes():
+    """Gemma 4 31B and 26B-A4B at the published shapes (catalog-shapes.md §5-6):
+    30.697B and 25.233B parameters; the full layers have heads of 512, no
+    attn_v, and rows that are not whole K-quant blocks take llama.cpp's
+    fallback types (ffn_down of 2112 and the experts' down of 704: Q5_0/Q8_0)."""
+    for name, params in (("gemma4-31b", 30_697_345_596), ("gemma4-26b-a4b", 25_233_142_046)):
+        plan = {n: (ne, qt) for n, ne, qt, *_ in tensor_plan(PRESETS[name], 262144)}
+        assert sum(math.prod(ne) for ne, _ in plan.values()) == params, name
+        assert "blk.5.attn_v.weight" not in plan and plan["blk.5.attn_q.weight"][0][1] == PRESETS[name].n_head * 512
+        assert plan["blk.0.attn_k.weight"][0][1] == PRESETS[name].n_head_kv_swa * 256
+        assert plan["rope_freqs.weight"] == ((256,), T.F32) and "output.weight" not in plan
+    plan = {n: (ne, qt) for n, ne, qt, *_ in tensor_plan(PRESETS["gemma4-26b-a4b"], 262144)}
+    # layer 0 takes ffn_down's extra bits (Q6_K -> Q8_0), layer 4 not (Q4_K -> Q5_0); experts' down alike
+    assert plan["blk.0.ffn_down.weight"] == ((2112, 2816), T.Q8_0) and plan["blk.4.ffn_down.weight"][1] == T.Q5_0
+    assert plan["blk.0.ffn_down_exps.weight"][1] == T.Q8_0 and plan["blk.4.ffn_down_exps.weight"][1] == T.Q5_0
+    assert plan["blk.0.ffn_gate_inp.weight"][1] == T.F32 and plan["blk.0.ffn_down_exps.scale"] == ((128,), T.F32)

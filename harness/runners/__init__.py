@@ -73,8 +73,9 @@ class Runner:
     def prepare(self) -> None:
         """One-time set-up before the first run (install, probe); idempotent."""
 
-    def run(self, model_path, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5,
+    def run(self, model_path, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, depth: int = 0,
             timeout_s: float = 1800) -> RunResult:
+        """pp/tg tests (llama-bench's semantics), each after ``depth`` context tokens."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

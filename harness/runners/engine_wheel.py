@@ -182,12 +182,13 @@ class _EngineRunner(Runner):
                               cmd, 0)
         return probe
 
-    def run(self, model_path, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5,
+    def run(self, model_path, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, depth: int = 0,
             timeout_s: float = 1800) -> RunResult:
         model = check_model(model_path)
         if self.probe is None:
             self.prepare()
-        cmd = self.command("bench", model, "-p", n_prompt, "-n", n_gen, "-r", reps, "--json", *self.extra_args)
+        at = ("-d", depth) if depth else ()  # builds before depth existed still run depth-0 tests
+        cmd = self.command("bench", model, "-p", n_prompt, "-n", n_gen, "-r", reps, *at, "--json", *self.extra_args)
         out, err, wall = self._child(cmd, timeout_s, f"engine bench ({self.label})")
         raw = parse_json_output(out, cmd, err)
         if not isinstance(raw, dict):

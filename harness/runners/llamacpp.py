@@ -95,25 +95,26 @@ class LlamaBenchRunner(Runner):
         lines = [ln.strip() for ln in (p.stdout + "\n" + p.stderr).splitlines() if ln.strip()]
         return next((ln for ln in lines if "version" in ln.lower()), lines[0] if lines else None)
 
-    def run(self, model_path, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5,
+    def run(self, model_path, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, depth: int = 0,
             timeout_s: float = 1800) -> RunResult:
         model = check_model(model_path)
         if not self._prepared:
             self.prepare()
         cmd = [str(self.path), "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps),
+               *(["-d", str(depth)] if depth else []),
                "-fa", str(int(self.flash_attn)), "-ngl", str(self.n_gpu_layers), "-o", "json", *self.extra_args]
         out, err, wall = run_process(cmd, env=self._env(), timeout_s=timeout_s, what="llama-bench")
         records = parse_json_output(out, cmd, err, what="llama-bench")
         if not isinstance(records, list) or not records or not all(isinstance(r, dict) for r in records):
             raise RunnerError("llama-bench printed no test records (expected a JSON list of objects)", cmd, 0, err)
         try:
-            raw = self._record(records, model, n_prompt, n_gen, reps)
+            raw = self._record(records, model, n_prompt, n_gen, reps, depth)
         except (KeyError, TypeError, ValueError) as e:
             raise RunnerError(f"llama-bench record lacks a field ({type(e).__name__}: {e})", cmd, 0, err) from None
         return RunResult(tests=tests_from_results(raw, cmd, err), tokens=None, raw=raw, wall_s=wall, cmd=cmd,
                          returncode=0)
 
-    def _record(self, records: list[dict], model: Path, n_prompt: int, n_gen: int, reps: int) -> dict:
+    def _record(self, records: list[dict], model: Path, n_prompt: int, n_gen: int, reps: int, depth: int = 0) -> dict:
         results = []
         for r in records:
             samples = [float(x) for x in r["samples_ts"]]
@@ -129,7 +130,7 @@ class LlamaBenchRunner(Runner):
             "binary": str(self.path), "binary_sha256": self.sha256,
             "model": str(model), "model_bytes": model.stat().st_size,
             "backend": r0.get("backends"), "gpu": r0.get("gpu_info"), "cpu": r0.get("cpu_info"),
-            "settings": {"n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "warmup": 1,
+            "settings": {"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": depth, "reps": reps, "warmup": 1,
                          **{k: r0.get(k) for k in keys}, "extra_args": self.extra_args},
             "results": results, "tokens": None, "llama_bench": records,
         }
@@ -201,7 +202,7 @@ class LlamaCppPythonRunner(Runner):
             raise RunnerError(f"the child imported llama_cpp from {probe['file']}, not from {self.site_dir}", cmd, 0)
         self.probe = probe
 
-    def run(self, model_path, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5,
+    def run(self, model_path, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, depth: int = 0,
             timeout_s: float = 1800) -> RunResult:
         model = check_model(model_path)
         if self.probe is None:
@@ -209,7 +210,8 @@ class LlamaCppPythonRunner(Runner):
         s = self.settings
         code = _CHILD.format(harness_parent=str(Path(__file__).resolve().parents[2]))
         cmd = [sys.executable, "-P", "-c", code, "--model", str(model), "--n-prompt", str(n_prompt),
-               "--n-gen", str(n_gen), "--reps", str(reps), "--flash-attn", str(int(s["flash_attn"])),
+               "--n-gen", str(n_gen), "--n-depth", str(depth), "--reps", str(reps),
+               "--flash-attn", str(int(s["flash_attn"])),
                "--n-gpu-layers", str(s["n_gpu_layers"]), "--kv", s["kv"], "--seed", str(s["seed"])]
         if s["n_threads"]:
             cmd += ["--n-threads", str(s["n_threads"])]
@@ -238,6 +240,7 @@ def child_main(argv=None) -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--n-prompt", type=int, default=512)
     ap.add_argument("--n-gen", type=int, default=128)
+    ap.add_argument("--n-depth", type=int, default=0)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--flash-attn", type=int, default=1)
     ap.add_argument("--n-gpu-layers", type=int, default=-1)
@@ -256,7 +259,7 @@ def bench_llama_cpp(a) -> dict:
     import llama_cpp
     import numpy as np
 
-    n_ctx = max(a.n_prompt + a.n_gen, 32)
+    n_ctx = max(a.n_depth + max(a.n_prompt, a.n_gen), 32)
     n_batch = 2048  # llama-bench's defaults (n_ubatch 512); llama.cpp caps n_batch at n_ctx
     llm = llama_cpp.Llama(model_path=a.model, n_gpu_layers=a.n_gpu_layers, n_ctx=n_ctx, n_batch=n_batch,
                           n_ubatch=512, n_threads=a.n_threads, n_threads_batch=a.n_threads,
@@ -280,12 +283,22 @@ def bench_llama_cpp(a) -> dict:
     rng = np.random.default_rng(a.seed)  # as engine.bench: start token first, then each pp's prompt
     start_token = int(rng.integers(0, n_vocab))
     tokens: list[int] = []
+    # the depth's context tokens, as engine.bench.depth_context draws them
+    context = np.random.default_rng(a.seed + 1).integers(0, n_vocab, a.n_depth).tolist()
+    context_arrs = [((llama_cpp.llama_token * len(c))(*c), len(c))
+                    for c in (context[i:i + n_batch] for i in range(0, len(context), n_batch))]
+
+    def fill():
+        """A fresh sequence holding the depth's context (untimed)."""
+        clear()
+        for arr, k in context_arrs:
+            decode(arr, k)
 
     def run_pp(n):
         ids = rng.integers(0, n_vocab, n).tolist()
         chunks = [ids[i:i + n_batch] for i in range(0, n, n_batch)]
         arrs = [((llama_cpp.llama_token * len(c))(*c), len(c)) for c in chunks]
-        clear()
+        fill()
         llama_cpp.llama_synchronize(ctx)
         t0 = time.perf_counter()
         for arr, k in arrs:
@@ -296,7 +309,7 @@ def bench_llama_cpp(a) -> dict:
     def run_tg(n):
         buf = (llama_cpp.llama_token * 1)()
         out, token = [], start_token
-        clear()
+        fill()
         llama_cpp.llama_synchronize(ctx)
         t0 = time.perf_counter()
         for _ in range(n):
@@ -312,8 +325,9 @@ def bench_llama_cpp(a) -> dict:
         tokens[:] = out
         return n / dt
 
-    tests = ([(f"pp{a.n_prompt}", lambda: run_pp(a.n_prompt))] if a.n_prompt else []) + \
-            ([(f"tg{a.n_gen}", lambda: run_tg(a.n_gen))] if a.n_gen else [])
+    at = f" @ d{a.n_depth}" if a.n_depth else ""  # llama-bench's names
+    tests = ([(f"pp{a.n_prompt}{at}", lambda: run_pp(a.n_prompt))] if a.n_prompt else []) + \
+            ([(f"tg{a.n_gen}{at}", lambda: run_tg(a.n_gen))] if a.n_gen else [])
     results = []
     for name, fn in tests:
         fn()  # warm-up
@@ -328,7 +342,8 @@ def bench_llama_cpp(a) -> dict:
         "llama_cpp": {"version": llama_cpp.__version__, "file": llama_cpp.__file__, "system_info": system_info},
         "model": str(Path(a.model).resolve()), "model_bytes": Path(a.model).stat().st_size,
         "backend": ("cuda" if "CUDA" in system_info else "gpu") if gpu else "cpu",
-        "settings": {"n_prompt": a.n_prompt, "n_gen": a.n_gen, "reps": a.reps, "warmup": 1, "seed": a.seed,
+        "settings": {"n_prompt": a.n_prompt, "n_gen": a.n_gen, "n_depth": a.n_depth, "reps": a.reps, "warmup": 1,
+                     "seed": a.seed,
                      "n_ctx": llm.n_ctx(), "n_batch": llama_cpp.llama_n_batch(ctx),
                      "n_ubatch": llama_cpp.llama_n_ubatch(ctx), "flash_attn": bool(a.flash_attn),
                      "n_gpu_layers": a.n_gpu_layers, "type_k": a.kv, "type_v": a.kv,
