@@ -478,3 +478,18 @@ def test_mutants_section_shows_the_latest_suite_per_backend(tmp_path):
 
     assert set(m.not_run) == {x.name for x in MUTANTS} - {"rope-base", "gelu-erf"}
     assert "Not run with this engine yet: " in render_md(build_report(results.load_all(tmp_path)))
+
+
+def test_the_committed_scoreboard_is_what_harness_report_renders(tmp_path):
+    """reports/index.html and its figures are exactly what `harness report`
+    renders from the committed records: a new record, or a change to the
+    report, is committed together with the page it makes (run `harness
+    report`), so the scoreboard never shows a stale state."""
+    from harness import cli
+    from harness.report import DEFAULT_OUT
+
+    assert cli.main(["report", "--out", str(tmp_path / "index.html")]) == 0
+    assert (tmp_path / "index.html").read_text() == DEFAULT_OUT.read_text(), \
+        "reports/index.html is stale: run `harness report` and commit reports/"
+    figures = lambda d: sorted(p.name for p in (d / "figures").iterdir())  # noqa: E731
+    assert figures(tmp_path) == figures(DEFAULT_OUT.parent), "reports/figures is stale: run `harness report`"
