@@ -19,20 +19,14 @@ from . import fetch
 PROMPTS_DIR = fetch.CATALOG.parent / "prompts"
 
 
-def _long_prompt() -> str:
-    # The passage twice: the second copy is predictable from the first, which
-    # lies > 512 tokens back (beyond Gemma 3's sliding window, so only its
-    # full-attention layers can see it), and decoding runs past position 1024.
+def default_prompts() -> tuple[str, ...]:
+    """Three short prompts and a long one: a passage twice. The second copy
+    is predictable from the first, which lies > 512 tokens back (beyond
+    Gemma 3's sliding window, so only its full-attention layers can see it),
+    and decoding runs past position 1024."""
     text = (PROMPTS_DIR / "long.txt").read_text()
-    return text + text
-
-
-DEFAULT_PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):",
-    "Once upon a time, in a small village by the sea,",
-    _long_prompt(),
-]
+    return ("The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village by the sea,",
+            text + text)
 
 TIERS = ("cpu", "gpu")
 # Reference sets (references/<set>/<model>.json), each made by llama.cpp on one tier:
@@ -71,7 +65,7 @@ class Entry:
     arch: str
     preset: str | None = None
     seed: int = 0
-    prompts: tuple[str, ...] = tuple(DEFAULT_PROMPTS)
+    prompts: tuple[str, ...] = ()  # load() fills in default_prompts()
     n_steps: int = 32
     # the reference sets the model is checked against (REFERENCE_SETS); default: its tier's
     references: tuple[str, ...] = ()
@@ -96,6 +90,7 @@ class Entry:
 def load(path: Path | None = None) -> dict[str, Entry]:
     where = path or fetch.CATALOG
     data = fetch.load_catalog(path)
+    defaults = default_prompts()
     out = {}
     for name, e in data.get("models", {}).items():
         try:
@@ -103,7 +98,7 @@ def load(path: Path | None = None) -> dict[str, Entry]:
                      for k, g in e.get("gate", {}).items()}
             out[name] = Entry(name=name, source=e["source"], tier=e["tier"], sha256=e.get("sha256", ""),
                               arch=e["arch"], preset=e.get("preset"), seed=int(e.get("seed", 0)),
-                              prompts=tuple(e.get("prompts", DEFAULT_PROMPTS)), n_steps=int(e.get("n_steps", 32)),
+                              prompts=tuple(e.get("prompts", defaults)), n_steps=int(e.get("n_steps", 32)),
                               references=tuple(e.get("references", ())), gates=gates, raw=e)
         except KeyError as k:
             raise AnvilError(f"{where}: model '{name}' lacks the key {k}") from None

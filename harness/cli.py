@@ -382,6 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Anvil workbench: correctness and speed against llama.cpp",
                                 formatter_class=_Help)
     p.add_argument("--version", action="version", version=f"harness (anvil) {__version__}")
+    p.add_argument("--project", metavar="DIR",
+                   help="the project: its references/ (catalog, references) and reports/ (results, scoreboard); "
+                        "default $ANVIL_PROJECT, else the checkout holding the current directory")
     sub = p.add_subparsers(dest="command", required=True,
                            parser_class=functools.partial(argparse.ArgumentParser, formatter_class=_Help))
 
@@ -500,6 +503,13 @@ def _interrupt(signum, frame):
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.project:
+        import os
+
+        if "harness.project" in sys.modules and sys.modules["harness.project"].ROOT != Path(args.project).resolve():
+            raise SystemExit("error: --project must be given before any harness module is loaded (use ANVIL_PROJECT)")
+        os.environ["ANVIL_PROJECT"] = str(Path(args.project).resolve())  # read once, as the modules load
+
     # `kill` or a closed terminal stops the harness the way Ctrl-C does: its
     # benchmark children (each in its own process group) are killed first
     for sig in (signal.SIGTERM, signal.SIGHUP):

@@ -25,7 +25,9 @@ from tqdm import tqdm
 
 from engine.errors import AnvilError
 
-CATALOG = Path(__file__).resolve().parents[1] / "references" / "catalog.toml"
+from . import project
+
+CATALOG = project.ROOT / project.CATALOG_FILE
 
 # The catalog carries no sizes; these only tell the user what to expect.
 _APPROX_MB = {"smollm2-135m": 93, "gemma3-270m": 242}
@@ -52,6 +54,9 @@ def load_catalog(path: Path | None = None) -> dict:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise AnvilError(f"{path}: invalid TOML: {e}") from None
+    except FileNotFoundError:
+        raise AnvilError(f"{path}: no catalog here: run harness inside an Anvil checkout, or name one with "
+                         f"--project DIR or {project.ENV}") from None
     except OSError as e:
         raise AnvilError(f"{path}: cannot read the catalog: {e.strerror}") from None
 

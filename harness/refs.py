@@ -29,8 +29,10 @@ from pathlib import Path
 from engine.atomic import atomic_open
 from engine.errors import AnvilError
 
+from . import project
+
 SCHEMA_VERSION = 1
-REFERENCES_DIR = Path(__file__).resolve().parents[1] / "references"
+REFERENCES_DIR = project.ROOT / "references"
 
 
 @dataclass

@@ -45,12 +45,14 @@ from typing import TYPE_CHECKING
 
 from engine.errors import AnvilError
 
+from . import project
+
 if TYPE_CHECKING:
     import pandas as pd
 
 SCHEMA_VERSION = 2
 KINDS = ("bench", "ab", "validate", "variation", "mutants")
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / "reports" / "results"
+DEFAULT_DIR = project.ROOT / "reports" / "results"
 
 # What makes two measurements the same benchmark: the WORK done, not how an
 # engine does it. Included: the test (and the prompt/generated/depth token
