@@ -10,8 +10,9 @@
                                               per-layer, per-op error; marks the first op that diverges
     harness mutants [--backend cuda|numpy] [--mutant NAME]
                                               the gate against deliberate engine bugs; exit 0 only if all are caught
-    harness ab --rounds 8 BASE CANDIDATE [--model NAME|FILE]
-                                              interleaved A/B of two engine wheels (or a llama.cpp arm)
+    harness ab --rounds 8 BASE CANDIDATE [--model NAME|FILE] [--commits]
+                                              interleaved A/B of two engine wheels (or git revisions, or a llama.cpp arm)
+    harness wheel REV [REV ...]               the engine wheel of each git revision (built once, cached)
     harness bench [--engine installed|WHEEL] [--llamacpp SPEC] [--model NAME|FILE ...]
                                               pp512/tg128 beside llama.cpp, appended to reports/results
     harness doctor                            what this machine can do, and how to fix what is missing
@@ -250,9 +251,19 @@ def _workdir() -> Path:
     return d
 
 
-def cmd_ab(args) -> int:
-    from . import ab
+def cmd_wheel(args) -> int:
+    from . import wheels
 
+    for rev in args.revs:
+        print(wheels.wheel_for(rev))
+    return 0
+
+
+def cmd_ab(args) -> int:
+    from . import ab, wheels
+
+    if args.commits:  # the arms are git revisions: their engine wheels, built (or found) first
+        args.base, args.candidate = (str(wheels.wheel_for(rev)) for rev in (args.base, args.candidate))
     # every input is checked (the wheels installed and probed, the model
     # named) before any model is downloaded or generated: that can take minutes
     _model(args.model, check_only=True)
@@ -446,8 +457,11 @@ def build_parser() -> argparse.ArgumentParser:
     mu.set_defaults(func=cmd_mutants)
 
     a = sub.add_parser("ab", help="interleaved A/B benchmark of two builds")
-    a.add_argument("base", help="base arm: an engine wheel, 'installed', llama-bench:PATH or llama-cpp-python[:SITE]")
+    a.add_argument("base", help="base arm: an engine wheel, 'installed', llama-bench:PATH or llama-cpp-python[:SITE]; "
+                                "with --commits, a git revision")
     a.add_argument("candidate", help="candidate arm (same forms)")
+    a.add_argument("--commits", action="store_true",
+                   help="BASE and CANDIDATE are git revisions of the project: build (or reuse) their engine wheels")
     a.add_argument("--model", default="qwen3-8b", help="catalog model name or a .gguf path (default qwen3-8b)")
     a.add_argument("--rounds", type=at_least_two, default=8,
                    help="measured rounds, at least 2 (one more cold round is run and dropped)")
@@ -484,6 +498,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--save", action="store_true", help="keep the records in the results store (reports/results)")
     b.add_argument("--results-dir", default=None, help="keep the records in this results store instead")
     b.set_defaults(func=cmd_bench)
+
+    w = sub.add_parser("wheel", help="build (or find in the cache) the engine wheel of git revisions; print paths")
+    w.add_argument("revs", nargs="+", help="git revisions of the project (HEAD, HEAD~3, a commit id, a tag)")
+    w.set_defaults(func=cmd_wheel)
 
     d = sub.add_parser("doctor", help="what this machine can do, with fixes")
     d.add_argument("--json", action="store_true")
