@@ -493,3 +493,22 @@ def test_the_committed_scoreboard_is_what_harness_report_renders(tmp_path):
         "reports/index.html is stale: run `harness report` and commit reports/"
     figures = lambda d: sorted(p.name for p in (d / "figures").iterdir())  # noqa: E731
     assert figures(tmp_path) == figures(DEFAULT_OUT.parent), "reports/figures is stale: run `harness report`"
+
+
+def test_energy_per_token_is_the_measured_windows_power_over_throughput():
+    """J/token = mean board power over the measured window ÷ tokens/s: only
+    with a window (a whole-run mean holds loading and idle power)."""
+    rec = bench("anvil", "alpha-8b", "2026-11-02T00:00:00Z", 18000.0, 250.0)
+    s = summary("memory")  # 520 W throughout
+    rec["results"][1].update(nvml=s, nvml_window={"start_s": 0.0, "end_s": 1.9, "source": "engine timestamps"})
+    rec["results"][0].update(nvml=s)  # no window: not judged
+    from harness import report
+
+    pp, tg = [m for _, m in report._bench_measures(rec, {}, {})]
+    assert pp.j_per_token is None and tg.j_per_token == pytest.approx(520.0 / 250.0)
+    from harness.report.html import fmt_energy
+
+    assert fmt_energy(tg) == "2.08 J" and fmt_energy(pp) == "—"
+    import dataclasses
+
+    assert fmt_energy(dataclasses.replace(tg, j_per_token=0.0183)) == "18.3 mJ"

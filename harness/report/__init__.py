@@ -54,6 +54,12 @@ class Measure:
     rate: Rate
     diagnosis: Diagnosis
     figure: str | None  # its NVML trace figure (file name under figures/)
+    j_per_token: float | None = None  # energy: mean board power over the measured window / tok/s
+
+    @property
+    def energy_note(self) -> str:
+        return ("mean NVML board power over the measured window ÷ tokens/s (NVML averages power over ~1 s: "
+                "a window that short, as a 512-token prefill's, reads partly the power before it)")
 
     @property
     def provenance(self) -> str:
@@ -330,9 +336,11 @@ def _bench_measures(rec: dict, facts: dict, figures: dict) -> list[tuple[dict, M
         diag = dx.diagnose(test, summary, gb_s=rt.gb_s, tflop_s=rt.tflop_s, power_limit_w=rec.get("power_limit_w"),
                            sm_clock_max_mhz=rec.get("sm_clock_max_mhz"), windowed=bool(r.get("nvml_window")))
         samples = r.get("samples_tok_s") or []
+        power = summary.get("power_w_mean") if summary and r.get("nvml_window") else None  # the measured window's
+        joules = float(power) / float(tok) if isinstance(power, (int, float)) and tok > 0 else None
         out.append((rec, Measure(engine_name(rec), test, float(tok), r.get("tok_s_sd"), len(samples), _date(rec),
                                  rec.get("gpu"), rec.get("driver"), _build(rec), _settings(rec), _file(rec),
-                                 str(rec.get("note") or ""), rt, diag, fig)))
+                                 str(rec.get("note") or ""), rt, diag, fig, joules)))
     return out
 
 
