@@ -61,10 +61,13 @@ def qwen2_vocab_path():
 
 @pytest.fixture(scope="session")
 def loaded_model(model_path):
-    """``loaded_model(name)``: an engine Model, loaded once per session."""
+    """``loaded_model(name)``: an engine Model, kept while the next tests use it.
+    Two at a time: the tests that share models take them one after another,
+    and every cpu-tier model held at once (float32 weights on the NumPy
+    backend) was most of the suite's peak memory."""
     import engine
 
-    return functools.cache(lambda name: engine.load(model_path(name)))
+    return functools.lru_cache(maxsize=2)(lambda name: engine.load(model_path(name)))
 
 
 REPO = Path(__file__).resolve().parents[1]
