@@ -117,7 +117,9 @@ table { border-collapse: collapse; margin: 6px 0 10px; width: 100%; }
 th, td { border-bottom: 1px solid #e5e5e5; padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #f6f6f6; font-weight: 600; white-space: nowrap; }
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
-td.prov { font-size: 12px; color: #555; min-width: 240px; }
+td.prov { font-size: 12px; color: #555; min-width: 200px; }
+table.scores td.prov { min-width: 0; max-width: 190px; overflow-wrap: anywhere; }
+table.scores th { font-size: 13px; } table.scores .badge { white-space: normal; }
 td.rate { text-align: right; font-size: 13px; } td:first-child, td.nw { white-space: nowrap; }
 td.hist { font-variant-numeric: tabular-nums; min-width: 200px; }
 .win { color: #1a7f37; font-weight: 600; } .loss { color: #b42318; font-weight: 600; }
@@ -147,13 +149,13 @@ record{{ '' if r.sources|length == 1 else 's' }} (latest {{ r.latest_date or 'no
 between records of the same spec on the same GPU. Decode is shown against the measured HBM bandwidth
 ({{ hbm }} GB/s), prefill against the measured bf16 tensor-core peak ({{ bf16 }} TFLOP/s, at 2 × parameters
 FLOPs per token).</p>
-{% for m in r.models %}
+{% for m in r.models if m.rows %}
 <section class="model" id="model-{{ m.name|slug }}">
 <h3>{{ m.name }}
 {% for p in m.parity %} <span class="badge {{ 'ok' if p.ok else 'bad' }}" title="{{ p.provenance }}">parity ({{ p.backend }}, {{ p.tier }} refs): {{ p.status }}</span>{% endfor %}</h3>
 {% if m.rows %}
 <table class="scores"><thead><tr><th>test</th><th>Anvil t/s</th><th>llama.cpp t/s</th><th>Anvil ÷ llama.cpp</th>
-<th>Anvil vs roofline</th><th>llama.cpp vs roofline</th><th>energy / token (Anvil · llama.cpp)</th><th>Anvil diagnosis</th><th>provenance</th></tr></thead><tbody>
+<th>Anvil vs roofline</th><th>llama.cpp vs roofline</th><th>J / token<br><small>Anvil · llama.cpp</small></th><th>Anvil diagnosis</th><th>provenance</th></tr></thead><tbody>
 {% for row in m.rows %}
 <tr><td title="spec {{ row.spec }}: {{ row.spec_text }}">{{ row.test }}</td>
 {% for x in (row.anvil, row.llamacpp) %}<td class="num"{% if x %} title="{{ x.provenance }}"{% endif %}>{{ x|measure }}</td>{% endfor %}
@@ -166,10 +168,13 @@ FLOPs per token).</p>
 {{ row.gpu or 'GPU not recorded' }} · driver {{ (row.anvil or row.llamacpp).driver or '?' }} · spec <code>{{ row.spec[:8] }}</code></td></tr>
 {% endfor %}
 </tbody></table>
-{% else %}<p class="muted">No bench records for this model.</p>{% endif %}
+{% endif %}
 </section>
-{% else %}<p class="muted">No bench records yet: <code>harness bench</code> appends them to the results store.</p>
+{% else %}<p class="muted">No bench records yet: <code>harness bench --save</code> appends them to the results store.</p>
 {% endfor %}
+{% set parity_only = r.models|rejectattr('rows')|map(attribute='name')|list %}
+{% if parity_only %}<p class="muted">Checked for parity only (no speed records; see <a href="#parity">Parity</a>):
+{{ parity_only|join(', ') }}.</p>{% endif %}
 </section>
 
 <section id="figures"><h2>Figures</h2>
