@@ -70,11 +70,12 @@ def test_a_slower_candidate_fails_the_command(monkeypatch, tmp_path, capsys, all
     """harness ab can gate CI: exit 1 when a test's verdict is "slower"
     (--allow-slower: 0), naming the tests."""
     from harness import cli
+    from harness.commands import common
 
     _fake(monkeypatch, FakeRunner("A", lambda n: 120.0 + n % 3, sha="a" * 64),
           FakeRunner("B", lambda n: 100.0 + n % 2, sha="b" * 64))
-    monkeypatch.setattr(cli, "_model", lambda name, check_only=False: None if check_only else (tmp_path / "m.gguf", {}))
-    monkeypatch.setattr(cli, "_workdir", lambda: tmp_path)
+    monkeypatch.setattr(common, "model", lambda name, check_only=False: None if check_only else (tmp_path / "m.gguf", {}))
+    monkeypatch.setattr(common, "workdir", lambda: tmp_path)
     argv = ["ab", "a.whl", "b.whl", "--rounds", "6", "--results-dir", str(tmp_path / "res")]
     assert cli.main(argv + (["--allow-slower"] if allow else [])) == (0 if allow else 1)
     out, err = capsys.readouterr()
@@ -159,11 +160,12 @@ def test_records_enter_the_store_only_when_asked(monkeypatch, tmp_path, capsys, 
     """Trying `harness ab` or `harness bench` leaves the committed store alone;
     --save writes there and prints each path."""
     from harness import cli, runners
+    from harness.commands import common
 
     store = tmp_path / "store"
     monkeypatch.setattr(results, "DEFAULT_DIR", store)
-    monkeypatch.setattr(cli, "_model", lambda name, check_only=False: None if check_only else (tmp_path / "m.gguf", {}))
-    monkeypatch.setattr(cli, "_workdir", lambda: tmp_path)
+    monkeypatch.setattr(common, "model", lambda name, check_only=False: None if check_only else (tmp_path / "m.gguf", {}))
+    monkeypatch.setattr(common, "workdir", lambda: tmp_path)
     flag = ["--save"] if save else []
     _fake(monkeypatch, FakeRunner("A", lambda n: 100.0, sha="a" * 64), FakeRunner("B", lambda n: 100.0, sha="b" * 64))
     assert cli.main(["ab", "a.whl", "b.whl", "--rounds", "2", *flag]) == 0

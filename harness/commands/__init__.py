@@ -1,0 +1,10 @@
+"""One module per ``harness`` command: each defines ``add(sub)``, its
+parser (with ``run`` as its function), and ``run(args)``, the command.
+``COMMANDS`` is their order in ``harness --help``; ``common`` holds what
+several share."""
+
+from __future__ import annotations
+
+from . import ab, bench, diff, doctor, models, mutants, reference, report, synth, validate, wheel
+
+COMMANDS = (models, synth, reference, validate, diff, mutants, ab, bench, wheel, doctor, report)

@@ -1,0 +1,72 @@
+"""``harness ab``: an interleaved A/B of two builds (engine wheels, git revisions, or a llama.cpp arm)."""
+
+from __future__ import annotations
+
+import sys
+
+from engine.errors import count_int, positive_int
+
+from . import common
+
+
+def add(sub) -> None:
+    a = sub.add_parser("ab", help="interleaved A/B benchmark of two builds")
+    a.add_argument("base", help="base arm: an engine wheel, 'installed', llama-bench:PATH or llama-cpp-python[:SITE]; "
+                                "with --commits, a git revision")
+    a.add_argument("candidate", help="candidate arm (same forms)")
+    a.add_argument("--commits", action="store_true",
+                   help="BASE and CANDIDATE are git revisions of the project: build (or reuse) their engine wheels")
+    a.add_argument("--model", default="qwen3-8b", help="catalog model name or a .gguf path (default qwen3-8b)")
+    a.add_argument("--rounds", type=common.at_least_two, default=8,
+                   help="measured rounds, at least 2 (one more cold round is run and dropped)")
+    a.add_argument("-p", "--n-prompt", type=count_int, default=512, help="prefill test length, tokens (0: skip)")
+    a.add_argument("-n", "--n-gen", type=count_int, default=128, help="decode test length, tokens (0: skip)")
+    a.add_argument("-d", "--n-depth", type=count_int, default=0,
+                   help="context tokens in the cache before each test, untimed (llama-bench's -d)")
+    a.add_argument("-r", "--repetitions", type=positive_int, default=3, help="repetitions inside each run")
+    a.add_argument("--factor", type=common.factor_above_one, default=1.05,
+                   help="smallest ratio that counts as a change, > 1 (asv; default 1.05)")
+    a.add_argument("--allow-same", action="store_true", help="allow two identical builds")
+    a.add_argument("--allow-token-diff", action="store_true", help="do not fail when greedy tokens differ")
+    a.add_argument("--allow-slower", action="store_true",
+                   help="exit 0 even when a test's verdict is \"slower\" (by default exit 1: a CI gate)")
+    a.add_argument("--save", action="store_true", help="keep the record in the results store (reports/results)")
+    a.add_argument("--results-dir", default=None, help="keep the record in this results store instead")
+    a.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from .. import ab, wheels
+
+    if args.commits:  # the arms are git revisions: their engine wheels, built (or found) first
+        args.base, args.candidate = (str(wheels.wheel_for(rev)) for rev in (args.base, args.candidate))
+    # every input is checked (the wheels installed and probed, the model
+    # named) before any model is downloaded or generated: that can take minutes
+    common.model(args.model, check_only=True)
+    runners = ab.prepare_arms(args.base, args.candidate, common.workdir(), allow_same=args.allow_same)
+    path, identity = common.model(args.model)
+    cfg = ab.ABConfig(model=path, n_prompt=args.n_prompt, n_gen=args.n_gen, depth=args.n_depth, reps=args.repetitions,
+                      rounds=args.rounds, factor=args.factor, allow_same=args.allow_same,
+                      allow_token_diff=args.allow_token_diff, identity=identity)
+    total = 2 * (cfg.rounds + 1)
+    done = [0]
+
+    def progress(r, arm, res):
+        done[0] += 1
+        tests = ", ".join(f"{t} {sum(v) / len(v):.1f}" for t, v in res.tests.items())
+        print(f"[{done[0]}/{total}] round {r}{' (cold, dropped)' if r == 0 else ''} {arm}: {tests} t/s",
+              file=sys.stderr, flush=True)
+
+    try:
+        record = ab.run_ab(args.base, args.candidate, cfg, common.workdir(), progress=progress, runners=runners,
+                           results_dir=args.results_dir, save=common.saving(args))
+    except ab.Interrupted as e:
+        print(f"interrupted: {e}", file=sys.stderr)
+        return 130
+    print(ab.format_report(record))
+    print(f"saved {record['path']}" if record["path"] else common.NOT_SAVED, file=sys.stderr)
+    slower = ab.slower_tests(record)
+    if slower and not args.allow_slower:
+        print(f"slower: {', '.join(slower)}: exit status 1 (--allow-slower: 0)", file=sys.stderr)
+        return 1
+    return 0
