@@ -18,21 +18,29 @@ bench=/tmp/llamacpp/build/bin/llama-bench
 llamacpp_build || exit 1
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader
 tiny=$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth' and e.tier == 'cpu'))")
-python3 -m harness.cli models -q $tiny $models > "$OUT/models.txt" 2>&1 || tail -3 "$OUT/models.txt"
-# every cpu-tier model whose file is here (the real ones only if carried: the host is offline), then the gpu tier
+python3 -m harness.cli models -q $tiny > "$OUT/models.txt" 2>&1 || tail -3 "$OUT/models.txt"
+# every cpu-tier model whose file is here (the real ones only if carried: the host is offline)
 present=$(python3 -c "
 from harness import catalog, fetch
 print(' '.join(n for n, e in catalog.load().items() if e.tier == 'cpu' and
                (e.source == 'synth' or (fetch.models_dir() / n / e.raw['filename']).exists())))")
-for m in $present $models; do
+for m in $present; do
   python3 -m harness.cli validate-catalog --backend cuda --model "$m" --save > "$OUT/val-$m.txt" 2>&1 \
     || echo "$m: validation FAILED"
 done
-grep -h "| cuda |" "$OUT"/val-*.txt
 llamacpp_wait $(( 420 - ($(date +%s) - T0) )) || exit 1
 nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 100 > "$OUT/mem.csv" &
 smi=$!
-python3 -m harness.cli bench --save --llamacpp llama-bench:$bench --pp-repetitions 40 --model $models 2>&1 | tail -12
+# the gpu tier one model at a time: generated, validated, benchmarked, deleted (together they
+# are ~110 GB, the host's disk 64 GB)
+for m in $models; do
+  python3 -m harness.cli models -q "$m" >> "$OUT/models.txt" 2>&1 || { tail -3 "$OUT/models.txt"; continue; }
+  python3 -m harness.cli validate-catalog --backend cuda --model "$m" --save > "$OUT/val-$m.txt" 2>&1 \
+    || echo "$m: validation FAILED"
+  python3 -m harness.cli bench --save --llamacpp llama-bench:$bench --pp-repetitions 40 --model "$m" 2>&1 | tail -6
+  rm -f "$ANVIL_MODELS_DIR/synth/$m.gguf"
+done
+grep -h "| cuda |" "$OUT"/val-*.txt
 kill $smi
 python3 - "$OUT/mem.csv" <<'PY'
 import sys
@@ -43,7 +51,7 @@ for m in mem + [0]:
         cur.append(m)
     elif cur:
         segs.append(max(cur)); cur = []
-print("peak MiB per benchmark process, in run order (per model: Anvil pp, Anvil tg, llama.cpp pp, llama.cpp tg):", segs)
+print("peak MiB per GPU process, in run order (per model: its validation, then Anvil pp, Anvil tg, llama.cpp pp, llama.cpp tg):", segs)
 PY
 find reports/results -newer /tmp/scoreboard-start -name '*.json' | xargs tar czf "$OUT/results.tgz"
 echo "done at +$(( $(date +%s) - T0 )) s"

@@ -7,7 +7,8 @@
 #             llama.cpp CUDA references (references/gpu/) still missing for
 #             the models present (real ones only if carried: the host is offline)
 #   validate  harness validate-catalog --backend cuda over every tier (--save),
-#             one model at a time, the models present (real ones only if carried)
+#             one model at a time, the models present (real ones only if carried;
+#             gpu-tier files are not kept: scripts/gpu/scoreboard.sh validates those)
 #   mutants   harness mutants --backend cuda --save over the models present
 #   variation llama.cpp CUDA against its own gpu-tier references with other
 #             settings (harness reference --variation --save): its noise floor
@@ -39,17 +40,21 @@ build)
   llamacpp_build || exit 1 ;;
 refs)
   llamacpp_build || exit 1
-  synth=$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth'))")
+  synth=$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth' and e.tier == 'cpu'))")
   python3 -m harness.cli models -q $synth > "$OUT/models.txt" 2>&1 || tail -3 "$OUT/models.txt"
   llamacpp_wait 480 || exit 1
+  # references missing for models whose file is here or can be generated; a generated
+  # gpu-tier file is deleted after its reference (together they are ~110 GB, the disk 64 GB)
   missing=$(python3 -c "
 from harness import catalog, fetch, refs
 for n, e in catalog.load().items():
     f = catalog.synth_path(e) if e.source == 'synth' else fetch.models_dir() / n / e.raw['filename']
-    if 'gpu' in e.reference_sets and not refs.reference_path(n, 'gpu').exists() and f.exists():
-        print(n)")
-  for m in $missing; do
+    if 'gpu' in e.reference_sets and not refs.reference_path(n, 'gpu').exists() and (f.exists() or e.source == 'synth'):
+        print(n, 'gpu' if e.tier == 'gpu' and e.source == 'synth' and not f.exists() else 'keep')")
+  echo "$missing" | while read -r m kind; do
+    [ -n "$m" ] || continue
     python3 -m harness.cli reference --tier gpu --model "$m" 2>&1 | tail -3
+    [ "$kind" = gpu ] && rm -f "$ANVIL_MODELS_DIR/synth/$m.gguf"
   done ;;
 validate)
   for m in $(present); do
