@@ -26,6 +26,7 @@ import math
 import mmap
 import os
 import struct
+import time
 import zlib
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -662,10 +663,11 @@ def _nbytes(ne: tuple, qt: T) -> int:
 
 
 def write_synthetic(preset: Preset | str, out_path, *, vocab_gguf, seed: int = 0,
-                    logit_scale: float | None = None) -> dict:
+                    logit_scale: float | None = None, progress=None) -> dict:
     """Write a random-weight GGUF for `preset` atomically; returns path, sha256, bytes, preset, seed, n_params.
 
     logit_scale overrides the pre-softcap logit std the head is scaled for (see _logit_std).
+    progress(written, total): called every few seconds while the file is written.
     """
     p = PRESETS[preset] if isinstance(preset, str) else preset
     if logit_scale is not None:
@@ -698,8 +700,12 @@ def write_synthetic(preset: Preset | str, out_path, *, vocab_gguf, seed: int = 0
             total += len(mv)
             return len(mv)
         emit(bytes(header))
+        size, last = offset + len(header), time.monotonic()
         for name, ne, qt, kind, std in plan:
             n = sum(emit(c) for c in _tensor_chunks(seed, name, ne, qt, kind, std, p))
+            if progress is not None and time.monotonic() - last > 5:
+                progress(total, size)
+                last = time.monotonic()
             assert n == _nbytes(ne, qt), name
             emit(bytes(pad(n)))
     return {"path": str(out), "sha256": h.hexdigest(), "bytes": total, "preset": p.name,

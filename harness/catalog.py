@@ -155,7 +155,10 @@ def model_path(name: str, *, progress: bool = True, catalog: dict[str, Entry] | 
         preset = synth.PRESETS[e.preset]
         if progress:
             print(f"generating {name} (preset {e.preset}, seed {e.seed})...", flush=True, file=sys.stderr)
-        info = synth.write_synthetic(preset, path, vocab_gguf=vocab_source(preset.vocab, progress), seed=e.seed)
+        say = (lambda done, size: print(f"  {name}: {done / 1e9:.1f} of {size / 1e9:.1f} GB", flush=True,
+                                        file=sys.stderr)) if progress else None
+        info = synth.write_synthetic(preset, path, vocab_gguf=vocab_source(preset.vocab, progress), seed=e.seed,
+                                     progress=say)
         if e.sha256 and info["sha256"] != e.sha256:
             os.unlink(path)
             raise AnvilError(f"{name}: generated file has sha256 {info['sha256']}, the catalog pins {e.sha256} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from engine.errors import AnvilError
@@ -28,7 +29,9 @@ def run(args) -> int:
     preset = synth.PRESETS[args.preset]
     check_writable(args.out)  # before the vocabulary is fetched
     vocab = Path(args.vocab) if args.vocab else catalog.vocab_source(preset.vocab)
-    info = synth.write_synthetic(preset, args.out, vocab_gguf=vocab, seed=args.seed)
+    info = synth.write_synthetic(preset, args.out, vocab_gguf=vocab, seed=args.seed,
+                                 progress=lambda done, size: print(f"  {done / 1e9:.1f} of {size / 1e9:.1f} GB",
+                                                                   file=sys.stderr, flush=True))
     print(f"wrote {info['path']}: {info['bytes'] / 1e6:.1f} MB, {info['n_params'] / 1e6:.1f}M params, "
           f"sha256 {info['sha256']}")
     if args.margin:
