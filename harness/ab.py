@@ -113,7 +113,7 @@ def measured(sampler: nvml.Sampler, tests: list[dict], exit_unix: float) -> tupl
     return summary, info
 
 
-def _run_value(result: RunResult, test: str) -> float:
+def run_value(result: RunResult, test: str) -> float:
     """One number per run and test: the median of its repetitions."""
     return stats.median(result.tests[test])
 
@@ -174,7 +174,7 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
                     arms[arm].tokens = res.tokens
                 if r_i > 0:
                     for test in res.tests:
-                        arms[arm].values.setdefault(test, []).append(_run_value(res, test))
+                        arms[arm].values.setdefault(test, []).append(run_value(res, test))
                     arms[arm].nvml.append(summary)
                 if progress:
                     progress(r_i, arm, res)
@@ -254,7 +254,7 @@ def format_report(record: dict) -> str:
         t = next(iter(analysis.values()))
         lines.append(f"verdict: \"faster\" / \"slower\" only when B/A of the medians is beyond {t['factor']:g}x "
                      f"(1/{t['factor']:g}) AND the Mann-Whitney U p < {t['alpha']:g} over the kept rounds (one value "
-                     f"per round and arm); else \"no significant change\". wins B:A: rounds in which each arm "
+                     f"per round and arm: the median of that run's repetitions, as the progress lines show); else \"no significant change\". wins B:A: rounds in which each arm "
                      f"was the faster (a second, independent read).")
     if record.get("skipped_rounds"):
         lines.append(f"skipped rounds: {len(record['skipped_rounds'])} (GPU busy)")

@@ -53,9 +53,10 @@ def run(args) -> int:
 
     def progress(r, arm, res):
         done[0] += 1
-        tests = ", ".join(f"{t} {sum(v) / len(v):.1f}" for t, v in res.tests.items())
-        print(f"[{done[0]}/{total}] round {r}{' (cold, dropped)' if r == 0 else ''} {arm}: {tests} t/s",
-              file=sys.stderr, flush=True)
+        # the value the verdict takes from this run: the median of its repetitions
+        tests = ", ".join(f"{t} {ab.run_value(res, t):.1f}" for t in res.tests)
+        print(f"[{done[0]}/{total}] round {r}{' (cold, dropped)' if r == 0 else ''} {arm}: {tests} t/s "
+              f"(median of the run's repetitions)", file=sys.stderr, flush=True)
 
     try:
         record = ab.run_ab(args.base, args.candidate, cfg, common.workdir(), progress=progress, runners=runners,
