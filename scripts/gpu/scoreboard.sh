@@ -8,7 +8,8 @@
 # Carry: .gpu/whl, .gpu/vocab, .gpu/llamacpp (scripts/gpu/llamacpp.sh says
 # how they are made). A real model too big for one call travels in pieces
 # first (scripts/gpu/split-model.sh prints the calls).
-# Usage: bash scripts/gpu/scoreboard.sh [MODEL...]   (default: the gpu tier)
+# Usage: bash scripts/gpu/scoreboard.sh [MODEL...]   (default: the gpu tier; DEPTHS=0,4096: the
+# depths each test runs at, llama-bench's -d)
 set -uo pipefail
 T0=$(date +%s)
 source scripts/gpu/host-env.sh
@@ -37,7 +38,8 @@ for m in $models; do
   python3 -m harness.cli models -q "$m" >> "$OUT/models.txt" 2>&1 || { tail -3 "$OUT/models.txt"; continue; }
   python3 -m harness.cli validate-catalog --backend cuda --model "$m" --save > "$OUT/val-$m.txt" 2>&1 \
     || echo "$m: validation FAILED"
-  python3 -m harness.cli bench --save --llamacpp llama-bench:$bench --pp-repetitions 40 --model "$m" 2>&1 | tail -6
+  python3 -m harness.cli bench --save --llamacpp llama-bench:$bench --pp-repetitions 40 -d "${DEPTHS:-0,4096}" \
+    --model "$m" 2>&1 | tail -10
   rm -f "$ANVIL_MODELS_DIR/synth/$m.gguf"
 done
 grep -h "| cuda |" "$OUT"/val-*.txt
