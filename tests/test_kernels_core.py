@@ -417,9 +417,10 @@ def f16_round(a):
 
 @gpu
 @pytest.mark.parametrize("kv_f16", [1, 0])
-def test_kv_store(dev, kv_f16):
-    r = rng("kv_store", kv_f16)
-    n_ctx, Hkv, D, T = 64, 4, 128, 9
+@pytest.mark.parametrize("Hkv,D", [(4, 128), (16, 256), (5, 320)])  # rows of 1/2, 4 and 1 9/16 blocks' span
+def test_kv_store(dev, kv_f16, Hkv, D):
+    r = rng("kv_store", kv_f16, Hkv, D)
+    n_ctx, T = 64, 9
     dt = np.float16 if kv_f16 else np.float32
     k = r.standard_normal((T, Hkv * D)).astype(np.float32)
     v = r.standard_normal((T, Hkv * D)).astype(np.float32)

@@ -15,6 +15,8 @@ DECODE_MAX_T = 4        # up to this many queries use the split-K decode kernel
 SPLIT_MIN_KEYS = 128    # decode splits: never more than n_ctx / SPLIT_MIN_KEYS
 DEC_BLOCKS_PER_SM = 4   # split so decode fills ~4 blocks per SM at full context
 PF_BQ = 32              # attention.cu: queries per prefill block
+KV_STORE_THREADS = 256  # attention.cu: kv_store's block
+KV_STORE_SPAN = 1024    # attention.cu: elements of a row per kv_store block (4 per thread)
 
 
 def _kv_f16(cache: DArray) -> int:
@@ -40,7 +42,8 @@ def kv_store(dev: Device, k: DArray, v: DArray, k_cache: DArray, v_cache: DArray
     assert k_cache.shape[1] * k_cache.shape[2] == kv_dim and v_cache.shape == k_cache.shape
     assert v_cache.dtype == k_cache.dtype and pos.dtype == np.int32
     fn = launch.function(dev, "attention.cu", "kv_store", {"KV_F16": _kv_f16(k_cache)})
-    dev.launch(fn, (T,), (256,), [k, v, k_cache, v_cache, pos, T, kv_dim])
+    dev.launch(fn, (T, launch.ceil_div(kv_dim, KV_STORE_SPAN)), (KV_STORE_THREADS,),
+               [k, v, k_cache, v_cache, pos, T, kv_dim])
 
 
 def decode_splits(sm_count: int, T: int, n_head_kv: int, n_ctx: int) -> int:
