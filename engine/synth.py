@@ -80,6 +80,12 @@ class Preset:
     n_expert_used: int = 0
     n_ff_exp: int = 0
     n_ff_shexp: int = 0             # qwen35moe: the shared expert's width
+    # std of the router logits: at 1, the top-k of many experts share the weight almost evenly, so
+    # a rounding-sized near-tie at the k-th place swaps 1/k of the FFN output and every
+    # implementation (llama.cpp's own settings included) drifts apart within a few tokens; larger,
+    # the weight sits on the first few experts, as in trained routers, and a swap at the k-th
+    # place moves the output little
+    router_gain: float = 1.0
     n_rot: int = 0                  # rotated dims per head (0: all); qwen35 rotates a quarter
     ssm_d_conv: int = 0             # Gated DeltaNet (qwen35): conv taps, key / value heads, head width
     ssm_k_heads: int = 0
@@ -211,7 +217,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            n_ff=2112, context_length=262144, rope_freq_base=1e6, rms_eps=1e-6, vocab="gemma-4",
            tied=True, sliding_window=1024, rope_freq_base_swa=10000.0, softcap=30.0, rope_freqs=True,
            head_dim_swa=256, n_head_kv_swa=8, swa_period=6, rope_partial=0.25, out_scale=True,
-           n_expert=128, n_expert_used=8, n_ff_exp=704,
+           n_expert=128, n_expert_used=8, n_ff_exp=704, router_gain=3.0,
            logit_std=3.5, head_row_sigma=0.3, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M),
     Preset("llama3-8b", "llama", n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=14336, context_length=131072, rope_freq_base=500000.0, rms_eps=1e-5,
@@ -359,6 +365,8 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
                     # sqrt(n_embd) back, or the router logits (std 1/sqrt(n_embd)) near-tie everywhere
                     # and any rounding re-routes tokens
                     std *= math.sqrt(cfg.n_embd)
+                if name.endswith("ffn_gate_inp.weight"):
+                    std *= p.router_gain
                 out.append((name, ne(shape), qtype(name.split(".")[2], il, shape[-1]), "weight", std))
     out.append(("output_norm.weight", ne(GLOBAL["output_norm"].shape(cfg)), T.F32,
                 "norm_signed" if p.tied else "norm", out_gain))
