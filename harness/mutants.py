@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 from unittest import mock
@@ -437,9 +438,23 @@ def run_one(mutant: Mutant, backend: str, pairs: list[tuple[str, str]]) -> dict:
     return {"mutant": mutant.name, "caught": False, "tried": tried}
 
 
-def run_suite(cat, names: list[str], backend: str, tiers: list[str], models=None, progress=None) -> list[dict]:
-    rows = []
-    for name in names:
+# BLAS thread pools in each child when several children share the CPUs
+_ONE_THREAD = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+def default_jobs(backend: str) -> int:
+    """Children at a time: one per CPU for the NumPy engine (each is one
+    model at a time on one core); one for CUDA (one GPU, whose kernel
+    compiles and runs the children would contend for)."""
+    return 1 if backend == "cuda" else max(1, os.cpu_count() or 1)
+
+
+def run_suite(cat, names: list[str], backend: str, tiers: list[str], models=None, progress=None,
+              jobs: int = 1) -> list[dict]:
+    """One child process per mutant, ``jobs`` at a time; rows in the order of ``names``."""
+    env = os.environ if jobs <= 1 else {**_ONE_THREAD, **os.environ}
+
+    def one(name: str) -> dict:
         m = BY_NAME[name]
         pairs = candidates(cat, m, backend, tiers, models)
         t0 = time.perf_counter()
@@ -448,7 +463,7 @@ def run_suite(cat, names: list[str], backend: str, tiers: list[str], models=None
         else:
             arg = ",".join(f"{n}:{s}" for n, s in pairs)
             p = subprocess.run([sys.executable, "-m", "harness.mutants", name, "--backend", backend, "--pairs", arg],
-                               capture_output=True, text=True)
+                               capture_output=True, text=True, env=env)
             try:
                 row = json.loads(p.stdout.strip().splitlines()[-1])
             except (IndexError, json.JSONDecodeError):
@@ -456,10 +471,12 @@ def run_suite(cat, names: list[str], backend: str, tiers: list[str], models=None
                        "error": f"the mutant's process failed (exit {p.returncode}): "
                                 f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}"}
         row.update(bug=m.bug, seconds=round(time.perf_counter() - t0, 1))
-        rows.append(row)
         if progress:
             progress(row)
-    return rows
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # threads only wait on the children
+        return list(pool.map(one, names))
 
 
 def format_rows(rows: list[dict]) -> str:
@@ -500,7 +517,8 @@ def main_suite(args) -> int:
     cat = catalog.load()
     for name in args.model or []:
         catalog.entry(name, cat)  # an unknown name is an error, not an empty suite
-    rows = run_suite(cat, names, backend, tiers, models=args.model, progress=progress)
+    jobs = args.jobs or default_jobs(backend)
+    rows = run_suite(cat, names, backend, tiers, models=args.model, progress=progress, jobs=jobs)
     print(format_rows(rows))
     caught = sum(r["caught"] for r in rows)
     print(f"caught {caught} of {len(rows)} mutants")

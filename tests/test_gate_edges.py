@@ -109,3 +109,99 @@ def test_references_keep_float32_logits_and_refuse_another_schema(tmp_path):
     d = ref.to_json() | {"schema_version": refs.SCHEMA_VERSION + 1}
     with pytest.raises(AnvilError, match=r"schema_version 2, this Anvil reads 1"):
         refs.Reference.from_json(d, "r.json")
+
+
+def _arms(ta, tb):
+    from harness.ab import ArmRuns
+
+    return {"A": ArmRuns("A", {}, tokens=ta), "B": ArmRuns("B", {}, tokens=tb)}
+
+
+def test_the_ab_token_check_names_the_first_differing_step_and_the_tokens_there():
+    from harness.ab import ABConfig, _check_tokens
+
+    allow = ABConfig(model=None, allow_token_diff=True)
+    for ta, tb in ((None, [1]), ([1], None), (None, None)):  # an arm without tokens: not judged
+        rec = {}
+        _check_tokens(rec, _arms(ta, tb), allow)
+        assert rec == {"tokens_identical": None}
+    ta = list(range(20))
+    tb = ta[:5] + [99] + ta[6:]
+    rec = {}
+    _check_tokens(rec, _arms(ta, tb), allow)
+    assert rec == {"tokens_identical": False, "token_diff": {"first_step": 5, "A": ta[5:13], "B": tb[5:13]}}
+    for short, long_ in ((ta[:3], ta), (ta, ta[:3])):  # one arm a prefix of the other: they part at its end
+        rec = {}
+        _check_tokens(rec, _arms(short, long_), allow)
+        assert rec["token_diff"]["first_step"] == 3
+        assert rec["token_diff"]["A"] == short[3:11] and rec["token_diff"]["B"] == long_[3:11]
+    with pytest.raises(AnvilError, match="from step 5"):
+        _check_tokens({}, _arms(ta, tb), ABConfig(model=None))
+
+
+def test_a_record_without_an_analysis_has_no_slower_test():
+    from harness.ab import slower_tests
+
+    assert slower_tests({}) == []
+    assert slower_tests({"analysis": {"pp512": {"verdict": stats.SLOWER}, "tg128": {"verdict": stats.FASTER}}}) \
+        == ["pp512"]
+
+
+def test_two_samples_have_a_standard_deviation():
+    assert stats.mean_sd([1.0, 3.0]) == (2.0, pytest.approx(math.sqrt(2.0)))
+    assert stats.mean_sd([5.0]) == (5.0, 0.0)
+
+
+def test_the_ratio_interval_is_the_bootstrap_percentiles_and_repeatable():
+    """The 95% interval is the 2.5th and 97.5th percentile of median(b)/median(a)
+    over 2000 resamples of each arm, seed 0: the same samples, the same interval."""
+    a = [100.0, 101.0, 99.0, 102.0, 98.0, 100.5]
+    b = [103.0, 104.5, 102.0, 106.0, 101.0, 103.5, 105.0]
+    rng = np.random.default_rng(0)
+    ma = np.median(np.asarray(a)[rng.integers(0, len(a), (2000, len(a)))], axis=1)
+    mb = np.median(np.asarray(b)[rng.integers(0, len(b), (2000, len(b)))], axis=1)
+    want = np.percentile(mb / ma, [2.5, 97.5])
+    assert stats.bootstrap_ratio_ci(a, b) == pytest.approx(tuple(want), rel=0, abs=0)
+    assert stats.bootstrap_ratio_ci(a, b) == stats.bootstrap_ratio_ci(a, b)
+    c = stats.compare(a, b)
+    assert (c.ci_low, c.ci_high) == stats.bootstrap_ratio_ci(a, b)
+    assert (c.n_a, c.n_b, c.median_a, c.median_b, c.confidence, c.higher_is_better) == \
+        (6, 7, 100.25, 103.5, 0.95, True)
+
+
+def test_lower_is_better_metrics_mirror_the_rule_at_the_factor():
+    # factor 1.25: these samples scaled by 1.25 or 0.8 are exact, so the ratios hit the bounds exactly
+    a = [100.0, 105.0, 95.0, 110.0, 90.0, 100.0, 105.0, 95.0]
+    scaled = lambda r: [x / 1.25 if r == 0.8 else x * r for x in a]  # noqa: E731
+    at = lambda r: stats.compare(a, scaled(r), factor=1.25, higher_is_better=False).verdict  # noqa: E731
+    assert stats.compare(a, scaled(0.8), factor=1.25).ratio == 1 / 1.25
+    assert at(0.8) == stats.SAME and at(1.25) == stats.SAME  # at the factor: not beyond it
+    assert at(0.75) == stats.FASTER and at(1.3) == stats.SLOWER
+    assert at(1.1) == stats.SAME  # within the factor, however significant
+    up = lambda r: stats.compare(a, scaled(r), factor=1.25).verdict  # noqa: E731
+    assert up(0.8) == stats.SAME and up(0.75) == stats.SLOWER
+    assert stats.compare(a, a, factor=1.0).verdict == stats.SAME  # a factor of exactly 1 is allowed
+    with pytest.raises(ValueError):
+        stats.compare(a, a, factor=0.99)
+
+
+def test_all_tied_samples_have_p_one_and_split_rounds_no_majority():
+    assert stats.mannwhitney_p([5.0, 5.0, 5.0], [5.0, 5.0, 5.0]) == 1.0
+    w = stats.round_wins([(1.0, 2.0), (2.0, 1.0)])  # one round each: nobody won more than half
+    assert (w["A"], w["B"], w["ties"], w["majority"]) == (1, 1, 0, None)
+    assert stats.round_wins([(1.0, 2.0), (2.0, 1.0), (1.0, 1.0)])["majority"] is None
+    assert stats.round_wins([(2.0, 1.0), (2.0, 1.0), (1.0, 2.0)])["majority"] == "A"
+
+
+def test_ab_analyses_the_tests_both_arms_ran_at_least_twice_at_the_given_factor():
+    from harness.ab import ABConfig, ArmRuns, _analyse
+
+    a = [100.0, 100.5, 99.5, 100.2, 99.8, 100.1]
+    arms = {"A": ArmRuns("A", {}, values={"pp512": [100.0], "tg128": a, "only-a": a}),
+            "B": ArmRuns("B", {}, values={"pp512": [120.0], "tg128": [x * 1.1 for x in a]})}
+    out = _analyse(arms, ABConfig(model=None))
+    assert list(out) == ["tg128"]  # pp512 has one value per arm; only-a is not in B
+    assert out["tg128"]["verdict"] == stats.FASTER and out["tg128"]["A"]["n"] == out["tg128"]["B"]["n"] == 6
+    assert _analyse(arms, ABConfig(model=None, factor=1.2))["tg128"]["verdict"] == stats.SAME
+    two = {"A": ArmRuns("A", {}, values={"tg128": a[:2]}), "B": ArmRuns("B", {}, values={"tg128": a[2:4]})}
+    assert list(_analyse(two, ABConfig(model=None))) == ["tg128"]  # two rounds each are enough

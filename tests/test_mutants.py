@@ -35,7 +35,7 @@ def test_an_uncaught_mutant_fails_the_command(monkeypatch, capsys):
     noop = mutants.Mutant("no-op", "changes nothing", lambda c: c.arch == "qwen2", lambda: iter(()))
     monkeypatch.setitem(mutants.BY_NAME, "no-op", noop)
 
-    def in_process(cat, names, backend, tiers, models=None, progress=None):
+    def in_process(cat, names, backend, tiers, models=None, progress=None, jobs=1):
         # the child process would not know this mutant: run it here
         rows = []
         for name in names:

@@ -512,3 +512,53 @@ def test_energy_per_token_is_the_measured_windows_power_over_throughput():
     import dataclasses
 
     assert fmt_energy(dataclasses.replace(tg, j_per_token=0.0183)) == "18.3 mJ"
+
+
+def test_a_files_facts_come_from_whichever_record_states_them_first():
+    """Facts are keyed by the file (sha256 and file name): a llama.cpp record
+    gets the weight bytes an Anvil record of the same file measured, and
+    llama-bench's own n_params / size where Anvil's record has none."""
+    from harness.report import _facts, _rate
+
+    anvil = {"date": "2026-01-01T00:00:00Z", "model_sha256": "s1", "model": "/m/a.gguf",
+             "weight_bytes_per_token": 4e9, "params_per_token": 7e9, "model_bytes": 5e9}
+    later = {**anvil, "date": "2026-01-02T00:00:00Z", "weight_bytes_per_token": 9e9}  # the earlier record wins
+    lcpp = {"date": "2026-01-01T00:00:01Z", "model_sha256": "s1", "model": "/other/dir/a.gguf",
+            "llama_bench": [{"model_n_params": 8e9, "model_size": 6e9}]}
+    other = {"date": "2026-01-01T00:00:02Z", "model": "/m/b.gguf", "llama_bench": [{"model_size": 3e9}]}
+    junk = {"date": "2026-01-01T00:00:03Z", "model": "", "llama_bench": "not a list", "model_bytes": 1.0}
+    facts = _facts([later, lcpp, other, junk, anvil])
+    want = {"n_params": 8e9, "params_per_token": 7e9, "weight_bytes": 4e9, "file_bytes": 5e9}
+    assert facts == {"s1": want, "a.gguf": want, "b.gguf": {"file_bytes": 3e9}}
+    # the llama.cpp record's tg rate from the Anvil record's weight bytes; by file name alone too
+    assert _rate(lcpp, "tg128", 100.0, facts).gb_s == pytest.approx(400.0)
+    assert _rate({"model": "x/a.gguf"}, "tg128", 100.0, facts).gb_s == pytest.approx(400.0)
+    assert _rate({"model": "x/b.gguf"}, "tg128", 100.0, facts).text == "~300 GB/s"
+    assert _rate(lcpp, "pp512", 1000.0, facts).tflop_s == pytest.approx(2 * 7e9 * 1000 / 1e12)
+    assert _rate({"model": "x/c.gguf"}, "tg128", 100.0, facts).gb_s is None
+
+
+def test_parity_rows_from_entries_without_a_verdict_and_llama_cpps_spread_per_variant():
+    """An entry with no "passed" is judged by its drift; near-tie flips are the
+    flips that were not drift; llama.cpp's spread lists only variants that
+    measured a margin shift."""
+    from harness.report import _parity
+
+    def rec(date, *entries):
+        return {"kind": "validate", "date": date, "results": list(entries)}
+
+    e = dict(tier="cpu", backend="numpy", steps=10, matched=10)
+    rows = _parity([rec("2026-01-01", dict(e, model="drifts", drift=[{"step": 1}], flips=3),
+                        dict(e, model="flips", flips=3), dict(e, model="one", flips=1),
+                        dict(e, model="none", flips=None), dict(e, model="fails", passed=False, flips=0,
+                                                                failures=[{"check": "logit"}, {"check": "kl"}]))],
+                   [rec("2026-01-01", dict(model="flips", tier="cpu", variant="ubatch-1", max_margin_shift=0.5),
+                        dict(model="flips", tier="cpu", variant="flash-attn", max_margin_shift=None),
+                        dict(model="flips", tier="cpu", max_margin_shift=0.9))])
+    by = {r.model: r for r in rows}
+    assert (by["drifts"].ok, by["drifts"].status) == (False, "DRIFT: 1 flip(s) beyond the near-tie threshold")
+    assert (by["flips"].ok, by["flips"].status) == (True, "teacher-forced: 3 near-tie flips")
+    assert by["one"].status == "teacher-forced: 1 near-tie flip"
+    assert by["none"].status == "teacher-forced: 0 near-tie flips"
+    assert (by["fails"].ok, by["fails"].status) == (False, "FAIL: kl, logit")
+    assert by["flips"].llama_spread == "ubatch-1 0.5" and by["one"].llama_spread is None

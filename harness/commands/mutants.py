@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from engine.errors import positive_int
+
 
 def add(sub) -> None:
     mu = sub.add_parser("mutants", help="run the gate on deliberately broken engines: every mutant must be caught")
@@ -10,6 +12,8 @@ def add(sub) -> None:
     mu.add_argument("--tier", choices=["cpu", "gpu"], default=None,
                     help="default: cpu with the NumPy backend, every tier with CUDA")
     mu.add_argument("--backend", choices=["auto", "cuda", "numpy"], default="auto")
+    mu.add_argument("--jobs", "-j", type=positive_int, default=None,
+                    help="mutants at a time, each in its own process (default: one per CPU with numpy, 1 with cuda)")
     mu.add_argument("--save", action="store_true", help="append the outcome to the results store (reports/results)")
     mu.set_defaults(func=run)
 
