@@ -562,3 +562,26 @@ def test_parity_rows_from_entries_without_a_verdict_and_llama_cpps_spread_per_va
     assert by["none"].status == "teacher-forced: 0 near-tie flips"
     assert (by["fails"].ok, by["fails"].status) == (False, "FAIL: kl, logit")
     assert by["flips"].llama_spread == "ubatch-1 0.5" and by["one"].llama_spread is None
+
+
+def test_parity_rows_carry_every_field_one_row_per_tier_and_backend():
+    """Each (model, tier, backend) keeps its own latest row; fields missing from
+    an entry come from its record (GPU, driver, tier, backend), then '?'."""
+    from harness.report import Parity, _parity
+
+    gpu = {"kind": "validate", "date": "2026-01-02", "_path": "/s/validate-2.json", "build": "b2",
+           "gpu": "NVIDIA H200", "backend": "cuda", "tier": "gpu",
+           "results": [{"model": "m", "mode": "teacher-forced", "passed": True, "flips": 2, "matched": 7,
+                        "steps": 64, "max_logit_diff": 0.3, "near_tie": 0.9, "max_margin_shift": 0.4,
+                        "agreement": 60, "max_kl": 0.01}]}
+    cpu = {"kind": "validate", "date": "2026-01-01", "build": "b1", "version": "0.1",
+           "results": [{"model": "m", "tier": "gpu", "backend": "numpy", "mode": "exact", "passed": True},
+                       {"model": "m", "tier": "cpu", "backend": "cuda", "passed": False}]}
+    rows = _parity([gpu, cpu])
+    assert rows == [
+        Parity("m", "cpu", "cuda", "DRIFT: 0 flip(s) beyond the near-tie threshold", False, "?/?", None, None,
+               "GPU not recorded, 2026-01-01, build b1 / 0.1; (unsaved record)", None, None, "—", None),
+        Parity("m", "gpu", "cuda", "teacher-forced: 2 near-tie flips", True, "7/64", 0.3, 0.9,
+               "NVIDIA H200, driver ?, 2026-01-02, build b2; validate-2.json", 0.4, None, "60/64", 0.01),
+        Parity("m", "gpu", "numpy", "exact", True, "?/?", None, None,
+               "CPU run, 2026-01-01, build b1 / 0.1; (unsaved record)", None, None, "—", None)]
