@@ -205,3 +205,18 @@ def test_ab_analyses_the_tests_both_arms_ran_at_least_twice_at_the_given_factor(
     assert _analyse(arms, ABConfig(model=None, factor=1.2))["tg128"]["verdict"] == stats.SAME
     two = {"A": ArmRuns("A", {}, values={"tg128": a[:2]}), "B": ArmRuns("B", {}, values={"tg128": a[2:4]})}
     assert list(_analyse(two, ABConfig(model=None))) == ["tg128"]  # two rounds each are enough
+
+
+def test_a_measure_without_a_bound_skips_only_itself_and_failures_say_where_and_what():
+    c = CaseResult("p", 3, 1, "teacher-forced", 2, logit_diffs=[9.0, 9.0, 9.0], kls=[0.0, 0.5, 0.0],
+                   margin_shifts=[0.0, 0.0, 0.7], degenerate="repeats one token",
+                   flips=[Flip(step=2, ref_token=7, engine_token=8, ref_margin=0.9, engine_margin=1.5,
+                               ref_in_engine_top2=False)])
+    got = validate.judge(4, c, catalog.Gate(margin=0.5, logit=None, kl=0.1))  # the logit not judged
+    assert [(f.case, f.step, f.check) for f in got] == [(4, None, "degenerate"), (4, 2, "drift"), (4, 1, "kl"),
+                                                        (4, 2, "margin")]
+    assert got[0].detail == "repeats one token"
+    assert got[1].detail == "llama.cpp 7 vs engine 8: llama.cpp margin 0.9, engine gap 1.5 (near-tie below 0.5)"
+    assert got[2].detail == "top-k KL divergence 0.5 > 0.1" and got[3].detail == "top-2 margin shift 0.7 > 0.5"
+    logit = validate.judge(0, c, catalog.Gate(margin=1.0, logit=1.0, kl=None))
+    assert [f.detail for f in logit if f.check == "logit"] == ["max |Δlogit| over the top-k 9 > 1"]
