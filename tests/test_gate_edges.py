@@ -205,6 +205,8 @@ def test_ab_analyses_the_tests_both_arms_ran_at_least_twice_at_the_given_factor(
     assert _analyse(arms, ABConfig(model=None, factor=1.2))["tg128"]["verdict"] == stats.SAME
     two = {"A": ArmRuns("A", {}, values={"tg128": a[:2]}), "B": ArmRuns("B", {}, values={"tg128": a[2:4]})}
     assert list(_analyse(two, ABConfig(model=None))) == ["tg128"]  # two rounds each are enough
+    lopsided = {"A": ArmRuns("A", {}, values={"tg128": a[:1]}), "B": ArmRuns("B", {}, values={"tg128": a})}
+    assert _analyse(lopsided, ABConfig(model=None)) == {}  # one arm with a single round: no verdict
 
 
 def test_a_measure_without_a_bound_skips_only_itself_and_failures_say_where_and_what():
@@ -220,3 +222,42 @@ def test_a_measure_without_a_bound_skips_only_itself_and_failures_say_where_and_
     assert got[2].detail == "top-k KL divergence 0.5 > 0.1" and got[3].detail == "top-2 margin shift 0.7 > 0.5"
     logit = validate.judge(0, c, catalog.Gate(margin=1.0, logit=1.0, kl=None))
     assert [f.detail for f in logit if f.check == "logit"] == ["max |Δlogit| over the top-k 9 > 1"]
+
+
+def test_kl_is_computed_in_float64_from_float32_logits():
+    """Small KLs (what the twin gates bound, 1e-6 and below) need fp64: float32
+    logits that differ in one entry by 1e-3."""
+    from harness.compare import topk_kl
+
+    p = np.linspace(5.0, -3.0, 16).astype(np.float32)
+    q = p.copy()
+    q[3] += np.float32(1e-3)
+    lp = p.astype(np.float64) - np.log(np.exp(p.astype(np.float64)).sum())
+    lq = q.astype(np.float64) - np.log(np.exp(q.astype(np.float64)).sum())
+    want = float(np.sum(np.exp(lp) * (lp - lq)))
+    assert 1e-8 < want < 1e-6 and topk_kl(p, q) == pytest.approx(want, rel=1e-6)
+
+
+def test_repetition_loops_of_every_period_up_to_the_maximum_and_no_further():
+    from harness.compare import LOOP_MAX_PERIOD, LOOP_MIN_SPAN, repetition_loop
+
+    for p in range(1, LOOP_MAX_PERIOD + 1):
+        cycle = list(range(100, 100 + p))
+        assert repetition_loop([1, 2, 3] + (cycle * LOOP_MIN_SPAN)[:LOOP_MIN_SPAN + 1]) == p  # any phase
+    longer = list(range(100, 101 + LOOP_MAX_PERIOD))
+    assert repetition_loop((longer * LOOP_MIN_SPAN)[:2 * LOOP_MIN_SPAN]) == 0
+    # equal only across the wrap-around of the window (tail[0] == tail[-1]): not a loop
+    assert repetition_loop([7] + list(range(LOOP_MIN_SPAN - 2)) + [7]) == 0
+
+
+def test_degenerate_runs_are_named_with_their_tokens():
+    from harness.compare import _degenerate
+
+    t = lambda *v: SimpleNamespace(tokens=list(v))  # noqa: E731
+    calm = t(*range(20))
+    assert _degenerate(t(2, 5), calm, t(3, 2), eos=2) == "stop token 2 at step 0 (llama.cpp: 3)"
+    assert _degenerate(t(5, 2), calm, t(3, 2), eos=2) is None  # the stop token later is no degeneracy
+    assert _degenerate(t(2, 5), calm, t(2, 5), eos=2) is None  # llama.cpp stops at once too
+    loop = t(9, 8, *[1, 2] * 6)
+    assert _degenerate(t(5), loop, calm, eos=None) == "repetition loop of period 2 ([1, 2]) where llama.cpp has none"
+    assert _degenerate(t(5), loop, loop, eos=None) is None

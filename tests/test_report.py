@@ -536,6 +536,9 @@ def test_a_files_facts_come_from_whichever_record_states_them_first():
     assert _rate({"model": "x/b.gguf"}, "tg128", 100.0, facts).text == "~300 GB/s"
     assert _rate(lcpp, "pp512", 1000.0, facts).tflop_s == pytest.approx(2 * 7e9 * 1000 / 1e12)
     assert _rate({"model": "x/c.gguf"}, "tg128", 100.0, facts).gb_s is None
+    assert _rate({"model_sha256": "s1", "model": "x/renamed.gguf"}, "tg128", 100.0, facts).gb_s == pytest.approx(400.0)
+    assert _rate(lcpp, "tg128", 100.0, facts, gb_s=123.0).gb_s == 123.0  # a recorded rate wins
+    assert _facts([{"model": "/m/e.gguf", "llama_bench": [], "model_bytes": 2e9}]) == {"e.gguf": {"file_bytes": 2e9}}
 
 
 def test_parity_rows_from_entries_without_a_verdict_and_llama_cpps_spread_per_variant():
@@ -570,7 +573,7 @@ def test_parity_rows_carry_every_field_one_row_per_tier_and_backend():
     from harness.report import Parity, _parity
 
     gpu = {"kind": "validate", "date": "2026-01-02", "_path": "/s/validate-2.json", "build": "b2",
-           "gpu": "NVIDIA H200", "backend": "cuda", "tier": "gpu",
+           "gpu": "NVIDIA H200", "driver": "580.1", "backend": "cuda", "tier": "gpu",
            "results": [{"model": "m", "mode": "teacher-forced", "passed": True, "flips": 2, "matched": 7,
                         "steps": 64, "max_logit_diff": 0.3, "near_tie": 0.9, "max_margin_shift": 0.4,
                         "agreement": 60, "max_kl": 0.01}]}
@@ -582,6 +585,6 @@ def test_parity_rows_carry_every_field_one_row_per_tier_and_backend():
         Parity("m", "cpu", "cuda", "DRIFT: 0 flip(s) beyond the near-tie threshold", False, "?/?", None, None,
                "GPU not recorded, 2026-01-01, build b1 / 0.1; (unsaved record)", None, None, "—", None),
         Parity("m", "gpu", "cuda", "teacher-forced: 2 near-tie flips", True, "7/64", 0.3, 0.9,
-               "NVIDIA H200, driver ?, 2026-01-02, build b2; validate-2.json", 0.4, None, "60/64", 0.01),
+               "NVIDIA H200, driver 580.1, 2026-01-02, build b2; validate-2.json", 0.4, None, "60/64", 0.01),
         Parity("m", "gpu", "numpy", "exact", True, "?/?", None, None,
                "CPU run, 2026-01-01, build b1 / 0.1; (unsaved record)", None, None, "—", None)]
