@@ -135,8 +135,9 @@ def test_the_ab_token_check_names_the_first_differing_step_and_the_tokens_there(
         _check_tokens(rec, _arms(short, long_), allow)
         assert rec["token_diff"]["first_step"] == 3
         assert rec["token_diff"]["A"] == short[3:11] and rec["token_diff"]["B"] == long_[3:11]
-    with pytest.raises(AnvilError, match="from step 5"):
+    with pytest.raises(AnvilError, match="from step 5") as e:
         _check_tokens({}, _arms(ta, tb), ABConfig(model=None))
+    assert f"(A {ta[5:13]} vs B {tb[5:13]})" in str(e.value)  # the eight tokens from there, each arm's
 
 
 def test_a_record_without_an_analysis_has_no_slower_test():
