@@ -307,3 +307,21 @@ def test_gemma4_real_shapes():
     assert plan["blk.0.ffn_down.weight"] == ((2112, 2816), T.Q8_0) and plan["blk.4.ffn_down.weight"][1] == T.Q5_0
     assert plan["blk.0.ffn_down_exps.weight"][1] == T.Q8_0 and plan["blk.4.ffn_down_exps.weight"][1] == T.Q5_0
     assert plan["blk.0.ffn_gate_inp.weight"][1] == T.F32 and plan["blk.0.ffn_down_exps.scale"] == ((128,), T.F32)
+
+
+def test_router_gain_scales_only_the_router():
+    """gemma4-26b-a4b's router logits have std 3 (router_gain): its router weights are 3x the
+    same preset's at gain 1, every other tensor unchanged."""
+    from dataclasses import replace
+
+    p = PRESETS["gemma4-26b-a4b"]
+    assert p.router_gain == 3.0
+    gained, plain = tensor_plan(p, 262144), tensor_plan(replace(p, router_gain=1.0), 262144)
+    assert [r[:4] for r in gained] == [r[:4] for r in plain]
+    for (name, _, _, _, std), (_, _, _, _, std1) in zip(gained, plain):
+        want = 3.0 * std1 if name.endswith("ffn_gate_inp.weight") else std1
+        assert std == pytest.approx(want, rel=1e-12), name
+    # gemma4's router reads a unit-RMS vector scaled by 1/sqrt(n_embd) (a unit-norm input): its
+    # logits have the std of its weights, 3
+    (std,) = {s for n, _, _, _, s in gained if n == "blk.0.ffn_gate_inp.weight"}
+    assert std == pytest.approx(3.0)
