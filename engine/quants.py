@@ -348,3 +348,29 @@ def dequantize_rows(data: np.ndarray, qtype: QType, rows: np.ndarray, n_cols: in
         raise IndexError(f"row index out of range for a tensor of {n_rows} rows")
     picked = np.ascontiguousarray(raw.reshape(n_rows, rb)[idx])  # copies only these rows
     return _dequantize_bytes(picked.reshape(-1), qt, idx.size * int(n_cols)).reshape(idx.size, int(n_cols))
+
+
+
+def xq_group(qtype) -> int | None:
+    """The group size of the int8 activations the CUDA decode GEMV uses with
+    ``qtype`` weights (gemv.cuh, GEMV_XQ): 8 for Q6_K (a work unit's runs of 8
+    elements), 16 for the other block types, None for float weights (fp32 x)."""
+    qt = QType(int(qtype))
+    if qt in (QType.F32, QType.F16, QType.BF16):
+        return None
+    return 8 if qt == QType.Q6_K else 16
+
+
+def quantize_x(x: np.ndarray, group: int) -> np.ndarray:
+    """The int8 activations of the CUDA decode GEMV (gemv.cuh, GEMV_XQ): x in
+    groups of ``group`` consecutive elements, scale d = amax/127, q = rint(x/d)
+    (x times the float32 127/amax, rounded once, ties to even), returned as
+    the float64 values d*q the kernel multiplies with. ``x``: float32, its
+    last axis a multiple of ``group``."""
+    g = np.asarray(x, np.float32).reshape(-1, group)
+    m = np.abs(g).max(axis=1)
+    d = m / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(m > 0, np.float32(127) / m, np.float32(0)).astype(np.float32)
+    q = np.rint(g.astype(np.float64) * inv.astype(np.float64)[:, None])
+    return (q * d.astype(np.float64)[:, None]).reshape(np.shape(x))

@@ -27,7 +27,7 @@ from engine.backends.cuda import gemv_bench
 from engine.backends.cuda import launch
 from engine.backends.cuda.launchers import dequant, gemv
 from engine.errors import AnvilError
-from engine.quants import BLOCK, QType, dequantize
+from engine.quants import BLOCK, QType, dequantize, quantize_x, xq_group
 
 SEED = int(os.environ.get("ANVIL_KERNELS_SEED", secrets.randbelow(2**32)))
 TYPES = list(launch.WEIGHT_TYPES)
@@ -50,9 +50,9 @@ def suffix(t: QType) -> str:
 # ---- CPU ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rows", gemv.ROW_CHOICES)
-def test_gemv_compiles(rows):
-    cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_ROWS": rows})
+@pytest.mark.parametrize("rows,xq", [(r, 1) for r in gemv.ROW_CHOICES] + [(16, 0)])  # xq 0: fp32 x
+def test_gemv_compiles(rows, xq):
+    cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_ROWS": rows, "GEMV_XQ": xq})
     for t in TYPES:
         assert f"gemv_{suffix(t)}\0".encode() in cubin, f"gemv.cu does not export gemv_{suffix(t)}"
 
@@ -174,6 +174,9 @@ def gemv_cases(t: QType) -> list[tuple[int, int, int | None, str]]:
         (3 * k, 515, None, "bias"),        # n_out not a multiple of any rows-per-block
         (4096, 1000, 16, "none"),          # 16 rows per block, partial last block
         (14336, 300, None, "residual"),    # large n_in, y aliasing add
+        # more row groups than resident blocks: each block streams several groups
+        (4 * k, 20011, 1, "bias"),         # one step per row
+        (14336, 2999, 2, "residual"),      # several steps per row, the wrap to the next group
     ]
     cases += [(2 * 256, 77, r, "bias") for r in gemv.ROW_CHOICES]
     if t in FLOATS:
@@ -182,26 +185,33 @@ def gemv_cases(t: QType) -> list[tuple[int, int, int | None, str]]:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("xq", [True, False], ids=["x-int8", "x-fp32"])
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
-def test_gemv(dev, t):
+def test_gemv(dev, t, xq):
+    """Both activation paths: int8 x (the default for block types) against
+    the exact product with quantize_x's values, fp32 x against the exact
+    product with x; the same tolerance (the kernel's fp32 arithmetic)."""
+    if xq and t in FLOATS:
+        pytest.skip("float weights always take fp32 activations")
     for n_in, n_out, rows, mode in gemv_cases(t):
         g = rng("gemv", t, n_in, n_out, rows, mode)
         raw = gemv_bench.random_weights(g, t, n_out, n_in)
         x = g.standard_normal(n_in, dtype=np.float32)
+        x[g.integers(0, n_in, max(1, n_in // 50))] *= 30  # outliers: groups of very different scales
         add = g.standard_normal(n_out, dtype=np.float32)
         W, dx = dev.upload(raw), dev.upload(x)
         if mode == "residual":  # y holds add: the one output that cannot be poisoned
             y = dev.upload(add)
-            gemv.gemv(dev, W, t, dx, y, n_in, n_out, add=y, rows=rows)
+            gemv.gemv(dev, W, t, dx, y, n_in, n_out, add=y, rows=rows, xq=xq)
         else:
             y = dev.empty((n_out,), np.float32)
             dev.fill(y, 0xFF)
             d_add = dev.upload(add) if mode == "bias" else None
-            gemv.gemv(dev, W, t, dx, y, n_in, n_out, add=d_add, rows=rows)
+            gemv.gemv(dev, W, t, dx, y, n_in, n_out, add=d_add, rows=rows, xq=xq)
         got = y.numpy()
 
         w = dequantize(raw, t, (n_out, n_in)).astype(np.float64)
-        prod = w * x.astype(np.float64)
+        prod = w * (quantize_x(x, xq_group(t)) if xq else x.astype(np.float64))
         ref = prod.sum(axis=1) + (add.astype(np.float64) if mode != "none" else 0.0)
         # Tolerance: the GPU sums the n_in products in fp32, in another order
         # (per-thread chains of 4-32 terms, then warp and block trees). Each
@@ -218,7 +228,7 @@ def test_gemv(dev, t):
         bad = ~(err <= atol + rtol * np.abs(ref))  # NaN (poison left over) counts as bad
         if bad.any():
             i = int(np.argmax(bad))
-            pytest.fail(f"gemv {t.name} [{n_out} x {n_in}] rows={rows} add={mode} (seed {SEED}): "
+            pytest.fail(f"gemv {t.name} [{n_out} x {n_in}] rows={rows} add={mode} xq={xq} (seed {SEED}): "
                         f"{int(bad.sum())} of {n_out} rows off, first row {i}: {got[i]!r} vs {ref[i]!r} "
                         f"(atol {atol[i]:.3g})")
 

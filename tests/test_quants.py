@@ -250,3 +250,37 @@ def test_real_model_tensors_bit_exact(model, request):
         _assert_bits_equal(dequantize_rows(t.data, qtype, rows, n_cols), want, what + " rows")
         _assert_bits_equal(dequantize(by_row[rows], qtype, (len(rows), n_cols)), want, what)
     assert seen <= {t.name for t in SUPPORTED}
+
+
+def test_quantize_x_rounds_each_group_to_int8_of_its_own_scale():
+    from engine.quants import quantize_x, xq_group
+
+    # group 0: amax 127 -> scale 1, ties to even (2.5 -> 2, 3.5 -> 4, -0.5 -> -0);
+    # group 1: all zero -> zeros; group 2: one outlier sets a scale of 1000/127
+    x = np.zeros(48, np.float32)
+    x[:4] = [127.0, 2.5, 3.5, -0.5]
+    x[32], x[33] = 1000.0, 3.0
+    got = quantize_x(x, 16)
+    assert got[:4].tolist() == [127.0, 2.0, 4.0, -0.0] and not got[4:32].any()
+    d = np.float64(np.float32(1000.0) / np.float32(127.0))
+    assert got[32] == 127 * d and got[33] == 0.0  # 3 * 127/1000 = 0.38 -> 0
+    assert np.array_equal(quantize_x(x.reshape(3, 16), 16), got.reshape(3, 16))
+    assert np.abs(quantize_x(x, 8) - x).max() <= np.abs(quantize_x(x, 16) - x).max()
+    assert xq_group(QType.Q6_K) == 8 and xq_group(QType.Q4_K) == 16 and xq_group(QType.BF16) is None
+
+
+def test_numpy_x_int8_rounds_only_one_row_block_type_products():
+    from engine.backends.numpy import ops
+    from engine.quants import quantize_x
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((5, 64)).astype(np.float32)
+    wq = w.view(ops.XQWeight)
+    wq.xq_group = 16
+    x1 = rng.standard_normal((1, 64)).astype(np.float32)
+    x2 = rng.standard_normal((2, 64)).astype(np.float32)
+    want = quantize_x(x1, 16).astype(np.float32) @ w.T
+    assert np.array_equal(ops.matmul(x1, wq), want) and not np.array_equal(want, x1 @ w.T)
+    assert np.array_equal(ops.matmul(x2, wq), x2 @ w.T)  # prefill: fp32 (the CUDA GEMM's path)
+    assert np.array_equal(ops.matmul(x1, w), x1 @ w.T)   # a plain (float-type) weight
+    assert type(ops.matmul(x1, wq)) is np.ndarray        # activations do not inherit the weight's rounding

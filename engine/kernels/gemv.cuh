@@ -8,21 +8,17 @@
 // 16-byte aligned (device allocations are 256-byte aligned; GGUF tensor data
 // 32-byte aligned).
 //
-// Why fp32 activations, not llama.cpp's q8_1 + dp4a: with the PRMT trick below
-// a weight element is decoded and multiplied in 2 instructions, so the kernel
-// can stay memory bound with the accuracy of a plain fp32 dot product (no 8-bit
-// rounding of x) and without a separate quantise kernel per activation.
-// Napkin math for Q4_K, the densest common type: 4.3 TB/s / 144 B per 256
-// elements = 7.6 G elements/s; 132 SMs x 4 schedulers x 1.98 GHz = 33 T thread
-// instructions/s, so ~4.4 instructions per element at full bandwidth. Counted
-// in the SASS (GEMV_ROWS=8), the compute loop spends 3.7 per element on Q4_K,
-// 4.5 of 5.3 on Q5_K, 4.7 of 6.4 on Q6_K, 4.7 of 8.3 on Q8_0 and 3.2 of 4.4 on
-// Q4_0: the 2 per element, ~0.4 of nibble masking, and ~40 per unit per row
-// for scales and the affine correction. So Q4_K/Q5_K run close to the issue
-// limit; if they measure issue-bound, the options are a lane per 32 qs bytes
-// (halves the per-row scale work, doubles x's L1 traffic) or q8_1 + dp4a
-// (~1.5 per element, 4x less x traffic, at the price of llama.cpp's
-// activation rounding).
+// Activations: block-type weights meet int8 x in dp4a (GEMV_XQ=1, the
+// launchers' default; the *8 structs below). Each lane rounds its own unit's x
+// in registers, 16 consecutive elements per scale (8 for Q6_K: its units' runs),
+// q = rint(x * 127/amax) (quants.quantize_x is the same in NumPy): no extra
+// kernel and no extra traffic, finer groups than llama.cpp's q8_1 (32). Why:
+// decoding a weight to fp32 and an FFMA per element (PRMT trick below, ~3.7
+// instructions per element counted in the SASS) left the kernel bound by its
+// issue rate, not by memory: on the H200, [12288 x 4096] Q4_K took 16.2 us
+// with fp32 x and 12.1 with int8 x; the 151936 x 4096 head 185 -> 120 us
+// (reports/notes/gemv-int8-2026-12-01.md). The fp32-x structs (GEMV_XQ=0)
+// remain for float weights, and as the exact-arithmetic path tests compare.
 //
 // Layout (gemv.cu; moe.cu gives each warp its own rows). A block of NT threads (a multiple of 32, <= 256; launchers/gemv.py picks it
 // so the row's work units divide evenly) computes GEMV_ROWS consecutive rows. A
@@ -57,6 +53,9 @@
 
 #ifndef GEMV_ROWS
 #define GEMV_ROWS 4  // rows per block; launchers/gemv.py compiles 1, 2, 4, 8 and 16
+#endif
+#ifndef GEMV_XQ
+#define GEMV_XQ 1  // int8 activations for block-type weights (0: fp32, the *8-less structs)
 #endif
 #define GEMV_MAX_THREADS 256  // __launch_bounds__(256, 2): <= 128 registers (GEMV_ROWS=16 spills a few bytes on Q5_*)
 #define GEMV_MAX_WARPS (GEMV_MAX_THREADS / 32)
@@ -282,6 +281,103 @@ struct Q5K : Layout<8, 256, 176> {  // d, dmin, scales[12], qh[32], qs[128]
     }
 };
 
+// ---- int8 activations (GEMV_XQ=1) ------------------------------------------------
+// x is rounded to int8 in groups of 16 consecutive elements (scale amax/127,
+// q = rint(x / scale), as quantize_x16 in engine/quants.py): each lane quantises
+// its own unit's x in registers (no extra kernel, no extra memory traffic), and
+// the weights' integers meet it in dp4a (4 multiply-adds per instruction).
+__device__ __forceinline__ float i2f(int v) {  // exact for |v| < 2^22, 2 full-rate instructions
+    return __int_as_float(v + 0x4B400000) - 12582912.0f;
+}
+// rint(v * inv) of each lane of v, packed as 4 signed bytes: v*inv + 1.5*2^23
+// rounds once, to nearest even, and leaves the integer in the float's low byte.
+__device__ __forceinline__ uint32_t pack_i8(float4 v, float inv) {
+    const float M = 12582912.0f;
+    const uint32_t a = __float_as_uint(fmaf(v.x, inv, M)), b = __float_as_uint(fmaf(v.y, inv, M));
+    const uint32_t c = __float_as_uint(fmaf(v.z, inv, M)), e = __float_as_uint(fmaf(v.w, inv, M));
+    return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, e, 0x0040), 0x5410);
+}
+__device__ __forceinline__ float amax4(float4 v, float m) {
+    return fmaxf(fmaxf(fmaxf(m, fabsf(v.x)), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+}
+// 16 consecutive x at p -> 4 words of int8, their scale and the sum of the int8s
+struct X16 {
+    uint32_t q[4];
+    float d;
+    int s;
+};
+__device__ __forceinline__ void quant16(X16& o, const float* p) {
+    float4 v[4];
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[i] = ld_x4(p + 4 * i);
+        m = amax4(v[i], m);
+    }
+    o.d = __fdiv_rn(m, 127.0f);
+    const float inv = m > 0.0f ? __fdiv_rn(127.0f, m) : 0.0f;
+    o.s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        o.q[i] = pack_i8(v[i], inv);
+        o.s = __dp4a((int)o.q[i], 0x01010101, o.s);
+    }
+}
+
+// Q5_K with int8 x: as Q4K8, the 5th bits from qh as in Q5K.
+__device__ __forceinline__ float k_affine8(uint4 h, int k, int ilo, int ihi, const X16& lo, const X16& hi) {
+    const int sh = ((k >> 1) & 1) * 16;
+    const uint32_t a = h.y >> sh, b = h.z >> sh, e = h.w >> sh;
+    const bool high = k >= 4;
+    const uint32_t sc = high ? ((e & 0x0F0Fu) | ((a >> 2) & 0x3030u)) : (a & 0x3F3Fu);
+    const uint32_t mn = high ? (((e >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u)) : (b & 0x3F3Fu);
+    const float plo = i2f((int)(sc & 0xFFu) * ilo), phi = i2f((int)(sc >> 8) * ihi);
+    const float mlo = i2f((int)(mn & 0xFFu) * lo.s), mhi = i2f((int)(mn >> 8) * hi.s);
+    return fmaf(half_lo(h.x), fmaf(lo.d, plo, hi.d * phi), -half_hi(h.x) * fmaf(lo.d, mlo, hi.d * mhi));
+}
+struct XsK8 { X16 lo, hi; };
+__device__ __forceinline__ void load_x_k8(XsK8& xs, const float* x, int u) {
+    const int k = u & 7;
+    const float* p = x + (u >> 3) * 256 + 64 * (k >> 1) + 16 * (k & 1);
+    quant16(xs.lo, p);
+    quant16(xs.hi, p + 32);
+}
+struct Q5K8 : Layout<8, 256, 176> {
+    using Xs = XsK8;
+    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_k8(xs, x, u); }
+    __device__ static float dot(const uint8_t* buf, int off, int k, const Xs& xs) {
+        const uint4 h = lds16(buf, off), qh = lds16(buf, off + 16 + 16 * (k & 1)), q = lds16(buf, off + 48 + 16 * k);
+        const int c2 = 2 * (k >> 1);
+        int ilo = 0, ihi = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t w = U4(q, j), hb = U4(qh, j);
+            const uint32_t lo = (w & 0x0F0F0F0Fu) | (((hb >> c2) & 0x01010101u) << 4);
+            const uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((hb >> (c2 + 1)) & 0x01010101u) << 4);
+            ilo = __dp4a((int)lo, (int)xs.lo.q[j], ilo);
+            ihi = __dp4a((int)hi, (int)xs.hi.q[j], ihi);
+        }
+        return k_affine8(h, k, ilo, ihi, xs.lo, xs.hi);
+    }
+};
+
+// Q4_K with int8 x: per sub-block half, sum q*xq in dp4a; d*sc*xd*that - dmin*mn*xd*sum(xq).
+struct Q4K8 : Layout<8, 256, 144> {
+    using Xs = XsK8;
+    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_k8(xs, x, u); }
+    __device__ static float dot(const uint8_t* buf, int off, int k, const Xs& xs) {
+        const uint4 h = lds16(buf, off), q = lds16(buf, off + 16 + 16 * k);
+        int ilo = 0, ihi = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t w = U4(q, j);
+            ilo = __dp4a((int)(w & 0x0F0F0F0Fu), (int)xs.lo.q[j], ilo);
+            ihi = __dp4a((int)((w >> 4) & 0x0F0F0F0Fu), (int)xs.hi.q[j], ihi);
+        }
+        return k_affine8(h, k, ilo, ihi, xs.lo, xs.hi);
+    }
+};
+
 // Q6_K: unit (n, q) = half n (0/1), positions l = 8q..8q+7 of its 32; for each
 // group g it gives element 128n + 32g + l from ql[64n + 32(g&1) + l] (high nibble
 // if g >= 2) and bits 2g..2g+1 of qh[32n + l], scale scales[8n + 2g + q/2];
@@ -412,43 +508,152 @@ struct Q5_1 : Layout<1, 32, 24> {  // d, m, qh[4], qs[16]; v d + m
 };
 
 
+// Q6_K with int8 x (groups of 8: a unit's 4 runs of 8 elements): per run,
+// sum (q6 - 32) xq = dp4a(q6, xq) - 32 sum(xq), exact in int.
+struct X8 {
+    uint32_t q[2];
+    float d;
+};
+struct Q6K8 : Layout<8, 256, 210> {
+    struct Xs { X8 g[4]; int s[4]; };
+    __device__ static void load_x(Xs& xs, const float* x, int u) {
+        const float* p = x + (u >> 3) * 256 + 128 * ((u >> 2) & 1) + 8 * (u & 3);
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            const float4 a = ld_x4(p + 32 * g), b = ld_x4(p + 32 * g + 4);
+            const float m = amax4(b, amax4(a, 0.0f));
+            xs.g[g].d = __fdiv_rn(m, 127.0f);
+            const float inv = m > 0.0f ? __fdiv_rn(127.0f, m) : 0.0f;
+            xs.g[g].q[0] = pack_i8(a, inv);
+            xs.g[g].q[1] = pack_i8(b, inv);
+            xs.s[g] = 32 * __dp4a((int)xs.g[g].q[1], 0x01010101, __dp4a((int)xs.g[g].q[0], 0x01010101, 0));
+        }
+    }
+    __device__ static float dot(const uint8_t* buf, int off, int sub, const Xs& xs) {
+        const int n = sub >> 2, q = sub & 3;
+        uint32_t a[2], b[2], h[2];
+        lds_a2<2>(buf, off + 64 * n + 8 * q, a);
+        lds_a2<2>(buf, off + 128 + 32 * n + 8 * q, h);
+        lds_a2<2>(buf, off + 64 * n + 32 + 8 * q, b);
+        int S[4];
+#pragma unroll
+        for (int g = 0; g < 4; g++) S[g] = -xs.s[g];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            S[0] = __dp4a((int)((a[j] & 0x0F0F0F0Fu) | ((h[j] << 4) & 0x30303030u)), (int)xs.g[0].q[j], S[0]);
+            S[1] = __dp4a((int)((b[j] & 0x0F0F0F0Fu) | ((h[j] << 2) & 0x30303030u)), (int)xs.g[1].q[j], S[1]);
+            S[2] = __dp4a((int)(((a[j] >> 4) & 0x0F0F0F0Fu) | (h[j] & 0x30303030u)), (int)xs.g[2].q[j], S[2]);
+            S[3] = __dp4a((int)(((b[j] >> 4) & 0x0F0F0F0Fu) | ((h[j] >> 2) & 0x30303030u)), (int)xs.g[3].q[j], S[3]);
+        }
+        const int8_t* sc = reinterpret_cast<const int8_t*>(buf) + off + 192 + 8 * n + (q >> 1);
+        float r = ((float)sc[0] * xs.g[0].d) * i2f(S[0]);
+        r = fmaf((float)sc[2] * xs.g[1].d, i2f(S[1]), r);
+        r = fmaf((float)sc[4] * xs.g[2].d, i2f(S[2]), r);
+        r = fmaf((float)sc[6] * xs.g[3].d, i2f(S[3]), r);
+        return lds_half(buf, off + 208) * r;
+    }
+};
+
+// Q8_0 with int8 x: unit = half a block (16 signed bytes), one dp4a chain.
+struct Q8_08 : Layout<2, 32, 34> {
+    using Xs = X16;
+    __device__ static void load_x(Xs& xs, const float* x, int u) { quant16(xs, x + 16 * u); }
+    __device__ static float dot(const uint8_t* buf, int off, int h, const Xs& xs) {
+        uint32_t w[4];
+        lds_a2<4>(buf, off + 2 + 16 * h, w);
+        int s = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) s = __dp4a((int)w[j], (int)xs.q[j], s);
+        return (lds_half(buf, off) * xs.d) * i2f(s);
+    }
+};
+
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 with int8 x: unit = one block; lo = its first 16
+// elements (low nibbles), hi = the last 16 (high nibbles). v*d - off*d (_0) or v*d + m (_1).
+struct Xs32q { X16 lo, hi; };
+__device__ __forceinline__ void load_x_32q(Xs32q& xs, const float* x, int u) {
+    quant16(xs.lo, x + 32 * u);
+    quant16(xs.hi, x + 32 * u + 16);
+}
+// xd-weighted sums: sum v*x^ (P) and sum x^ (X) over the block
+__device__ __forceinline__ void p32q(const uint32_t* w, uint32_t qh, const Xs32q& xs, float& P, float& X) {
+    int ilo = 0, ihi = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        ilo = __dp4a((int)((w[j] & 0x0F0F0F0Fu) | spread4(qh >> (4 * j))), (int)xs.lo.q[j], ilo);
+        ihi = __dp4a((int)(((w[j] >> 4) & 0x0F0F0F0Fu) | spread4(qh >> (16 + 4 * j))), (int)xs.hi.q[j], ihi);
+    }
+    P = fmaf(xs.lo.d, i2f(ilo), xs.hi.d * i2f(ihi));
+    X = fmaf(xs.lo.d, i2f(xs.lo.s), xs.hi.d * i2f(xs.hi.s));
+}
+template <int HOFF, int QOFF, int ZERO, bool MIN>  // qh at HOFF (none: -1), qs at QOFF, v - ZERO, + m at byte 2
+struct Q32q : Layout<1, 32, QOFF + 16> {
+    using Xs = Xs32q;
+    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_32q(xs, x, u); }
+    __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
+        uint32_t w[4], qh[1] = {0u};
+        if constexpr (HOFF >= 0) lds_a2<1>(buf, off + HOFF, qh);
+        lds_a2<4>(buf, off + QOFF, w);
+        float P, X;
+        p32q(w, qh[0], xs, P, X);
+        if constexpr (MIN) return fmaf(lds_half(buf, off), P, lds_half(buf, off + 2) * X);
+        return lds_half(buf, off) * fmaf(-(float)ZERO, X, P);
+    }
+};
+using Q4_08 = Q32q<-1, 2, 8, false>;
+using Q4_18 = Q32q<-1, 4, 0, true>;
+using Q5_08 = Q32q<2, 6, 16, false>;
+using Q5_18 = Q32q<4, 8, 0, true>;
+
 // ---- one warp, GEMV_ROWS rows ------------------------------------------------------
 // row(r) is the first byte of local row r (0 <= r < GEMV_ROWS), a valid row
-// (callers clamp past the matrix's end); it is called again on every step
-// rather than kept, saving 2*GEMV_ROWS registers. buf is the warp's staging
-// buffer of GEMV_ROWS * Q::SPAN bytes; off[r] where row r's span landed in it.
+// (callers clamp past the matrix's end); it is called again where needed
+// rather than kept, saving registers. buf is the warp's staging buffer of
+// GEMV_ROWS * Q::SPAN bytes; row r's span lands at buf + r * Q::SPAN, from the
+// 16-byte-aligned floor of its first byte (span_off gives where that byte is).
 
 // Copy the weight spans of the step starting at unit `base` (U units per row)
-// into buf (every lane of the warp takes part).
+// into buf (every lane of the warp takes part), as one cp.async group.
 template <class Q, class RowFn>
-__device__ __forceinline__ void stage_rows(uint8_t* buf, int* off, RowFn row, int base, int U, int lane) {
+__device__ __forceinline__ void stage_rows(uint8_t* buf, RowFn row, int base, int U, int lane) {
     const int nu = min(32, U - base);  // a multiple of UPB, as U and base are
     const size_t skip = (size_t)(base / Q::UPB) * Q::BYTES;
 #pragma unroll
-    for (int r = 0; r < GEMV_ROWS; r++) off[r] = stage_span(buf + r * Q::SPAN, row(r) + skip, nu / Q::UPB * Q::BYTES, lane);
+    for (int r = 0; r < GEMV_ROWS; r++) stage_span(buf + r * Q::SPAN, row(r) + skip, nu / Q::UPB * Q::BYTES, lane);
     cp_async_commit();
 }
 
-// acc[r] += the dot product of row r with x over units [first, U), in steps
-// of `stride` units (lane l of a step does unit base+l of every row, so the
-// unit's x values are loaded once and reused GEMV_ROWS times). The first
-// step's spans must already be staged: callers issue stage_rows(first)
-// early, before pdl_wait() where the rows do not depend on the previous kernel.
+// acc[r] += row r's units [base, base+32) (lane l: unit base+l, whose x values
+// xs holds) from the spans staged in buf for that step.
 template <class Q, class RowFn>
-__device__ __forceinline__ void dot_rows(uint8_t* buf, int* off, RowFn row, const float* __restrict__ x, int first,
-                                         int stride, int U, int lane, float* acc) {
+__device__ __forceinline__ void dot_staged(const uint8_t* buf, RowFn row, const typename Q::Xs& xs, int base, int U,
+                                           int lane, float* acc) {
+    if (base + lane >= U) return;
+    const size_t skip = (size_t)(base / Q::UPB) * Q::BYTES;
+    const int boff = lane / Q::UPB * Q::BYTES, sub = lane % Q::UPB;
+#pragma unroll
+    for (int r = 0; r < GEMV_ROWS; r++) {
+        const int off = (int)(reinterpret_cast<size_t>(row(r) + skip) & 15);
+        acc[r] += Q::dot(buf + r * Q::SPAN, off + boff, sub, xs);
+    }
+}
+
+// acc[r] += the dot product of row r with x over units [first, U), in steps
+// of `stride` units, one staging buffer: each step's copies are waited for
+// before its decode (the overlap comes from the other warps and blocks on the
+// SM). The first step's spans must already be staged: callers issue
+// stage_rows(first) early, before pdl_wait() where the rows do not depend on
+// the previous kernel.
+template <class Q, class RowFn>
+__device__ __forceinline__ void dot_rows(uint8_t* buf, RowFn row, const float* __restrict__ x, int first, int stride,
+                                         int U, int lane, float* acc) {
     for (int base = first; base < U; base += stride) {
-        if (base != first) stage_rows<Q>(buf, off, row, base, U, lane);
-        const int u = base + lane;
+        if (base != first) stage_rows<Q>(buf, row, base, U, lane);
         typename Q::Xs xs;
-        if (u < U) Q::load_x(xs, x, u);  // overlaps the copies
+        if (base + lane < U) Q::load_x(xs, x, base + lane);  // overlaps the copies
         cp_async_wait_all();
         __syncwarp();
-        if (u < U) {
-            const int boff = lane / Q::UPB * Q::BYTES, sub = lane % Q::UPB;
-#pragma unroll
-            for (int r = 0; r < GEMV_ROWS; r++) acc[r] += Q::dot(buf + r * Q::SPAN, off[r] + boff, sub, xs);
-        }
+        dot_staged<Q>(buf, row, xs, base, U, lane, acc);
         __syncwarp();  // the next step overwrites the buffer
     }
 }
@@ -460,6 +665,16 @@ __device__ __forceinline__ void dot_rows(uint8_t* buf, int* off, RowFn row, cons
 #define WITH_LAYOUT_f32(n_in, CALL) if ((n_in) % 4 == 0) { CALL(FVec<0>); } else { CALL(FOne<0>); }
 #define WITH_LAYOUT_f16(n_in, CALL) if ((n_in) % 8 == 0) { CALL(FVec<1>); } else { CALL(FOne<1>); }
 #define WITH_LAYOUT_bf16(n_in, CALL) if ((n_in) % 8 == 0) { CALL(FVec<2>); } else { CALL(FOne<2>); }
+#if GEMV_XQ
+#define WITH_LAYOUT_q4_0(n_in, CALL) CALL(Q4_08);
+#define WITH_LAYOUT_q4_1(n_in, CALL) CALL(Q4_18);
+#define WITH_LAYOUT_q5_0(n_in, CALL) CALL(Q5_08);
+#define WITH_LAYOUT_q5_1(n_in, CALL) CALL(Q5_18);
+#define WITH_LAYOUT_q8_0(n_in, CALL) CALL(Q8_08);
+#define WITH_LAYOUT_q4_k(n_in, CALL) CALL(Q4K8);
+#define WITH_LAYOUT_q5_k(n_in, CALL) CALL(Q5K8);
+#define WITH_LAYOUT_q6_k(n_in, CALL) CALL(Q6K8);
+#else
 #define WITH_LAYOUT_q4_0(n_in, CALL) CALL(Q4_0);
 #define WITH_LAYOUT_q4_1(n_in, CALL) CALL(Q4_1);
 #define WITH_LAYOUT_q5_0(n_in, CALL) CALL(Q5_0);
@@ -468,6 +683,7 @@ __device__ __forceinline__ void dot_rows(uint8_t* buf, int* off, RowFn row, cons
 #define WITH_LAYOUT_q4_k(n_in, CALL) CALL(Q4K);
 #define WITH_LAYOUT_q5_k(n_in, CALL) CALL(Q5K);
 #define WITH_LAYOUT_q6_k(n_in, CALL) CALL(Q6K);
+#endif
 
 // X(name) for every weight type the kernels read (launch.py TYPE_SUFFIX).
 #define FOR_EACH_WEIGHT_TYPE(X) X(f32) X(f16) X(bf16) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(q4_k) X(q5_k) X(q6_k)

@@ -140,12 +140,11 @@ __device__ __forceinline__ void moe_rows_impl(const uint8_t* Wg, const uint8_t* 
         return (up ? Wu : Wg) + e + (size_t)min(row0 + (up ? r - RH : r), n_out - 1) * row_bytes;
     };
     float acc[R];
-    int off[R];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.0f;
     const int first = warp * 32;
-    if (first < U) stage_rows<Q>(buf, off, row, first, U, lane);
-    dot_rows<Q>(buf, off, row, x + (size_t)t * n_in, first, NT, U, lane, acc);
+    if (first < U) stage_rows<Q>(buf, row, first, U, lane);
+    dot_rows<Q>(buf, row, x + (size_t)t * n_in, first, NT, U, lane, acc);
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const float v = warp_sum(acc[r]);
@@ -182,11 +181,10 @@ __device__ __forceinline__ void moe_down_impl(const uint8_t* W, const int* ids, 
         const uint8_t* base = W + (size_t)ids[(size_t)t * k + j] * expert_bytes;
         return [=](int r) { return base + (size_t)min(row0 + r, n_out - 1) * row_bytes; };
     };
-    int off[R];
     // The ids were written two kernels back (moe_route, then the gate/up kernel
     // waited for it before letting this one start: common.cuh), so the first
     // slot's weights are fetched before waiting; h and add only after.
-    if (warp < k) stage_rows<Q>(buf, off, rows_of(warp), 0, U, lane);
+    if (warp < k) stage_rows<Q>(buf, rows_of(warp), 0, U, lane);
     pdl_wait();
     pdl_launch_next();
     float total[R];
@@ -194,11 +192,11 @@ __device__ __forceinline__ void moe_down_impl(const uint8_t* W, const int* ids, 
     for (int r = 0; r < R; r++) total[r] = 0.0f;
     for (int j = warp; j < k; j += nw) {
         const auto row = rows_of(j);
-        if (j != warp) stage_rows<Q>(buf, off, row, 0, U, lane);
+        if (j != warp) stage_rows<Q>(buf, row, 0, U, lane);
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] = 0.0f;
-        dot_rows<Q>(buf, off, row, h + ((size_t)t * k + j) * n_in, 0, 32, U, lane, acc);
+        dot_rows<Q>(buf, row, h + ((size_t)t * k + j) * n_in, 0, 32, U, lane, acc);
         const float wj = weights[(size_t)t * k + j];
 #pragma unroll
         for (int r = 0; r < R; r++) total[r] = fmaf(acc[r], wj, total[r]);

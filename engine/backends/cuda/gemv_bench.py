@@ -75,10 +75,11 @@ L2_DEFEAT_BYTES = 200 << 20  # H200 L2 is 50 MB: rotate over 4x that so every re
 
 
 def bench_gemv(dev: Device, qtype, n_in: int, n_out: int, iters: int = 50, rows: int | None = None,
-               seed: int = 0) -> float:
+               seed: int = 0, **kw) -> float:
     """GB/s of weight bytes read by ``gemv`` on [n_out x n_in] ``qtype``: ``iters``
     launches captured in a CUDA graph (no host gaps), timed with CUDA events,
-    cycling over enough copies of W that none is still in L2."""
+    cycling over enough copies of W that none is still in L2. ``kw`` goes
+    to ``gemv`` (tuning knobs)."""
     qt = QType(int(qtype))
     rng = np.random.default_rng(seed)
     raw = random_weights(rng, qt, n_out, n_in)
@@ -91,9 +92,9 @@ def bench_gemv(dev: Device, qtype, n_in: int, n_out: int, iters: int = 50, rows:
             check(d.cuMemcpyDtoDAsync(Ws[-1].ptr, Ws[0].ptr, raw.nbytes, dev.stream))
         x = dev.upload(rng.standard_normal(n_in, dtype=np.float32), s.empty((n_in,), np.float32))
         y = s.empty((n_out,), np.float32)
-        gemv(dev, Ws[0], qt, x, y, n_in, n_out, rows=rows)  # compile, load, opt in
+        gemv(dev, Ws[0], qt, x, y, n_in, n_out, rows=rows, **kw)  # compile, load, opt in
         dev.synchronize()
-        graph = dev.capture(lambda: [gemv(dev, Ws[i % copies], qt, x, y, n_in, n_out, rows=rows)
+        graph = dev.capture(lambda: [gemv(dev, Ws[i % copies], qt, x, y, n_in, n_out, rows=rows, **kw)
                                      for i in range(iters)])
         e0, e1 = check(d.cuEventCreate(0)), check(d.cuEventCreate(0))
         try:
@@ -115,7 +116,7 @@ QWEN3_8B_SHAPES = ((4096, 4096), (4096, 1024), (4096, 12288), (12288, 4096), (40
 
 
 def bench_all(dev: Device, types=WEIGHT_TYPES, shapes=QWEN3_8B_SHAPES, iters: int = 50,
-              rows: int | None = None, max_bytes: int = 1 << 30) -> list[dict]:
+              rows: int | None = None, max_bytes: int = 1 << 30, **kw) -> list[dict]:
     """``bench_gemv`` over types x shapes (skipping weights over ``max_bytes``);
     one dict per case, also printed as a table."""
     out = []
@@ -127,7 +128,7 @@ def bench_all(dev: Device, types=WEIGHT_TYPES, shapes=QWEN3_8B_SHAPES, iters: in
             if nbytes > max_bytes:
                 continue
             plan = gemv_plan(qt, n_in, n_out, dev.sm_count, rows)
-            gbs = bench_gemv(dev, qt, n_in, n_out, iters, rows)
+            gbs = bench_gemv(dev, qt, n_in, n_out, iters, rows, **kw)
             r = dict(type=qt.name, n_in=n_in, n_out=n_out, mbytes=nbytes / 1e6, rows=plan.rows,
                      threads=plan.threads, gbps=gbs, us=nbytes / gbs / 1e3)
             print(f"{r['type']:5s} {n_in:6d} {n_out:7d} {r['mbytes']:8.1f} {plan.rows:4d} {plan.threads:4d} "

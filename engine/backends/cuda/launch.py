@@ -40,6 +40,22 @@ def function(dev: Device, file: str, name: str, defines: dict | None = None, sha
     return fn
 
 
+_resident: "weakref.WeakKeyDictionary[Device, dict]" = weakref.WeakKeyDictionary()
+
+
+def resident_blocks(dev: Device, fn, threads: int, shared: int) -> int:
+    """How many blocks of ``fn`` (``threads`` threads, ``shared`` bytes of dynamic
+    shared memory) the whole GPU holds at once: the grid of a kernel whose
+    blocks loop over their work, so none waits for a second wave."""
+    cache = _resident.setdefault(dev, {})
+    key = (int(fn), threads, shared)
+    n = cache.get(key)
+    if n is None:
+        per_sm = check(dev.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, shared))
+        n = cache[key] = max(1, int(per_sm)) * dev.sm_count
+    return n
+
+
 def null():
     """A NULL pointer argument. Not ctypes.c_void_p(0): Device.launch passes
     ``.value`` on, which is None for a null c_void_p, and cuda-python rejects

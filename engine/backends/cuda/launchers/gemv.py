@@ -51,11 +51,14 @@ def gemv_span(upb: int, block_bytes: int) -> int:
 class GemvPlan:
     rows: int     # GEMV_ROWS: rows per block
     threads: int  # per block, a multiple of 32
-    blocks: int
+    blocks: int   # row groups (the grid is at most what stays resident: gemv.cu streams)
     shared: int   # dynamic shared memory bytes
 
 
 _plans: dict[tuple, GemvPlan] = {}
+
+
+XQ = True  # gemv.cuh GEMV_XQ: block-type weights meet int8 activations (quants.quantize_x) in dp4a
 
 
 def gemv_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, rows: int | None = None) -> GemvPlan:
@@ -82,10 +85,13 @@ def gemv_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, rows: int | Non
 
 
 def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: int,
-         add: DArray | None = None, rows: int | None = None) -> None:
+         add: DArray | None = None, rows: int | None = None, stream: bool = True,
+         xq: bool | None = None) -> None:
     """y[r] = sum_c W[r][c] * x[c] (+ add[r]), r < n_out, c < n_in. ``add`` may be
     ``y`` itself (residual add); ``y`` must not alias ``x``. ``rows`` overrides
-    the rows per block (tests, tuning)."""
+    the rows per block, ``stream`` False a block per row group (no block
+    loops), ``xq`` False fp32 activations for every type (tests, tuning;
+    default ``XQ``)."""
     qt = launch.weight_type(qtype, "gemv")
     plan = gemv_plan(qt, n_in, n_out, dev.sm_count, rows)
     need = n_out * row_bytes(qt, n_in)
@@ -95,5 +101,9 @@ def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: 
     launch.aligned(W, "W")
     launch.aligned(x, "x")
     name = f"gemv_{launch.TYPE_SUFFIX[qt]}"
-    fn = launch.function(dev, "gemv.cu", name, {"GEMV_ROWS": plan.rows}, shared=plan.shared)
-    dev.launch(fn, (plan.blocks,), (plan.threads,), (W, x, y, launch.null_or(add), n_in, n_out), shared=plan.shared)
+    fn = launch.function(dev, "gemv.cu", name, {"GEMV_ROWS": plan.rows, "GEMV_XQ": int(XQ if xq is None else xq)},
+                         shared=plan.shared)
+    blocks = plan.blocks
+    if stream:
+        blocks = min(blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
+    dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, launch.null_or(add), n_in, n_out), shared=plan.shared)

@@ -106,7 +106,8 @@ def route(dev: Device, logits: DArray, ids: DArray, weights: DArray, k: int, nor
 
 
 def _expert_fn(dev, kind: str, qt, plan: ExpertPlan):
-    return launch.function(dev, "moe.cu", f"moe_{kind}_{launch.TYPE_SUFFIX[qt]}", {"GEMV_ROWS": plan.rows},
+    return launch.function(dev, "moe.cu", f"moe_{kind}_{launch.TYPE_SUFFIX[qt]}",
+                           {"GEMV_ROWS": plan.rows, "GEMV_XQ": int(gemv_launcher.XQ)},
                            shared=plan.shared)
 
 
