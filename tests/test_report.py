@@ -588,3 +588,52 @@ def test_parity_rows_carry_every_field_one_row_per_tier_and_backend():
                "NVIDIA H200, driver 580.1, 2026-01-02, build b2; validate-2.json", 0.4, None, "60/64", 0.01),
         Parity("m", "gpu", "numpy", "exact", True, "?/?", None, None,
                "CPU run, 2026-01-01, build b1 / 0.1; (unsaved record)", None, None, "—", None)]
+
+
+def test_history_figure_plots_every_record_and_marks_the_ab_results(store, tmp_path):
+    d = tmp_path / "more"
+    d.mkdir()
+    for p in store.iterdir():
+        (d / p.name).write_bytes(p.read_bytes())
+    results.save(bench("anvil", "alpha-8b", "2026-11-25T10:00:00Z", 18500.0, 250.0, build="new2"), "bench", d)
+    rep = build_report(results.load_all(d))
+    (sec,) = [m for m in rep.models if m.name == "alpha-8b"]
+    (fig,) = [f for f in sec.figures if f.name == "history-alpha-8b.png"]
+    data = dict(fig.data)
+    assert data["x"] == "date"
+    (pp, tg) = data["panels"]
+    assert pp[0] == "prefill t/s" and tg[0] == "decode t/s"
+    series = dict(tg[1])
+    assert series["Anvil tg128"] == (("2026-11-01 10:00", 200.0), ("2026-11-20 10:00", 240.0),
+                                     ("2026-11-25 10:00", 250.0))
+    assert series["llama.cpp tg128"] == (("2026-11-01 10:00", 250.0), ("2026-11-20 10:00", 260.0))
+    (ab_test,) = [t for t in rep.ab if t.model == "alpha-8b" and t.test == "tg128"]
+    (mark,) = tg[2]
+    assert mark[1:] == (ab_test.b_median, f"A/B {ab_test.ratio:.2f}× {ab_test.verdict}")
+    assert figures.render(fig).startswith(PNG)
+    assert f'src="figures/{fig.name}"' in render_html(rep)
+    # one date only: no line to draw
+    one = tmp_path / "one"
+    results.save(bench("anvil", "gamma-1b", "2026-11-01T10:00:00Z", 1.0, 2.0), "bench", one)
+    (sec1,) = build_report(results.load_all(one)).models
+    assert sec1.figures == ()
+
+
+def test_depth_figure_from_llama_bench_named_depth_tests(tmp_path):
+    d = tmp_path / "results"
+    for engine, tg0, tg4, tg16 in (("anvil", 300.0, 280.0, 240.0), ("llama.cpp", 260.0, 250.0, 200.0)):
+        rec = bench(engine, "alpha-8b", "2026-11-20T10:00:00Z", 15000.0, tg0)
+        rec["results"] += [{"test": f"tg128 @ d{dd}", "samples_tok_s": [v] * 5, "tok_s_mean": v, "tok_s_sd": 1.0}
+                           for dd, v in ((4096, tg4), (16384, tg16))]
+        results.save(rec, "bench", d)
+    rep = build_report(results.load_all(d))
+    (sec,) = rep.models
+    (fig,) = [f for f in sec.figures if f.name == "depth-alpha-8b.png"]
+    data = dict(fig.data)
+    assert data["x"] == "depth"
+    ((title, series, marks),) = data["panels"]  # pp512 has no depth test: no prefill curve
+    assert title == "decode t/s" and marks == ()
+    assert dict(series) == {"Anvil tg128": ((0, 300.0), (4096, 280.0), (16384, 240.0)),
+                            "llama.cpp tg128": ((0, 260.0), (4096, 250.0), (16384, 200.0))}
+    assert figures.render(fig).startswith(PNG)
+    assert not any(f.name.startswith("history-") for f in sec.figures)  # one date

@@ -91,6 +91,7 @@ class History:
     first: Measure
     latest: Measure
     n_records: int
+    points: tuple[Measure, ...] = ()  # every record's, oldest first
 
     @property
     def gain(self) -> float | None:
@@ -166,6 +167,7 @@ class ModelSection:
     rows: tuple[Row, ...]
     history: tuple[History, ...]
     parity: tuple[Parity, ...]
+    figures: tuple[Figure, ...] = ()  # tok/s over the records (history-*), tok/s against depth (depth-*)
 
 
 @dataclass(frozen=True)
@@ -366,7 +368,8 @@ def _rows_and_history(measures: list[tuple[dict, Measure]]):
         rows.append(Row(model, test, gpu or None, spec, spec_text, a[1] if a else None, l[1] if l else None, ratio))
         for eng in sorted(by_engine, key=lambda e: (e != ANVIL, e != LLAMACPP, e)):
             v = by_engine[eng]
-            hist.append(History(model, test, eng, gpu or None, spec, v[0][1], v[-1][1], len(v)))
+            hist.append(History(model, test, eng, gpu or None, spec, v[0][1], v[-1][1], len(v),
+                                tuple(m for _, m in v)))
     return rows, hist
 
 
@@ -500,6 +503,67 @@ def _bar_figures(rows: list[Row], hist: list[History]) -> list[Figure]:
     return out
 
 
+_DEPTH_TEST = re.compile(r"^((?:pp|tg)\d+) @ d(\d+)$")  # llama-bench's name of a test after D cached tokens
+
+
+def _engine_label(engine: str) -> str:
+    return "Anvil" if engine == ANVIL else engine
+
+
+def _history_figure(model: str, hist: list[History], ab_tests: list[ABTest]) -> Figure | None:
+    """tok/s of every record, oldest to newest (one line per engine, test,
+    GPU and spec; prefill and decode in their own panels), the A/B
+    comparisons of the model marked at their dates with B's median and the
+    verdict. None unless the model has records of two dates or more."""
+    panels, dates = [], set()
+    for prefix, title in (("pp", "prefill t/s"), ("tg", "decode t/s")):
+        series = []
+        for h in hist:
+            if not h.test.startswith(prefix) or _DEPTH_TEST.match(h.test):
+                continue
+            pts = tuple((m.date[:16].replace("T", " "), m.tok_s) for m in h.points)
+            dates.update(d for d, _ in pts)
+            tag = f" [{h.gpu}]" if len({x.gpu for x in hist}) > 1 else ""
+            if sum((x.engine, x.test, x.gpu) == (h.engine, h.test, h.gpu) for x in hist) > 1:
+                tag += f" spec {h.spec[:6]}"  # measured under other settings: its own line
+            series.append((f"{_engine_label(h.engine)} {h.test}{tag}", pts))
+        marks = tuple((t.date[:16].replace("T", " "), t.b_median, f"A/B {t.ratio:.2f}× {t.verdict}")
+                      for t in ab_tests if t.model == model and t.test.startswith(prefix)
+                      and not _DEPTH_TEST.match(t.test))
+        dates.update(d for d, _, _ in marks)
+        if series or marks:
+            panels.append((title, tuple(series), marks))
+    if len(dates) < 2:
+        return None
+    return Figure(f"history-{_safe(model)}.png", "lines", f"{model}: tokens/s over the records",
+                  (("x", "date"), ("panels", tuple(panels))))
+
+
+def _depth_figure(model: str, rows: list[Row]) -> Figure | None:
+    """tok/s against the context depth the test ran at (llama-bench's
+    "tg128 @ d4096"; depth 0 = the plain test), one line per engine and
+    test, from each row's latest records. None without a depth test."""
+    curves: dict[tuple, dict[int, float]] = {}
+    for row in rows:
+        m = _DEPTH_TEST.match(row.test)
+        base, depth = (m.group(1), int(m.group(2))) if m else (row.test, 0)
+        for x in (row.anvil, row.llamacpp):
+            if x is not None:
+                curves.setdefault((base, row.gpu or "", x.engine), {})[depth] = x.tok_s
+    curves = {k: v for k, v in curves.items() if len(v) > 1}
+    if not curves:
+        return None
+    panels = []
+    for prefix, title in (("pp", "prefill t/s"), ("tg", "decode t/s")):
+        series = tuple((f"{_engine_label(eng)} {base}" + (f" [{gpu}]" if len({k[1] for k in curves}) > 1 else ""),
+                        tuple(sorted(pts.items())))
+                       for (base, gpu, eng), pts in sorted(curves.items()) if base.startswith(prefix))
+        if series:
+            panels.append((title, series, ()))
+    return Figure(f"depth-{_safe(model)}.png", "lines", f"{model}: tokens/s against context depth (cached tokens)",
+                  (("x", "depth"), ("panels", tuple(panels))))
+
+
 def _mutants(records: list[dict]) -> list[MutantSuite]:
     from ..mutants import MUTANTS  # the suite as it stands: what a backend has not run yet shows
 
@@ -543,8 +607,14 @@ def build_report(records: list[dict]) -> Report:
     figures.update((f.name, f) for f in _bar_figures(rows, hist))
 
     names = sorted({r.model for r in rows} | {p.model for p in parity})
-    models = tuple(ModelSection(n, tuple(r for r in rows if r.model == n), tuple(h for h in hist if h.model == n),
-                                tuple(p for p in parity if p.model == n)) for n in names)
+    models = []
+    for n in names:
+        own_rows, own_hist = [r for r in rows if r.model == n], [h for h in hist if h.model == n]
+        figs = tuple(f for f in (_history_figure(n, own_hist, ab_tests), _depth_figure(n, own_rows)) if f)
+        figures.update((f.name, f) for f in figs)
+        models.append(ModelSection(n, tuple(own_rows), tuple(own_hist), tuple(p for p in parity if p.model == n),
+                                   figs))
+    models = tuple(models)
     sources = tuple(sorted((_file(r), kind(r), model_name(r) if r.get("model") else "",
                             engine_name(r) if kind(r) == "bench" else "", _date(r)) for r in records))
     digest = hashlib.sha256("\n".join(sorted(_canon(r) for r in records)).encode()).hexdigest()

@@ -109,10 +109,59 @@ def trace(title: str, data: tuple) -> bytes:
         return _png(fig)
 
 
+LINES_PANEL_IN = 2.6  # height per panel of a lines figure
+ENGINE_COLOURS = {"Anvil": "#d9541e", "llama.cpp": "#6b6b6b"}
+STYLES = ("-", "--", ":", "-.")
+
+
+def lines(title: str, data: tuple) -> bytes:
+    """Panels of tok/s lines: data (("x", "date" | "depth"), ("panels",
+    ((title, ((label, ((x, y), ...)), ...), ((x, y, text), ...)), ...))).
+    Dates are categories in time order (one column per record date, shared
+    by the panels); depths are numbers. Colour = engine (the label's first
+    word), line style = the test within the panel; marks (A/B results) are
+    drawn as black diamonds with their text."""
+    d = dict(data)
+    by_date = d.get("x") == "date"
+    panels = d.get("panels") or ()
+    cats = sorted({x for _, series, marks in panels for _, pts in series for x, _ in pts} |
+                  {x for _, _, marks in panels for x, _, _ in marks}) if by_date else []
+    pos = {c: i for i, c in enumerate(cats)}
+    X = (lambda x: pos[x]) if by_date else (lambda x: x)  # noqa: E731
+    with matplotlib.rc_context(STYLE):
+        fig = MplFigure(figsize=(WIDTH_IN, 0.9 + LINES_PANEL_IN * max(1, len(panels)) + (0.8 if by_date else 0)))
+        axes = fig.subplots(max(1, len(panels)), 1, sharex=True, squeeze=False)[:, 0]
+        for ax, (ptitle, series, marks) in zip(axes, panels):
+            tests: dict[str, str] = {}
+            for label, pts in series:
+                engine, _, test = label.partition(" ")
+                style = tests.setdefault(test, STYLES[len(tests) % len(STYLES)])
+                xs, ys = [X(x) for x, _ in pts], [y for _, y in pts]
+                ax.plot(xs, ys, style, marker="o", markersize=4, linewidth=1.3,
+                        color=ENGINE_COLOURS.get(engine, "#1f77b4"), label=label)
+            for x, y, text in marks:
+                ax.plot([X(x)], [y], marker="D", markersize=6, color="#111111", linestyle="none")
+                ax.annotate(text, (X(x), y), textcoords="offset points", xytext=(4, 6), fontsize=7)
+            ax.set_ylabel(ptitle, fontsize=8)
+            ax.set_ylim(bottom=0)
+            ax.grid(color="#eeeeee", linewidth=0.5)
+            ax.legend(fontsize=7, frameon=False, loc="lower left", ncol=2)
+        if by_date:
+            axes[-1].set_xticks(range(len(cats)), cats, rotation=30, ha="right", fontsize=7)
+            axes[-1].set_xlabel("record date (UTC)", fontsize=8)
+        else:
+            axes[-1].set_xlabel("context depth (tokens already in the cache)", fontsize=8)
+        axes[0].set_title(title, loc="left")
+        fig.tight_layout()
+        return _png(fig)
+
+
 def render(fig) -> bytes:
-    """PNG bytes of a report Figure (kind "bars" or "trace")."""
+    """PNG bytes of a report Figure (kind "bars", "trace" or "lines")."""
     if fig.kind == "bars":
         return bars(fig.title, fig.data)
+    if fig.kind == "lines":
+        return lines(fig.title, fig.data)
     if fig.kind == "trace":
         return trace(fig.title, fig.data)
     raise ValueError(f"unknown figure kind {fig.kind!r}")

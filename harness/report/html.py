@@ -19,7 +19,7 @@ from ..table import markdown
 from . import diagnose, figures
 
 FIGURES_DIR = "figures"
-_OURS = re.compile(r"^(bars|trace)-[A-Za-z0-9_-]+\.png$")  # what write_html may delete as stale
+_OURS = re.compile(r"^(bars|trace|history|depth)-[A-Za-z0-9_-]+\.png$")  # what write_html may delete as stale
 
 
 def fmt_tok(v: float | None) -> str:
@@ -169,6 +169,7 @@ FLOPs per token).</p>
 {% endfor %}
 </tbody></table>
 {% endif %}
+{% for f in m.figures %}<p><img class="fig" src="{{ figdir }}/{{ f.name }}" alt="{{ f.title }}" title="{{ f.title }}"></p>{% endfor %}
 </section>
 {% else %}<p class="muted">No bench records yet: <code>harness bench --save</code> appends them to the results store.</p>
 {% endfor %}
