@@ -192,9 +192,27 @@ def test_llama_bench_runner_parses_records(tmp_path):
                                  "tok_s_mean": pytest.approx(276.7), "tok_s_sd": 1.5}
     assert raw["settings"]["type_k"] == "f16" and raw["llama_bench"] == records
     assert runner.describe()["build_commit"] == "abc1234"
+    assert raw["build_source"] is None  # no BUILD-SOURCE beside the binary
     runner.run(model, n_prompt=8, n_gen=0, reps=2, depth=4096, timeout_s=60)  # llama-bench's own -d
     argv = json.loads((exe.parent / "argv.json").read_text())
     assert argv[argv.index("-d") + 1] == "4096" and argv[argv.index("-p") + 1] == "8"
+
+
+def test_llama_bench_build_source_beside_the_binary(tmp_path):
+    """A build that cannot know its commit (a source tarball) says what it was
+    built from in BUILD-SOURCE; the record and the scoreboard's build show it."""
+    from harness.report import _build
+
+    rec = dict(_record(0, 4, [276.1, 277.3]), build_commit="unknown", build_number=0)
+    exe = _fake_llama_bench(tmp_path, json.dumps([rec]))
+    (exe.parent / "BUILD-SOURCE").write_text("llama.cpp vendored in llama_cpp_python-0.3.36 (sdist sha256 0123abcd)\n")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    runner = LlamaBenchRunner(exe)
+    raw = runner.run(model, n_prompt=0, n_gen=4, reps=2, timeout_s=60).raw
+    assert raw["build_source"] == "llama.cpp vendored in llama_cpp_python-0.3.36 (sdist sha256 0123abcd)"
+    assert runner.describe()["build_source"] == raw["build_source"]
+    assert _build(raw) == "version: 6000 (abc1234) / " + raw["build_source"]  # "unknown" dropped
 
 
 def test_llama_bench_test_names():

@@ -243,7 +243,7 @@ def engine_name(rec: dict) -> str:
 
 
 def _build(rec: dict) -> str:
-    parts = [str(rec[k]) for k in ("build", "version") if rec.get(k) not in (None, "")]
+    parts = [str(rec[k]) for k in ("build", "version", "build_source") if rec.get(k) not in (None, "", "unknown")]
     return " / ".join(dict.fromkeys(parts)) or "unknown"
 
 

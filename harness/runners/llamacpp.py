@@ -28,6 +28,11 @@ from . import (Runner, RunnerError, RunResult, check_model, inherited_pythonpath
                tests_from_results)
 
 GGML_TYPES = {"f32": 0, "f16": 1, "q8_0": 8}
+# One line beside the llama-bench binary saying what it was built from, for
+# builds that cannot know their commit (a source tarball, such as the llama.cpp
+# llama-cpp-python vendors, reports "build 0, commit unknown"): the records
+# carry it as ``build_source`` (scripts/gpu/host-env.sh writes it).
+BUILD_SOURCE_FILE = "BUILD-SOURCE"
 
 
 def llama_bench_test_name(rec: dict) -> str:
@@ -56,12 +61,13 @@ class LlamaBenchRunner(Runner):
         self.version: str | None = None
         self.sha256: str | None = None
         self.build: dict = {}  # build_commit / build_number, from the first run's records
+        self.source: str | None = None  # BUILD_SOURCE_FILE's line, if the build left one
         self.label = label or "llama-bench"
         self._prepared = False
 
     def describe(self) -> dict:
         return {"kind": self.kind, "label": self.label, "binary": str(self.path), "sha256": self.sha256,
-                "version": self.version, **self.build,
+                "version": self.version, "build_source": self.source, **self.build,
                 "settings": {"flash_attn": int(self.flash_attn), "n_gpu_layers": self.n_gpu_layers,
                              "extra_args": self.extra_args}}
 
@@ -82,6 +88,9 @@ class LlamaBenchRunner(Runner):
 
         self.sha256 = sha256_file(self.path)
         self.version = self._version()
+        src = self.path.parent / BUILD_SOURCE_FILE
+        if src.is_file():
+            self.source = (src.read_text(errors="replace").strip().splitlines() or [""])[0][:300] or None
         self._prepared = True
 
     def _version(self) -> str | None:
@@ -127,6 +136,7 @@ class LlamaBenchRunner(Runner):
         return {
             "schema_version": 2, "engine": "llama.cpp", "source": "llama-bench -o json",
             "build": r0.get("build_commit"), "build_number": r0.get("build_number"), "version": self.version,
+            "build_source": self.source,
             "binary": str(self.path), "binary_sha256": self.sha256,
             "model": str(model), "model_bytes": model.stat().st_size,
             "backend": r0.get("backends"), "gpu": r0.get("gpu_info"), "cpu": r0.get("cpu_info"),

@@ -34,4 +34,11 @@ llamacpp_wait() {  # up to $1 seconds (default 480) for the build
   local until=$(( $(date +%s) + ${1:-480} ))
   while ! llamacpp_ready && [ ! -e $LLAMACPP_RC ] && [ "$(date +%s)" -lt $until ]; do sleep 5; done
   llamacpp_ready || { echo "llama.cpp build failed or unfinished:" >&2; tail -20 /tmp/llamacpp-build.log >&2; return 1; }
+  # the vendored sources know no commit ("build 0, commit unknown"): say what they are
+  # (harness/runners/llamacpp.py BUILD_SOURCE_FILE, carried into every llama-bench record)
+  local t=/tmp/llamacpp-carried/llama-cpp-python.tar.gz bin=/tmp/llamacpp/build/bin
+  if [ -f $t ] && [ -d $bin ] && [ ! -e $bin/BUILD-SOURCE ]; then
+    echo "llama.cpp vendored in $(tar tzf $t | head -1 | cut -d/ -f1) (sdist sha256 $(sha256sum $t | cut -c1-16))" \
+      > $bin/BUILD-SOURCE
+  fi
 }
