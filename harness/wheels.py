@@ -38,6 +38,20 @@ def commit_of(rev: str, repo: Path | None = None) -> str:
     return p.stdout.strip()
 
 
+def build_isolation_args() -> list[str]:
+    """pip's build isolation installs the build backend from the package
+    index; where this Python has it already (pyproject's setuptools >= 77),
+    build without isolation, so wheels build on machines with no index (the
+    GPU hosts: carry a setuptools wheel there)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major = int(version("setuptools").split(".")[0])
+    except (PackageNotFoundError, ValueError):
+        return []
+    return ["--no-build-isolation"] if major >= 77 else []
+
+
 def wheel_for(rev: str, repo: Path | None = None, progress: bool = True) -> Path:
     """The engine wheel of commit ``rev``: from the cache, or built now."""
     repo = repo or project.ROOT
@@ -55,7 +69,8 @@ def wheel_for(rev: str, repo: Path | None = None, progress: bool = True) -> Path
             raise AnvilError(f"git worktree add of {sha[:12]} failed: {p.stderr.strip()[-300:]}")
         try:
             b = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
-                                "-w", str(dist), str(src)], capture_output=True, text=True, timeout=900)
+                                *build_isolation_args(), "-w", str(dist), str(src)],
+                               capture_output=True, text=True, timeout=900)
         finally:
             _git(repo, "worktree", "remove", "--force", str(src))
         wheels = sorted(dist.glob("anvil-*.whl"))

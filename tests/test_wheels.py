@@ -21,3 +21,18 @@ def test_a_commit_is_built_once_and_named_by_its_id(tmp_path, monkeypatch, capsy
     # one commit on both arms: refused before any measurement, unless --allow-same
     assert cli.main(["ab", "--commits", "HEAD", head, "--model", "tiny-qwen3"]) != 0
     assert "both arms are the same build" in capsys.readouterr().err
+
+
+def test_wheels_build_without_isolation_where_the_backend_is_installed(monkeypatch):
+    import importlib.metadata as md
+
+    from harness import wheels
+
+    for installed, want in (("80.9.0", ["--no-build-isolation"]), ("77.0.1", ["--no-build-isolation"]),
+                            ("65.5.0", []), (None, [])):
+        def version(name, v=installed):
+            if v is None:
+                raise md.PackageNotFoundError(name)
+            return v
+        monkeypatch.setattr(md, "version", version)
+        assert wheels.build_isolation_args() == want, installed
