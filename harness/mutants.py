@@ -282,6 +282,7 @@ class Mutant:
     bug: str  # what a developer got wrong, in words
     has_feature: Callable[[ModelConfig], bool]  # the models that can show it
     patches: Callable  # yields the patches that switch the bug on
+    backends: tuple[str, ...] = ("numpy", "cuda")  # the engines that have the code it breaks
 
     @contextlib.contextmanager
     def on(self):
@@ -390,7 +391,22 @@ MUTANTS = [
                "elementwise.cu", "tanhf(SQRT_2_OVER_PI * g * (1.0f + GELU_COEF_A * g * g))",
                "erff(g * 0.70710678f)"))),
 ]
+MUTANTS += [
+    # the CUDA decode GEMVs' int8 activations (gemv.cuh, GEMV_XQ): code the NumPy engine does not have
+    Mutant("xq-min-sums-swapped", "int8-activation GEMV: a K-quant sub-block's min correction taken with the "
+           "other half's sum of x (Q4_K, Q5_K)", _any,
+           _kernel_source("gemv.cuh", "const float mlo = i2f((int)(mn & 0xFFu) * lo.s), mhi = i2f((int)(mn >> 8) * hi.s);",
+                          "const float mlo = i2f((int)(mn & 0xFFu) * hi.s), mhi = i2f((int)(mn >> 8) * lo.s);"),
+           backends=("cuda",)),
+    Mutant("xq-q6k-offset-dropped", "int8-activation GEMV: Q6_K's -32 offset left out of the integer sums", _any,
+           _kernel_source("gemv.cuh", "xs.s[g] = 32 * __dp4a(", "xs.s[g] = 0 * __dp4a("), backends=("cuda",)),
+]
 BY_NAME = {m.name: m for m in MUTANTS}
+
+
+def for_backend(backend: str) -> list[Mutant]:
+    """The suite of one engine: the mutants whose code it has."""
+    return [m for m in MUTANTS if backend in m.backends]
 
 
 # ---- running them ---------------------------------------------------------------
@@ -505,10 +521,14 @@ def main_suite(args) -> int:
 
         backend = "cuda" if gpu_available() else "numpy"
     tiers = [args.tier] if args.tier else (["cpu", "gpu"] if backend == "cuda" else ["cpu"])
-    names = args.mutant or [m.name for m in MUTANTS]
+    names = args.mutant or [m.name for m in for_backend(backend)]
     unknown = sorted(set(names) - set(BY_NAME))
     if unknown:
         raise AnvilError(f"unknown mutant(s) {', '.join(unknown)}; the suite has: {', '.join(BY_NAME)}")
+    other = [n for n in names if backend not in BY_NAME[n].backends]
+    if other:
+        raise AnvilError(f"mutant(s) {', '.join(other)}: only for the {'/'.join(BY_NAME[other[0]].backends)} engine, "
+                         f"not {backend} (--backend)")
 
     def progress(row):
         verdict = f"caught by {row['model']} ({row['references']})" if row["caught"] else "NOT CAUGHT"

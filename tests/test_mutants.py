@@ -12,9 +12,10 @@ from harness import catalog, mutants
 def test_the_whole_suite_is_caught(tmp_path):
     p = subprocess.run([sys.executable, "-m", "harness.cli", "mutants"], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
-    n = len(mutants.MUTANTS)
+    suite = mutants.for_backend("numpy")
+    n = len(suite)
     assert n >= 15 and f"caught {n} of {n} mutants" in p.stdout
-    for m in mutants.MUTANTS:  # one row per mutant, naming the model and the checks that caught it
+    for m in suite:  # one row per mutant, naming the model and the checks that caught it
         (row,) = [line for line in p.stdout.splitlines() if line.startswith(f"| {m.name} |")]
         assert "NOT CAUGHT" not in row and ("(twin)" in row or "(cpu)" in row), row
 
@@ -27,6 +28,17 @@ def test_candidates_are_the_models_with_the_feature_sharpest_first():
     assert [s for _, s in pairs][-1] == "cpu"  # the quantised file's own (noisy) references last
     softcap = {n for n, _ in mutants.candidates(cat, mutants.BY_NAME["softcap-dropped"], "numpy", ["cpu"])}
     assert softcap == {"tiny-gemma3", "tiny-gemma3-f32", "tiny-gemma4", "tiny-gemma4moe"}  # gemma3-270m's file has none
+
+
+def test_mutants_of_code_one_engine_lacks_run_on_that_engine_only(capsys):
+    from harness import cli
+
+    cuda_only = [m.name for m in mutants.MUTANTS if m.backends == ("cuda",)]
+    assert {"xq-min-sums-swapped", "xq-q6k-offset-dropped"} <= set(cuda_only)
+    assert not set(cuda_only) & {m.name for m in mutants.for_backend("numpy")}
+    assert {m.name for m in mutants.for_backend("cuda")} == {m.name for m in mutants.MUTANTS}
+    assert cli.main(["mutants", "--mutant", "xq-q6k-offset-dropped", "--backend", "numpy"]) != 0
+    assert "only for the cuda engine, not numpy" in capsys.readouterr().err
 
 
 def test_an_uncaught_mutant_fails_the_command(monkeypatch, capsys):
@@ -54,13 +66,15 @@ def test_an_uncaught_mutant_fails_the_command(monkeypatch, capsys):
 def test_kernel_source_mutants_still_apply_and_compile():
     """A CUDA mutant edits a kernel's source: the text it replaces must still
     be there, and the result must compile (NVRTC runs without a GPU)."""
-    for name, file, mark in (("gelu-erf", "elementwise.cu", "erff("),
-                             ("moe-router-sigmoid", "moe.cu", "__expf(-l[e])"),
-                             ("moe-weights-reversed", "moe.cu", "(k - 1 - lane)")):
+    for name, file, mark, compiled in (("gelu-erf", "elementwise.cu", "erff(", "elementwise.cu"),
+                                       ("moe-router-sigmoid", "moe.cu", "__expf(-l[e])", "moe.cu"),
+                                       ("moe-weights-reversed", "moe.cu", "(k - 1 - lane)", "moe.cu"),
+                                       ("xq-min-sums-swapped", "gemv.cuh", "* hi.s), mhi", "gemv.cu"),
+                                       ("xq-q6k-offset-dropped", "gemv.cuh", "0 * __dp4a(", "gemv.cu")):
         code = ("from harness.mutants import BY_NAME; from engine.backends.cuda import compile as c\n"
                 f"with BY_NAME[{name!r}].on():\n"
                 f"    assert {mark!r} in (c.KERNELS_DIR / {file!r}).read_text()\n"
-                f"    print(len(c.compile_cubin({file!r}, 'sm_90')))\n"
+                f"    print(len(c.compile_cubin({compiled!r}, 'sm_90', {{'GEMV_ROWS': 8}})))\n"
                 f"assert {mark!r} not in (c.KERNELS_DIR / {file!r}).read_text()  # undone on exit\n")
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert p.returncode == 0 and int(p.stdout) > 0, (name, p.stderr[-2000:])

@@ -586,7 +586,7 @@ def _mutants(records: list[dict]) -> list[MutantSuite]:
         out.append(MutantSuite(
             backend, sum(bool(r.get("caught")) for r, _ in latest[backend].values()), len(rows), rows,
             f"each mutant's latest outcome over {len(recs)} record(s); {'; '.join(wheres)}",
-            tuple(m.name for m in MUTANTS if m.name not in latest[backend])))
+            tuple(m.name for m in MUTANTS if m.name not in latest[backend] and backend in m.backends)))
     return out
 
 
