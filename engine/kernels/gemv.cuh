@@ -283,7 +283,7 @@ struct Q5K : Layout<8, 256, 176> {  // d, dmin, scales[12], qh[32], qs[128]
 
 // ---- int8 activations (GEMV_XQ=1) ------------------------------------------------
 // x is rounded to int8 in groups of 16 consecutive elements (scale amax/127,
-// q = rint(x / scale), as quantize_x16 in engine/quants.py): each lane quantises
+// q = rint(x * 127/amax), as quants.quantize_x in NumPy): each lane quantises
 // its own unit's x in registers (no extra kernel, no extra memory traffic), and
 // the weights' integers meet it in dp4a (4 multiply-adds per instruction).
 __device__ __forceinline__ float i2f(int v) {  // exact for |v| < 2^22, 2 full-rate instructions
@@ -324,7 +324,9 @@ __device__ __forceinline__ void quant16(X16& o, const float* p) {
     }
 }
 
-// Q5_K with int8 x: as Q4K8, the 5th bits from qh as in Q5K.
+// A K-quant unit's sum: d*sc*xd*sum(q*xq) - dmin*mn*xd*sum(xq) for its low and
+// high half sub-blocks, from the exact integer sums (|sc*sum(q*xq)| <= 63*16*31*127
+// and |mn*sum(xq)| < 2^22: i2f is exact). The scale bytes as in k_affine.
 __device__ __forceinline__ float k_affine8(uint4 h, int k, int ilo, int ihi, const X16& lo, const X16& hi) {
     const int sh = ((k >> 1) & 1) * 16;
     const uint32_t a = h.y >> sh, b = h.z >> sh, e = h.w >> sh;
@@ -342,6 +344,7 @@ __device__ __forceinline__ void load_x_k8(XsK8& xs, const float* x, int u) {
     quant16(xs.lo, p);
     quant16(xs.hi, p + 32);
 }
+// Q5_K with int8 x: as Q4K8, the 5th bits from qh as in Q5K.
 struct Q5K8 : Layout<8, 256, 176> {
     using Xs = XsK8;
     __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_k8(xs, x, u); }
