@@ -7,8 +7,9 @@ default makes), a changed tensor as read from the file, a changed operator,
 or, for a CUDA kernel, a changed kernel source compiled into a cache of its
 own. The child then runs the gate on the catalog models that have the
 feature the mutant breaks, cheapest and sharpest first, and stops at the
-first model the gate fails: the mutant is *caught* there, by the checks
-named. A mutant no model catches is a hole in the gate.
+first model the gate fails (judged up to the first prompt that fails): the
+mutant is *caught* there, by the checks named. A mutant no model catches is
+a hole in the gate.
 
 A later architecture adds its mutants here, with the feature predicate that
 says which catalog models can show them.
@@ -437,7 +438,9 @@ def _config_of(path: str) -> ModelConfig:
 
 
 def run_one(mutant: Mutant, backend: str, pairs: list[tuple[str, str]]) -> dict:
-    """In this process: switch the mutant on, gate each pair until one fails."""
+    """In this process: switch the mutant on, gate each pair until one fails.
+    A pair is judged up to its first failing prompt: the mutant is caught
+    there, and ``checks`` are the checks that failed on that prompt."""
     from . import catalog, refs, validate
 
     cat = catalog.load()
@@ -445,7 +448,7 @@ def run_one(mutant: Mutant, backend: str, pairs: list[tuple[str, str]]) -> dict:
     for name, s in pairs:
         e = catalog.entry(name, cat)
         with mutant.on():
-            r = validate.run(cat, e, refs.for_entry(e, s), s, backend, quiet=True)
+            r = validate.run(cat, e, refs.for_entry(e, s), s, backend, quiet=True, first_failure=True)
         tried.append(f"{name} ({s})")
         if not r.passed:
             return {"mutant": mutant.name, "caught": True, "model": name, "references": s,

@@ -155,9 +155,12 @@ def judge(i: int, c: CaseResult, gate: catalog.Gate) -> list[Failure]:
 
 
 def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: str, progress=None,
-                   tier: str | None = None, gate: catalog.Gate | None = None) -> ModelResult:
+                   tier: str | None = None, gate: catalog.Gate | None = None,
+                   first_failure: bool = False) -> ModelResult:
     """``model`` against ``ref``, the model's references of set ``tier``
-    (default: its own tier), judged by ``gate`` (default: the catalog's)."""
+    (default: its own tier), judged by ``gate`` (default: the catalog's).
+    ``first_failure``: stop after the first prompt that fails (the verdict
+    is already known; `harness mutants` needs no more)."""
     t0 = time.perf_counter()
     tier = tier or entry.tier
     gate = gate or entry.gate(backend, tier)
@@ -170,20 +173,24 @@ def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: st
         out.failures += judge(i, r, gate)
         if progress:
             progress()
+        if first_failure and out.failures:
+            break
     out.seconds = time.perf_counter() - t0
     return out
 
 
 def run(cat, entry: catalog.Entry, ref: refs.Reference, reference_set: str, backend: str, progress=None,
-        quiet: bool = False) -> ModelResult:
+        quiet: bool = False, first_failure: bool = False) -> ModelResult:
     """Load the catalog model on ``backend`` as its references were made (the
-    KV cache type llama.cpp used: F32 on the CPU, F16 with CUDA) and validate it."""
+    KV cache type llama.cpp used: F32 on the CPU, F16 with CUDA) and validate it
+    (``first_failure``: as validate_model)."""
     import engine
 
     path = catalog.model_path(entry.name, catalog=cat, progress=not quiet)
     options = {"kv_f16": ref.settings.get("type_k") != "f32"} if backend == "cuda" else {}
     model = engine.load(path, backend=backend, **options)
-    return validate_model(model, entry, ref, backend, progress=progress, tier=reference_set)
+    return validate_model(model, entry, ref, backend, progress=progress, tier=reference_set,
+                          first_failure=first_failure)
 
 
 def _fmt(v: float | None, bound: float | None) -> str:

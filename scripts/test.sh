@@ -6,4 +6,8 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh test
 # Debian's chromium for the scoreboard's browser test (which skips, saying why, if it cannot be installed)
 scripts/install-browser.sh || echo "could not install chromium: the browser tests will skip"
-python -m pytest -q -rs --durations=15 "$@"  # why each skip, and the slowest tests
+# two workers (pytest-xdist), a file at a time each, in the order tests/conftest.py
+# sets; one BLAS thread each: more threads than cores only spin against each other
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} \
+       MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
+python -m pytest -q -rs --durations=15 -n 2 --dist loadfile --no-loadscope-reorder "$@"  # why each skip, the slowest tests

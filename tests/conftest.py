@@ -27,7 +27,16 @@ def _has_gpu() -> bool:
         return False
 
 
+# scripts/test.sh runs the suite on two pytest-xdist workers, a file at a
+# time each (--dist loadfile, in this order): the parity checks first and
+# the mutant suite (whose children run models on both cores) next, the
+# longest files starting first; the rest fill in around them.
+FIRST = ("test_parity_cpu.py", "test_mutants.py")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))  # stable
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="no NVIDIA GPU with a working driver on this machine")
@@ -60,14 +69,53 @@ def qwen2_vocab_path():
 
 
 @pytest.fixture(scope="session")
-def loaded_model(model_path):
+def big_model_lock(tmp_path_factory):
+    """A lock held while a real catalog model (gemma3-270m: 1.1 GB of float32
+    weights on the NumPy engine) is loaded, shared by every pytest-xdist
+    worker of the run, so that two such models are never held at once."""
+    import fcntl
+
+    # the parent of this worker's temporary directory is the run's, shared by its workers
+    f = open(tmp_path_factory.getbasetemp().parent / "big-model.lock", "w")
+    yield lambda: fcntl.flock(f, fcntl.LOCK_EX), lambda: fcntl.flock(f, fcntl.LOCK_UN)
+    f.close()
+
+
+def is_big(name: str) -> bool:
+    return catalog.entry(name).source == "pypi"  # the real models; the synthetic ones are tiny
+
+
+@pytest.fixture(scope="module")
+def loaded_model(model_path, big_model_lock):
     """``loaded_model(name)``: an engine Model, kept while the next tests use it.
-    Two at a time: the tests that share models take them one after another,
-    and every cpu-tier model held at once (float32 weights on the NumPy
-    backend) was most of the suite's peak memory."""
+    One at a time, and none after the module: the tests that share a model
+    take it one after another, and models held at once (float32 weights on
+    the NumPy backend) were most of the suite's peak memory."""
+    import gc
+
     import engine
 
-    return functools.lru_cache(maxsize=2)(lambda name: engine.load(model_path(name)))
+    acquire, release = big_model_lock
+    held = {}
+
+    def drop():
+        if held:
+            big = is_big(next(iter(held)))
+            held.clear()
+            gc.collect()
+            if big:
+                release()
+
+    def load(name):
+        if name not in held:
+            drop()
+            if is_big(name):
+                acquire()
+            held[name] = engine.load(model_path(name))
+        return held[name]
+
+    yield load
+    drop()
 
 
 REPO = Path(__file__).resolve().parents[1]

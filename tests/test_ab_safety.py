@@ -145,8 +145,12 @@ def _interrupt(args: list[str], tmp_path: Path, hang_at: int) -> tuple[subproces
     runs.mkdir()
     env = {**os.environ, "ANVIL_MODELS_DIR": str(tmp_path / "models"), "FAKE_RUNS_DIR": str(runs),
            "FAKE_HANG_AT": str(hang_at)}
+    # started as from a shell, with SIGINT at its default: a test runner's worker
+    # process may ignore it (pytest-xdist's do), and an ignored signal stays
+    # ignored in the child, which would then never see the Ctrl-C
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while len(os.listdir(runs)) <= hang_at and proc.poll() is None and time.time() < deadline:
         time.sleep(0.1)

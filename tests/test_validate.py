@@ -316,6 +316,23 @@ def test_degenerate_output_fails_with_its_own_message():
         assert not r.passed and any(f.check == "degenerate" and words in f.detail for f in r.failures), words
 
 
+def test_first_failure_stops_after_the_first_failing_prompt():
+    """`harness mutants` judges a pair only up to the first prompt that fails:
+    the same verdict, the prompts after it not run; a passing run is judged whole."""
+    e = catalog.Entry("m", "synth", "cpu", "", "llama")
+    gate = catalog.Gate(margin=0.1, logit=0.05, kl=1e-4)
+    ref = types.SimpleNamespace(cases=[_case(_ref_logits)] * 3)
+    squashed = lambda pos: 3.0 * np.tanh(_ref_logits(pos) / 3.0)  # noqa: E731 (fails every prompt)
+    whole = validate.validate_model(_Scripted(squashed), e, ref, "numpy", gate=gate)
+    first = validate.validate_model(_Scripted(squashed), e, ref, "numpy", gate=gate, first_failure=True)
+    assert not whole.passed and not first.passed
+    assert len(whole.cases) == 3 and len(first.cases) == 1
+    assert {f.case for f in whole.failures} == {0, 1, 2} and {f.case for f in first.failures} == {0}
+    assert validate.format_failures([first]).splitlines()[0] == validate.format_failures([whole]).splitlines()[0]
+    ok = validate.validate_model(_Scripted(_ref_logits), e, ref, "numpy", gate=gate, first_failure=True)
+    assert ok.passed and len(ok.cases) == 3
+
+
 def test_validation_and_bench_run_the_same_decode_code(fresh_model, monkeypatch):
     """The gate judges what users run: every decode step of validation goes
     through Model.decode_next (on the GPU: the captured graph, its argmax
