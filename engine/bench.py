@@ -57,6 +57,34 @@ def gpu_info() -> dict:
         return {"gpu": None, "nvml": f"unavailable ({type(e).__name__})"}
 
 
+def cuda_versions() -> dict:
+    """What the CUDA backend runs on, for a record's provenance: the driver
+    API's CUDA version, NVRTC's and cuBLAS's (None where one is not loadable,
+    e.g. cuBLAS on a machine without the ``cuda`` extra)."""
+    out: dict = {"cuda_driver": None, "nvrtc": None, "cublas": None}
+    try:
+        from cuda.bindings import driver
+
+        err, v = driver.cuDriverGetVersion()
+        if err == driver.CUresult.CUDA_SUCCESS:
+            out["cuda_driver"] = f"{v // 1000}.{v % 1000 // 10}"
+    except Exception:
+        pass
+    try:
+        from .backends.cuda.compile import nvrtc_version
+
+        out["nvrtc"] = "{}.{}".format(*nvrtc_version())
+    except Exception:
+        pass
+    try:
+        from .backends.cuda import cublas
+
+        out["cublas"] = cublas.version()
+    except Exception:
+        pass
+    return out
+
+
 def _sync(model):
     dev = getattr(model.backend, "dev", None)
     if dev is not None:
@@ -146,6 +174,7 @@ def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: 
         "host": platform.node(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **gpu_info(),
+        **(cuda_versions() if be.name == "cuda" else {}),
         "peak_device_bytes": getattr(getattr(be, "dev", None), "allocated", None),
         "results": results,
         # greedy tokens of the tg test (same start token every run): equal

@@ -637,3 +637,28 @@ def test_depth_figure_from_llama_bench_named_depth_tests(tmp_path):
                             "llama.cpp tg128": ((0, 260.0), (4096, 250.0), (16384, 200.0))}
     assert figures.render(fig).startswith(PNG)
     assert not any(f.name.startswith("history-") for f in sec.figures)  # one date
+
+
+def test_peak_memory_and_the_cuda_stack_on_the_scoreboard(tmp_path):
+    d = tmp_path / "results"
+    a = bench("anvil", "alpha-8b", "2026-11-20T10:00:00Z", 15000.0, 300.0, peak_device_bytes=19_311_656_620,
+              cuda_driver="13.0", nvrtc="12.9", cublas="12.9.1")
+    results.save(a, "bench", d)
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-20T10:00:00Z", 9000.0, 250.0), "bench", d)
+    rep = build_report(results.load_all(d))
+    r = row(rep, "alpha-8b", "tg128")
+    assert r.anvil.peak_bytes == 19_311_656_620 and r.llamacpp.peak_bytes is None
+    assert r.anvil.stack == "CUDA driver API 13.0, NVRTC 12.9, cuBLAS 12.9.1" and r.llamacpp.stack == ""
+    assert "CUDA driver API 13.0, NVRTC 12.9" in r.anvil.provenance
+    html = render_html(rep)
+    assert "19.3 GB" in html and "peak device memory" in html and "cuBLAS 12.9.1" in html
+    assert "19.3 GB" in render_md(rep)
+
+
+def test_engine_bench_records_the_cuda_stack_it_can_load():
+    from engine.bench import cuda_versions
+
+    v = cuda_versions()
+    assert set(v) == {"cuda_driver", "nvrtc", "cublas"}
+    assert v["nvrtc"] and re.fullmatch(r"\d+\.\d+", v["nvrtc"])  # NVRTC loads without a GPU (the kernel tests need it)
+    assert all(x is None or re.fullmatch(r"\d+\.\d+(\.\d+)?", x) for x in v.values())

@@ -55,6 +55,8 @@ class Measure:
     diagnosis: Diagnosis
     figure: str | None  # its NVML trace figure (file name under figures/)
     j_per_token: float | None = None  # energy: mean board power over the measured window / tok/s
+    peak_bytes: int | None = None  # peak device memory the engine allocated (its record's peak_device_bytes)
+    stack: str = ""  # the CUDA stack it ran on: "CUDA driver API 12.9, NVRTC 12.9, cuBLAS 12.9.1.4"
 
     @property
     def energy_note(self) -> str:
@@ -63,7 +65,8 @@ class Measure:
 
     @property
     def provenance(self) -> str:
-        return (f"{self.engine} on {self.gpu or 'unknown GPU'}, driver {self.driver or '?'}, {self.date or '?'}, "
+        return (f"{self.engine} on {self.gpu or 'unknown GPU'}, driver {self.driver or '?'}"
+                f"{', ' + self.stack if self.stack else ''}, {self.date or '?'}, "
                 f"build {self.build}; {self.settings}; {self.n} samples; {self.file}")
 
 
@@ -247,6 +250,12 @@ def _build(rec: dict) -> str:
     return " / ".join(dict.fromkeys(parts)) or "unknown"
 
 
+def _stack(rec: dict) -> str:
+    """The CUDA stack a record ran on (engine/bench.py cuda_versions), as far as it says."""
+    return ", ".join(f"{label} {rec[k]}" for k, label in (("cuda_driver", "CUDA driver API"), ("nvrtc", "NVRTC"),
+                                                          ("cublas", "cuBLAS")) if rec.get(k))
+
+
 def _settings(rec: dict) -> str:
     s = rec.get("settings") or {}
     return ", ".join(f"{k}={v}" for k, v in sorted(s.items())
@@ -342,7 +351,9 @@ def _bench_measures(rec: dict, facts: dict, figures: dict) -> list[tuple[dict, M
         joules = float(power) / float(tok) if isinstance(power, (int, float)) and tok > 0 else None
         out.append((rec, Measure(engine_name(rec), test, float(tok), r.get("tok_s_sd"), len(samples), _date(rec),
                                  rec.get("gpu"), rec.get("driver"), _build(rec), _settings(rec), _file(rec),
-                                 str(rec.get("note") or ""), rt, diag, fig, joules)))
+                                 str(rec.get("note") or ""), rt, diag, fig, joules,
+                                 rec.get("peak_device_bytes") if isinstance(rec.get("peak_device_bytes"), int) else None,
+                                 _stack(rec))))
     return out
 
 
@@ -514,15 +525,14 @@ def _history_figure(model: str, hist: list[History], ab_tests: list[ABTest]) -> 
     """tok/s of every record, oldest to newest (one line per engine, test,
     GPU and spec; prefill and decode in their own panels), the A/B
     comparisons of the model marked at their dates with B's median and the
-    verdict. None unless the model has records of two dates or more."""
-    panels, dates = [], set()
+    verdict. None unless some engine and test has two records or more."""
+    panels = []
     for prefix, title in (("pp", "prefill t/s"), ("tg", "decode t/s")):
         series = []
         for h in hist:
             if not h.test.startswith(prefix) or _DEPTH_TEST.match(h.test):
                 continue
             pts = tuple((m.date[:16].replace("T", " "), m.tok_s) for m in h.points)
-            dates.update(d for d, _ in pts)
             tag = f" [{h.gpu}]" if len({x.gpu for x in hist}) > 1 else ""
             if sum((x.engine, x.test, x.gpu) == (h.engine, h.test, h.gpu) for x in hist) > 1:
                 tag += f" spec {h.spec[:6]}"  # measured under other settings: its own line
@@ -530,11 +540,10 @@ def _history_figure(model: str, hist: list[History], ab_tests: list[ABTest]) -> 
         marks = tuple((t.date[:16].replace("T", " "), t.b_median, f"A/B {t.ratio:.2f}× {t.verdict}")
                       for t in ab_tests if t.model == model and t.test.startswith(prefix)
                       and not _DEPTH_TEST.match(t.test))
-        dates.update(d for d, _, _ in marks)
         if series or marks:
             panels.append((title, tuple(series), marks))
-    if len(dates) < 2:
-        return None
+    if not any(len(pts) > 1 for _, series, _ in panels for _, pts in series):
+        return None  # no line to draw: every engine and test has one record
     return Figure(f"history-{_safe(model)}.png", "lines", f"{model}: tokens/s over the records",
                   (("x", "date"), ("panels", tuple(panels))))
 

@@ -60,6 +60,11 @@ def fmt_energy(m) -> str:
     return f"{j:.3g} J" if j >= 1 else f"{j * 1e3:.3g} mJ"
 
 
+def fmt_memory(m) -> str:
+    """Peak device memory in GB ("19.3 GB"), or "—" where the record has none."""
+    return "—" if m is None or m.peak_bytes is None else f"{m.peak_bytes / 1e9:.1f} GB"
+
+
 def fmt_achieved(m) -> str:
     """ "1121 GB/s · 26% of HBM" or "~292 TFLOP/s · 37% of bf16" (the measured rooflines)"""
     if m is None or not m.rate.text:
@@ -155,7 +160,7 @@ FLOPs per token).</p>
 {% for p in m.parity %} <span class="badge {{ 'ok' if p.ok else 'bad' }}" title="{{ p.provenance }}">parity ({{ p.backend }}, {{ p.tier }} refs): {{ p.status }}</span>{% endfor %}</h3>
 {% if m.rows %}
 <table class="scores"><thead><tr><th>test</th><th>Anvil t/s</th><th>llama.cpp t/s</th><th>Anvil ÷ llama.cpp</th>
-<th>Anvil vs roofline</th><th>llama.cpp vs roofline</th><th>J / token<br><small>Anvil · llama.cpp</small></th><th>Anvil diagnosis</th><th>provenance</th></tr></thead><tbody>
+<th>Anvil vs roofline</th><th>llama.cpp vs roofline</th><th>J / token<br><small>Anvil · llama.cpp</small></th><th>peak device memory<br><small>Anvil</small></th><th>Anvil diagnosis</th><th>provenance</th></tr></thead><tbody>
 {% for row in m.rows %}
 <tr><td title="spec {{ row.spec }}: {{ row.spec_text }}">{{ row.test }}</td>
 {% for x in (row.anvil, row.llamacpp) %}<td class="num"{% if x %} title="{{ x.provenance }}"{% endif %}>{{ x|measure }}</td>{% endfor %}
@@ -163,8 +168,9 @@ FLOPs per token).</p>
  title="{{ 'same spec ' ~ row.spec ~ ' on ' ~ row.gpu if row.ratio else 'no comparable pair (same spec, same GPU)' }}">{{ row.ratio|ratio }}</td>
 {% for x in (row.anvil, row.llamacpp) %}<td class="rate"{% if x %} title="{{ x.rate.note }}"{% endif %}>{{ x|achieved }}{% if x and x.rate.roofline is not none %}<span class="meter"><span style="width: {{ [100, (x.rate.roofline * 100)|round(1)]|min }}%"></span></span>{% endif %}</td>{% endfor %}
 <td class="num" title="{{ (row.anvil or row.llamacpp).energy_note if (row.anvil or row.llamacpp) else '' }}">{{ row.anvil|energy }} · {{ row.llamacpp|energy }}</td>
+<td class="num" title="what the engine allocated on the device: weights, KV cache, workspace">{{ row.anvil|memory }}</td>
 <td>{% if row.anvil %}<span class="badge {{ row.anvil.diagnosis.css }}" title="{{ row.anvil.diagnosis.sentence }}">{{ row.anvil.diagnosis.label }}</span>{% else %}—{% endif %}</td>
-<td class="prov">{% for x in (row.anvil, row.llamacpp) %}{% if x %}{{ x.engine }}: {{ x.date[:16]|replace('T', ' ') }} · {{ x.build|build }}<br>{% endif %}{% endfor %}
+<td class="prov">{% for x in (row.anvil, row.llamacpp) %}{% if x %}{{ x.engine }}: {{ x.date[:16]|replace('T', ' ') }} · {{ x.build|build }}{% if x.stack %} · {{ x.stack }}{% endif %}<br>{% endif %}{% endfor %}
 {{ row.gpu or 'GPU not recorded' }} · driver {{ (row.anvil or row.llamacpp).driver or '?' }} · spec <code>{{ row.spec[:8] }}</code></td></tr>
 {% endfor %}
 </tbody></table>
@@ -285,8 +291,7 @@ their content <code>{{ r.digest }}</code>).</p>
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters.update(build=fmt_build, tok=fmt_tok, measure=fmt_measure, pct=fmt_pct, ratio=fmt_ratio, achieved=fmt_achieved,
-                       energy=fmt_energy,
-                       slug=slug)
+                       energy=fmt_energy, memory=fmt_memory, slug=slug)
     return env
 
 
@@ -339,9 +344,10 @@ def render_md(report) -> str:
              f"{diagnose.MEASURED_BF16_TFLOPS:.0f} TFLOP/s bf16, measured on the H200.", "", "## Scoreboard", ""]
     lines += _md_table(
         ["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "Anvil achieved", "llama.cpp achieved",
-         "Anvil J/token", "llama.cpp J/token", "Anvil diagnosis", "GPU", "provenance"],
+         "Anvil J/token", "llama.cpp J/token", "Anvil peak memory", "Anvil diagnosis", "GPU", "provenance"],
         [[row.model, row.test, fmt_measure(row.anvil), fmt_measure(row.llamacpp), fmt_ratio(row.ratio),
           fmt_achieved(row.anvil), fmt_achieved(row.llamacpp), fmt_energy(row.anvil), fmt_energy(row.llamacpp),
+          fmt_memory(row.anvil),
           row.anvil.diagnosis.label if row.anvil else "—",
           row.gpu or "?", "; ".join(p for p in (_md_prov(row.anvil), _md_prov(row.llamacpp)) if p)]
          for row in r.rows], "No bench records yet.")

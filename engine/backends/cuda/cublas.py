@@ -35,6 +35,16 @@ def _lib():
         raise AnvilError(f"cuBLAS not found ({e}); pip install nvidia-cublas or install the CUDA toolkit") from None
 
 
+def version() -> str:
+    """The loaded cuBLAS's version, "major.minor.patch" (cublasGetProperty: no handle needed)."""
+    parts = []
+    for prop in (0, 1, 2):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+        v = ctypes.c_int()
+        _check(_lib().cublasGetProperty(prop, ctypes.byref(v)), "cublasGetProperty")
+        parts.append(str(v.value))
+    return ".".join(parts)
+
+
 def _check(status: int, what: str) -> None:
     if status != 0:
         raise AnvilError(f"cuBLAS {what} failed with status {status}")
