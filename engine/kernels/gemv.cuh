@@ -262,6 +262,12 @@ struct Q4K : Layout<8, 256, 144> {  // d, dmin, scales[12] (16 B), qs[128]
 
 // Q5_K: as Q4_K; the 5th bit of element l of sub-block s is bit s of qh[l], and
 // the unit's l range 16(k&1)..+15 is the 16 qh bytes at 16 + 16(k&1).
+// q5k_values: the 4 low- and 4 high-half 5-bit values of qs word w, with their
+// 5th bits from qh word hb (sub-blocks c2 and c2 + 1).
+__device__ __forceinline__ void q5k_values(uint32_t w, uint32_t hb, int c2, uint32_t& lo, uint32_t& hi) {
+    lo = (w & 0x0F0F0F0Fu) | (((hb >> c2) & 0x01010101u) << 4);
+    hi = ((w >> 4) & 0x0F0F0F0Fu) | (((hb >> (c2 + 1)) & 0x01010101u) << 4);
+}
 struct Q5K : Layout<8, 256, 176> {  // d, dmin, scales[12], qh[32], qs[128]
     using Xs = XsK;
     __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_k(xs, x, u); }
@@ -271,9 +277,8 @@ struct Q5K : Layout<8, 256, 176> {  // d, dmin, scales[12], qh[32], qs[128]
         float s_lo = 0.0f, s_hi = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const uint32_t w = U4(q, j), hb = U4(qh, j);
-            const uint32_t lo = (w & 0x0F0F0F0Fu) | (((hb >> c2) & 0x01010101u) << 4);
-            const uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((hb >> (c2 + 1)) & 0x01010101u) << 4);
+            uint32_t lo, hi;
+            q5k_values(U4(q, j), U4(qh, j), c2, lo, hi);
             s_lo = dot4q(lo, xs.lo[j], s_lo);
             s_hi = dot4q(hi, xs.hi[j], s_hi);
         }
@@ -354,9 +359,8 @@ struct Q5K8 : Layout<8, 256, 176> {
         int ilo = 0, ihi = 0;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const uint32_t w = U4(q, j), hb = U4(qh, j);
-            const uint32_t lo = (w & 0x0F0F0F0Fu) | (((hb >> c2) & 0x01010101u) << 4);
-            const uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((hb >> (c2 + 1)) & 0x01010101u) << 4);
+            uint32_t lo, hi;
+            q5k_values(U4(q, j), U4(qh, j), c2, lo, hi);
             ilo = __dp4a((int)lo, (int)xs.lo.q[j], ilo);
             ihi = __dp4a((int)hi, (int)xs.hi.q[j], ihi);
         }
