@@ -221,7 +221,9 @@ def test_gemv(dev, t, xq):
         # total is ~ C * eps * ||w*x||_2 (eps = 2^-24), C a few hundred at most.
         # atol = 2^-12 ||w*x||_2 (= 4096 eps) leaves room for that, yet is ~30x
         # below one wrong product at n_in = 14336 (|w_j x_j| ~ ||w*x||_2/sqrt(n_in)).
-        # rtol covers the final fp32 rounding of y and of the add.
+        # rtol covers the final fp32 rounding of y and of the add. With int8 x
+        # the products within a group are exact integers (dp4a), scaled in fp32:
+        # fewer roundings than that, so the same bound holds against quantize_x's values.
         atol = 2.0**-12 * np.sqrt((prod**2).sum(axis=1))
         rtol = 2.0**-20
         err = np.abs(got.astype(np.float64) - ref)

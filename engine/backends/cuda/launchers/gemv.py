@@ -85,13 +85,12 @@ def gemv_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, rows: int | Non
 
 
 def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: int,
-         add: DArray | None = None, rows: int | None = None, stream: bool = True,
-         xq: bool | None = None) -> None:
+         add: DArray | None = None, rows: int | None = None, xq: bool | None = None) -> None:
     """y[r] = sum_c W[r][c] * x[c] (+ add[r]), r < n_out, c < n_in. ``add`` may be
     ``y`` itself (residual add); ``y`` must not alias ``x``. ``rows`` overrides
-    the rows per block, ``stream`` False a block per row group (no block
-    loops), ``xq`` False fp32 activations for every type (tests, tuning;
-    default ``XQ``)."""
+    the rows per block, ``xq`` False fp32 activations for every type (tests,
+    tuning; default ``XQ``). The grid is at most the blocks that stay resident:
+    gemv.cu's blocks loop over the row groups."""
     qt = launch.weight_type(qtype, "gemv")
     plan = gemv_plan(qt, n_in, n_out, dev.sm_count, rows)
     need = n_out * row_bytes(qt, n_in)
@@ -103,7 +102,5 @@ def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: 
     name = f"gemv_{launch.TYPE_SUFFIX[qt]}"
     fn = launch.function(dev, "gemv.cu", name, {"GEMV_ROWS": plan.rows, "GEMV_XQ": int(XQ if xq is None else xq)},
                          shared=plan.shared)
-    blocks = plan.blocks
-    if stream:
-        blocks = min(blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
+    blocks = min(plan.blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
     dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, launch.null_or(add), n_in, n_out), shared=plan.shared)
