@@ -64,7 +64,7 @@ def test_every_kernel_waits_for_the_previous_one_before_touching_memory():
     """Kernels are launched with programmatic dependent launch (common.cuh):
     a kernel that touched activations before pdl_wait() would race with the
     kernel before it. Each kernel body starts with KERNEL_START(), except the
-    weight kernels (gemv.cu, moe.cu: ``WITH_LAYOUT_<type>`` into an impl),
+    weight kernels (gemv.cu, moe.cu: ``WITH_LAYOUT_<type>`` into an impl; gemv_impl is gemv.cuh's),
     which prefetch only weights before their wait."""
     import re
 
@@ -81,7 +81,7 @@ def test_every_kernel_waits_for_the_previous_one_before_touching_memory():
         return body[:body.index("pdl_wait();")]
 
     # dense: only the weight staging of the first step (stage_rows of W), no x / y / add access
-    pre = before_wait("gemv.cu", "gemv_impl")
+    pre = before_wait("gemv.cuh", "gemv_impl")
     assert "x[" not in pre and "y[" not in pre and "add[" not in pre and "dot_rows" not in pre
     # experts: the gate/up kernel reads ids (the previous kernel's) only after its wait; the
     # down kernel stages the first expert's weights from ids two kernels back, nothing else

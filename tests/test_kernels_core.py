@@ -165,6 +165,9 @@ class FakeDevice:
     def synchronize(self):
         pass
 
+    def fill(self, a, byte):
+        pass
+
     def empty(self, shape, dtype=np.float32):
         from engine.backends.cuda.device import DArray
 

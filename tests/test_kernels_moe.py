@@ -33,7 +33,7 @@ from test_kernels_core import FakeDevice, SEED, assert_close, dev, device, poiso
 TYPES = list(launch.WEIGHT_TYPES)
 FLOATS = (QType.F32, QType.F16, QType.BF16)
 KINDS = ("glu", "gemv", "down", "gemm")
-PLAIN = ["moe_route", "moe_sort", "moe_gather_bf16", "moe_combine"]
+PLAIN = ["moe_route", "moe_router_f32", "moe_sort", "moe_gather_bf16", "moe_combine"]
 
 
 def kernel_names(t: QType) -> list[str]:
@@ -62,14 +62,17 @@ def moe_signatures() -> dict[str, list[str]]:
     return out
 
 
-def test_moe_launchers_match_kernels():
+def test_moe_launchers_match_kernels(monkeypatch):
     sigs = moe_signatures()
     assert set(sigs) == set(PLAIN) | {n for t in TYPES for n in kernel_names(t)}
     fd = FakeDevice()
+    monkeypatch.setattr(launch, "resident_blocks", lambda dev, fn, threads, shared: 2 * dev.sm_count)
     i32, u16 = np.int32, np.uint16
     T, E, k, D, F = 5, 128, 8, 2048, 768
     ids, w = fd.empty((T, k), i32), fd.empty((T, k))
     moe.route(fd, fd.empty((T, E)), ids, w, k, True)
+    moe.router_route(fd, fd.empty((E * D,)), QType.F32, fd.empty((1, D)), fd.empty((1, E)), fd.empty((1, k), i32),
+                     fd.empty((1, k)), D, k, True, 0.5)
     for t in TYPES:
         n_el = lambda rows, cols: rows * (cols // BLOCK[t][0]) * BLOCK[t][1]  # noqa: E731
         We, Wd = fd.empty((E * n_el(F, D),), np.uint8), fd.empty((E * n_el(D, F),), np.uint8)
@@ -116,6 +119,8 @@ def test_bad_shapes_are_refused_in_one_line():
         moe.route(fd, fd.empty((1, 8)), fd.empty((1, 9), np.int32), fd.empty((1, 9)), 9, True)
     with pytest.raises(AnvilError, match=r"ids must be int32"):
         moe.route(fd, fd.empty((1, 8)), fd.empty((1, 2)), fd.empty((1, 2)), 2, True)
+    with pytest.raises(AnvilError, match=r"moe_route: 513 experts \(at most 512\)"):
+        moe.route(fd, fd.empty((1, 513)), fd.empty((1, 2), np.int32), fd.empty((1, 2)), 2, True)
     with pytest.raises(AnvilError, match=r"moe_glu Q4_K: 4 experts of \[256 x 256\] need 147456 bytes"):
         moe.glu(fd, fd.empty((100,), np.uint8), fd.empty((100,), np.uint8), QType.Q4_K, fd.empty((1, 2), np.int32),
                 fd.empty((1, 256)), fd.empty((1, 2, 256)), 256, 256, 4)
@@ -137,7 +142,7 @@ def decisive_logits(g, T, E):
 
 
 @gpu
-@pytest.mark.parametrize("T,E,k,norm", [(1, 128, 8, True), (7, 8, 2, True), (5, 64, 4, False), (3, 256, 32, True)])
+@pytest.mark.parametrize("T,E,k,norm", [(1, 128, 8, True), (7, 8, 2, True), (5, 64, 4, False), (3, 256, 32, True), (2, 40, 3, True), (2, 512, 8, True)])
 def test_route(dev, T, E, k, norm):
     g = rng("route", T, E, k, norm)
     logits = decisive_logits(g, T, E)
@@ -148,6 +153,33 @@ def test_route(dev, T, E, k, norm):
     assert ids.numpy().tolist() == ids_ref.tolist(), f"seed {SEED}"
     # __expf (fast math) and a different summation order than float64: 1e-6 relative
     assert_close(w.numpy(), w_ref, 1e-7, 1e-5, "moe_route weights")
+
+
+@gpu
+@gpu
+@pytest.mark.parametrize("E,k,D,scale", [(128, 8, 2048, 1.0), (8, 2, 256, 1.0), (40, 3, 260, 0.5), (512, 8, 64, 1.0)])
+def test_router_route(dev, E, k, D, scale):
+    """The fused router (logits and routing in one launch) routes as the NumPy
+    op, and as the two launches it replaces bit for bit; the last block's
+    ticket counter is back at 0 after every launch (repeated launches route)."""
+    g = rng("router", E, k, D)
+    x = g.standard_normal((1, D)).astype(np.float32)
+    # router rows along x, so the logits are the shuffled decisive values (0.25 apart) up to rounding
+    router = (decisive_logits(g, 1, E)[0][:, None] * x / float(x @ x.T)).astype(np.float32)
+    ids_ref, w_ref = np_ops.moe_route(x, router, k, True, scale)
+    dW, dx = dev.upload(router), dev.upload(x)
+    logits = dev.empty((1, E))
+    for _ in range(3):
+        ids, w = poisoned(dev, (1, k), np.int32), poisoned(dev, (1, k))
+        moe.router_route(dev, dW, QType.F32, dx, logits, ids, w, D, k, True, scale)
+        assert ids.numpy().tolist() == ids_ref.tolist(), f"seed {SEED}"
+        assert_close(w.numpy(), w_ref, 1e-7, 1e-5, "moe_router weights")
+    assert launch.counter(dev, "moe_router").numpy().tolist() == [0]
+    if scale == 1.0:
+        ids2, w2 = poisoned(dev, (1, k), np.int32), poisoned(dev, (1, k))
+        gemv_launcher.gemv(dev, dW, QType.F32, dx, logits, D, E)
+        moe.route(dev, logits, ids2, w2, k, True)
+        assert ids2.numpy().tolist() == ids.numpy().tolist() and np.array_equal(w2.numpy(), w.numpy())
 
 
 @gpu

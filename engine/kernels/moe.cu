@@ -9,6 +9,7 @@
 // Decode (launchers/moe.py; also any small T: grid.z = token):
 //   moe_route       logits [T, E] -> ids, weights: softmax, top-k (ties to the lower
 //                   id, descending), renormalised; one warp per token
+//   moe_router_f32  one token: the F32 router's logits and moe_route's routing, one launch
 //   moe_glu_<t>     h[t, j] = SiLU(gate[e]·x_t) ⊙ (up[e]·x_t),  e = ids[t, j]
 //   moe_gemv_<t>    y[t, j] = W[e]·x_t    (gate and up of different types: then silu_mul)
 //   moe_down_<t>    y[t] = add[t] + sum_j weights[t, j] · down[e]·h[t, j]
@@ -36,77 +37,114 @@
 
 // ---- routing ------------------------------------------------------------------------
 #define ROUTE_WARPS 4
+#define ROUTE_PER_LANE 16           // experts per lane, in registers: n_expert <= 512 (launchers/moe.py)
 #define NORM_CLAMP 6.103515625e-5f  // 2^-14: llama.cpp clamps the renormalising sum
 
-// One warp per token. Dynamic shared memory: ROUTE_WARPS * n_expert floats.
-// A non-finite logit makes the row's weights NaN (ids stay in range), so the
-// step's logits turn NaN and the argmax reports it instead of a wrong token.
-extern "C" __global__ void moe_route(const float* logits, int T, int n_expert, int k, int norm, int* ids,
-                                     float* weights) {
-    KERNEL_START();
-    extern __shared__ float route_p[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int t = blockIdx.x * ROUTE_WARPS + warp;
-    if (t >= T) return;
-    float* p = route_p + warp * n_expert;
-    const float* l = logits + (size_t)t * n_expert;
+// route_row: one token's routing by one warp; lane l holds experts l, l + 32,
+// ... in registers. The k picks are k rounds of a warp-wide (probability,
+// lowest id) maximum, two redux instructions each: probabilities are >= 0, so
+// their bits + 1 order as unsigned integers (0 marks a taken or absent
+// expert). Sums run per lane ascending, then over the warp. A non-finite
+// logit makes the row's weights NaN (ids stay in range), so the step's logits
+// turn NaN and the argmax reports it instead of a wrong token. Logits are
+// read past L1 (__ldcg): moe_router's last block reads what other blocks wrote.
+__device__ __forceinline__ void route_row(const float* l, int n_expert, int k, int norm, float scale, int* ids,
+                                          float* weights, int lane) {
+    float p[ROUTE_PER_LANE];
     float mx = -INFINITY;
     bool finite = true;
-    for (int e = lane; e < n_expert; e += 32) {
-        const float v = l[e];
-        finite &= isfinite(v);
-        p[e] = v;
-        mx = fmaxf(mx, v);
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; i++) {
+        const int e = lane + 32 * i;
+        p[i] = e < n_expert ? __ldcg(l + e) * scale : 0.0f;
+        if (e < n_expert) {
+            finite &= isfinite(p[i]);
+            mx = fmaxf(mx, p[i]);
+        }
     }
     mx = warp_max(mx);
     finite = __all_sync(0xffffffffu, finite);
     float sum = 0.0f;
-    for (int e = lane; e < n_expert; e += 32) {
-        const float v = __expf(p[e] - mx);
-        p[e] = v;
-        sum += v;
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; i++) {
+        if (lane + 32 * i < n_expert) {
+            p[i] = __expf(p[i] - mx);
+            sum += p[i];
+        }
     }
-    const float inv = 1.0f / warp_sum(sum);
-    for (int e = lane; e < n_expert; e += 32) p[e] *= inv;  // softmax as llama.cpp: exp(x - max) * (1/sum)
-    __syncwarp();
-    // k rounds of a warp argmax over the probabilities; the winner is removed.
-    // Lane j keeps pick j.
+    const float inv = 1.0f / warp_sum(sum);  // softmax as llama.cpp: exp(x - max) * (1/sum)
+    unsigned key[ROUTE_PER_LANE];
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; i++)
+        key[i] = lane + 32 * i < n_expert ? (__float_as_uint(p[i] * inv) & 0x7fffffffu) + 1u : 0u;
+    // this lane's best: ascending ids, '>' keeps the lowest among equals
+    unsigned bk = 0u;
+    int bi = 0x7fffffff;
+    auto lane_best = [&]() {
+        bk = 0u;
+        bi = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < ROUTE_PER_LANE; i++) {
+            if (key[i] > bk) {
+                bk = key[i];
+                bi = lane + 32 * i;
+            }
+        }
+    };
+    lane_best();
     int my_id = 0;
     float my_w = 0.0f, wsum = 0.0f;
-    for (int j = 0; j < k; j++) {
-        float bv = -INFINITY;
-        int bi = 0x7fffffff;
-        for (int e = lane; e < n_expert; e += 32) {  // ascending: '>' keeps the lane's lowest id among equals
-            const float v = p[e];
-            if (v > bv) {
-                bv = v;
-                bi = e;
-            }
-        }
+    for (int j = 0; j < k; j++) {  // lane j keeps pick j
+        const unsigned best = __reduce_max_sync(0xffffffffu, bk);
+        int win = (int)__reduce_min_sync(0xffffffffu, (unsigned)(bk == best ? bi : 0x7fffffff));
+        const float bv = best ? __uint_as_float(best - 1u) : -INFINITY;
+        if (!best) win = j;  // only without a finite probability: the weights are NaN below
+        if (best && lane == (win & 31)) {  // the winner leaves its lane's set
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
-            }
+            for (int i = 0; i < ROUTE_PER_LANE; i++)
+                if (i == (win >> 5)) key[i] = 0u;
+            lane_best();
         }
-        if (bi >= n_expert) bi = j;  // only without a finite probability: the weights are NaN below
         if (lane == j) {
-            my_id = bi;
+            my_id = win;
             my_w = bv;
         }
         wsum += bv;
-        __syncwarp();
-        if (lane == 0) p[bi] = -INFINITY;
-        __syncwarp();
     }
-    const float scale = norm ? 1.0f / fmaxf(wsum, NORM_CLAMP) : 1.0f;
+    const float wscale = norm ? 1.0f / fmaxf(wsum, NORM_CLAMP) : 1.0f;
     if (lane < k) {
-        ids[(size_t)t * k + lane] = my_id;
-        weights[(size_t)t * k + lane] = finite ? my_w * scale : __int_as_float(0x7fc00000);
+        ids[lane] = my_id;
+        weights[lane] = finite ? my_w * wscale : __int_as_float(0x7fc00000);
     }
+}
+
+// One warp per token.
+extern "C" __global__ void moe_route(const float* logits, int T, int n_expert, int k, int norm, int* ids,
+                                     float* weights) {
+    KERNEL_START();
+    const int lane = threadIdx.x & 31, t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
+    if (t < T) route_row(logits + (size_t)t * n_expert, n_expert, k, norm, 1.0f, ids + (size_t)t * k,
+                         weights + (size_t)t * k, lane);
+}
+
+// moe_router_f32 (decode, one token): logits = W·x over the F32 router rows
+// (gemv_impl, as gemv_f32) and, in the last block to finish, route_row of
+// logits·scale: the router and the routing in one launch. ``done`` is a
+// device counter at 0 that the last block returns to 0 (graph replays).
+#define ROUTER_CALL(Q) gemv_impl<Q>(static_cast<const uint8_t*>(W), x, logits, nullptr, n_in, n_expert)
+extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)
+moe_router_f32(const void* W, const float* x, float* logits, int n_in, int n_expert, float scale, int k, int norm,
+               int* ids, float* weights, unsigned* done) {
+    WITH_LAYOUT_f32(n_in, ROUTER_CALL)
+    __shared__ bool last;
+    __threadfence();  // this block's logits, before its ticket
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x < 32) route_row(logits, n_expert, k, norm, scale, ids, weights, threadIdx.x);
+    if (threadIdx.x == 0) *done = 0u;
 }
 
 // ---- decode: the selected experts as matrix-vector products ---------------------------

@@ -324,12 +324,19 @@ class Ops:
 
     def moe_route(self, x: DArray, router: QWeight, k: int, norm: bool, scale: float = 1.0):
         """The router's logits (a matmul), then softmax and top-k on the device:
-        ids and weights stay in device memory for the expert kernels. Decode:
-        one launch for both. ``scale`` multiplies the logits (the same as the
-        input, up to rounding)."""
+        ids and weights stay in device memory for the expert kernels. Decode
+        with an F32 router (as llama.cpp writes every router): one launch for
+        both. ``scale`` multiplies the logits (the same as the input, up to
+        rounding)."""
         T = x.shape[0]
         ids = self._empty((T, k), np.int32)
         weights = self._empty((T, k))
+        if T <= GEMV_MAX_TOKENS and router.qtype == QType.F32 and k <= launchers.moe.MAX_K \
+                and router.n_out <= launchers.moe.MAX_EXPERTS:
+            logits = self._empty((T, router.n_out))
+            launchers.moe.router_route(self.dev, router.data, router.qtype, x, logits, ids, weights, router.n_in, k,
+                                       norm, scale)
+            return ids, weights
         logits = self.matmul(x, router)
         if scale != 1.0:
             launchers.elementwise.scale(self.dev, logits, scale)

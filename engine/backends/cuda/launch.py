@@ -106,6 +106,19 @@ def scratch(dev: Device, name: str, nbytes: int) -> DArray:
     return buf
 
 
+def counter(dev: Device, name: str) -> DArray:
+    """A per-device uint32 at 0 that the kernels using it return to 0 before
+    they exit (a last-block-done ticket, e.g. moe.cu's moe_router_f32).
+    Allocated and zeroed on first use, like ``scratch``: eagerly, before any
+    graph capture."""
+    key = f"counter:{name}"
+    fresh = key not in _scratch.get(dev, {})
+    buf = scratch(dev, key, 4)
+    if fresh:
+        dev.fill(buf, 0)
+    return DArray(buf.ptr, (1,), np.dtype(np.uint32), dev)
+
+
 # ---- the GGUF weight types the kernels read (gemv.cu, dequant.cu) ----------
 
 WEIGHT_TYPES: tuple[QType, ...] = (

@@ -27,6 +27,7 @@ DOWN_MAX_ROWS = {QType.Q6_K: 4}
 MAX_WARPS = 8                # moe.cu MOE_MAX_WARPS: selected experts run side by side in a block
 ROUTE_WARPS = 4              # moe.cu: tokens per moe_route block
 MAX_K = 32                   # moe_route: lane j keeps pick j
+MAX_EXPERTS = 32 * 16        # moe_route: ROUTE_PER_LANE experts in each lane's registers
 SORT_THREADS = 32 * 32       # moe.cu SORT_WARPS
 BM, BN = 32, 64              # moe.cu MOE_BM, MOE_BN: grouped GEMM tile
 GEMM_THREADS = 256           # moe.cu MOE_GEMM_THREADS
@@ -98,11 +99,36 @@ def route(dev: Device, logits: DArray, ids: DArray, weights: DArray, k: int, nor
     launch.check_f32(logits, weights)
     if not 1 <= k <= min(MAX_K, n_expert):
         raise AnvilError(f"CUDA moe_route: {k} experts per token of {n_expert} (at most {MAX_K})")
+    if n_expert > MAX_EXPERTS:
+        raise AnvilError(f"CUDA moe_route: {n_expert} experts (at most {MAX_EXPERTS})")
     _check_ids(ids, weights, T, k)
-    shared = ROUTE_WARPS * n_expert * 4
-    fn = launch.function(dev, "moe.cu", "moe_route", shared=shared)
+    fn = launch.function(dev, "moe.cu", "moe_route")
     dev.launch(fn, (launch.ceil_div(T, ROUTE_WARPS),), (32 * ROUTE_WARPS,),
-               (logits, T, n_expert, k, int(norm), ids, weights), shared=shared)
+               (logits, T, n_expert, k, int(norm), ids, weights))
+
+
+def router_route(dev: Device, W: DArray, qtype, x: DArray, logits: DArray, ids: DArray, weights: DArray, n_in: int,
+                 k: int, norm: bool, scale: float = 1.0) -> None:
+    """Decode (one token): ``logits`` [1, n_expert] = W·x for an F32 router
+    ``W`` [n_expert, n_in], then ``route`` of logits·scale into ``ids`` and
+    ``weights`` [1, k], in one launch (the last block to finish routes)."""
+    n_expert = logits.size
+    if launch.weight_type(qtype, "moe_router") != QType.F32:
+        raise AnvilError(f"CUDA moe_router: the fused router reads F32 weights, got {QType(qtype).name}")
+    if not 1 <= k <= min(MAX_K, n_expert) or n_expert > MAX_EXPERTS:
+        raise AnvilError(f"CUDA moe_router: {k} experts per token of {n_expert} (at most {MAX_K} of {MAX_EXPERTS})")
+    launch.check_f32(x, logits, weights)
+    _check_ids(ids, weights, 1, k)
+    if W.nbytes < 4 * n_expert * n_in or x.size < n_in or ids.shape[0] != 1:
+        raise AnvilError(f"CUDA moe_router: W has {W.nbytes} bytes for [{n_expert} x {n_in}], x {x.size} elements, "
+                         f"{ids.shape[0]} tokens (one)")
+    launch.aligned(W, "W")
+    launch.aligned(x, "x")
+    plan = gemv_launcher.gemv_plan(QType.F32, n_in, n_expert, dev.sm_count)
+    fn = launch.function(dev, "moe.cu", "moe_router_f32", {"GEMV_ROWS": plan.rows}, shared=plan.shared)
+    blocks = min(plan.blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
+    dev.launch(fn, (blocks,), (plan.threads,), (W, x, logits, n_in, n_expert, float(scale), k, int(norm), ids, weights,
+                                               launch.counter(dev, "moe_router")), shared=plan.shared)
 
 
 def _expert_fn(dev, kind: str, qt, plan: ExpertPlan):
