@@ -101,6 +101,9 @@ def bootstrap_ratio_ci(a, b, *, n_boot: int = 2000, confidence: float = 0.95,
     return float(lo), float(hi)
 
 
+ALPHA = 0.05  # the verdict's significance level
+
+
 def mannwhitney_p(a, b) -> float:
     """Two-sided Mann-Whitney U p-value; 1.0 when undefined (every value tied)."""
     a, b = _arr(a), _arr(b)
@@ -108,7 +111,22 @@ def mannwhitney_p(a, b) -> float:
     return 1.0 if math.isnan(p) else float(p)
 
 
-def compare(a_samples, b_samples, *, factor: float = 1.05, alpha: float = 0.05,
+def smallest_p(n_a: int, n_b: int) -> float:
+    """The smallest two-sided Mann-Whitney p that ``n_a`` values against
+    ``n_b`` can give (every b beyond every a, no ties; exact): 2 / C(n_a+n_b, n_a)."""
+    return min(1.0, 2 / math.comb(n_a + n_b, n_a))
+
+
+def min_rounds(alpha: float = ALPHA) -> int:
+    """The fewest rounds per arm whose smallest p is below ``alpha`` (4 at
+    0.05: 3 against 3 cannot go under 0.1, so no verdict could be reached)."""
+    n = 2
+    while smallest_p(n, n) >= alpha:
+        n += 1
+    return n
+
+
+def compare(a_samples, b_samples, *, factor: float = 1.05, alpha: float = ALPHA,
             higher_is_better: bool = True, n_boot: int = 2000, confidence: float = 0.95,
             seed: int = 0) -> Comparison:
     """Candidate ``b`` against baseline ``a`` (see the module docstring for the rule)."""

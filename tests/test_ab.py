@@ -168,7 +168,7 @@ def test_records_enter_the_store_only_when_asked(monkeypatch, tmp_path, capsys, 
     monkeypatch.setattr(common, "workdir", lambda: tmp_path)
     flag = ["--save"] if save else []
     _fake(monkeypatch, FakeRunner("A", lambda n: 100.0, sha="a" * 64), FakeRunner("B", lambda n: 100.0, sha="b" * 64))
-    assert cli.main(["ab", "a.whl", "b.whl", "--rounds", "2", *flag]) == 0
+    assert cli.main(["ab", "a.whl", "b.whl", "--rounds", "4", *flag]) == 0
     bench = iter([FakeRunner("C", lambda n: 100.0, sha="c" * 64)])
     monkeypatch.setattr(runners, "make_runner", lambda spec, workdir: next(bench))
     assert cli.main(["bench", "--model", "m", "-p", "8", "-n", "4", "-r", "2", *flag]) == 0

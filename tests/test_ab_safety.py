@@ -172,7 +172,7 @@ def test_ctrl_c_during_ab_kills_the_child_and_says_what_was_saved(tmp_path, hang
     model = tmp_path / "m.gguf"
     model.write_bytes(b"not read by the fake engine")
     res = tmp_path / "results"
-    r, runs = _interrupt(["ab", str(a), str(b), "--model", str(model), "--rounds", "3", "-p", "0", "-n", "4",
+    r, runs = _interrupt(["ab", str(a), str(b), "--model", str(model), "--rounds", "4", "-p", "0", "-n", "4",
                           "-r", "1", "--results-dir", str(res)], tmp_path, hang_at)
     assert r.returncode == 130, r.stderr
     assert "Traceback" not in r.stderr

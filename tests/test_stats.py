@@ -117,3 +117,18 @@ def test_round_wins():
     assert empty["majority"] is None and empty["p_sign"] == 1.0
     assert stats.round_wins([(1, 2)] * 8)["p_sign"] == pytest.approx(2 / 256)
     json.dumps(w)
+
+
+def test_an_ab_needs_rounds_that_can_reach_a_verdict():
+    """3 rounds against 3 cannot give p < 0.05 (smallest 0.1): such an A/B
+    could never say "slower", so a CI gate built on it could never fail."""
+    from scipy.stats import mannwhitneyu
+
+    from harness import cli
+
+    for n in (3, 4, 5):  # the bound is the one scipy's exact test reaches
+        assert stats.smallest_p(n, n) == pytest.approx(mannwhitneyu(range(n), range(n, 2 * n)).pvalue)
+    assert stats.smallest_p(3, 3) == pytest.approx(0.1) and stats.smallest_p(4, 4) < 0.05
+    assert stats.min_rounds() == 4 and stats.min_rounds(0.01) == 5
+    with pytest.raises(SystemExit):
+        cli.main(["ab", "a.whl", "b.whl", "--rounds", "3"])

@@ -17,8 +17,9 @@ def add(sub) -> None:
     a.add_argument("--commits", action="store_true",
                    help="BASE and CANDIDATE are git revisions of the project: build (or reuse) their engine wheels")
     a.add_argument("--model", default="qwen3-8b", help="catalog model name or a .gguf path (default qwen3-8b)")
-    a.add_argument("--rounds", type=common.at_least_two, default=8,
-                   help="measured rounds, at least 2 (one more cold round is run and dropped)")
+    a.add_argument("--rounds", type=common.verdict_rounds, default=8,
+                   help="measured rounds, at least 4: fewer can never reach p < 0.05 (one more cold round is run "
+                        "and dropped)")
     a.add_argument("-p", "--n-prompt", type=count_int, default=512, help="prefill test length, tokens (0: skip)")
     a.add_argument("-n", "--n-gen", type=count_int, default=128, help="decode test length, tokens (0: skip)")
     a.add_argument("-d", "--n-depth", type=count_int, default=0,

@@ -42,10 +42,15 @@ def saving(args) -> bool:
     return bool(args.save or args.results_dir)
 
 
-def at_least_two(text: str) -> int:
-    n = positive_int(text)
-    if n < 2:
-        raise argparse.ArgumentTypeError(f"expected at least 2 rounds (a verdict needs two), got {text!r}")
+def verdict_rounds(text: str) -> int:
+    """Rounds of an A/B: enough that a verdict can be reached at all."""
+    from .. import stats
+
+    n, least = positive_int(text), stats.min_rounds()
+    if n < least:
+        raise argparse.ArgumentTypeError(
+            f"expected at least {least} rounds, got {text!r}: with {n} against {n} no Mann-Whitney p can fall below "
+            f"{stats.ALPHA:g} (smallest {stats.smallest_p(n, n):.3g}), so no verdict could be \"faster\" or \"slower\"")
     return n
 
 
