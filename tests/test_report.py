@@ -485,14 +485,17 @@ def test_the_committed_scoreboard_is_what_harness_report_renders(tmp_path):
     renders from the committed records: a new record, or a change to the
     report, is committed together with the page it makes (run `harness
     report`), so the scoreboard never shows a stale state."""
-    from harness import cli
+    from harness import cli, results
     from harness.report import DEFAULT_OUT
 
-    assert cli.main(["report", "--out", str(tmp_path / "index.html")]) == 0
-    assert (tmp_path / "index.html").read_text() == DEFAULT_OUT.read_text(), \
+    out = tmp_path / "reports"  # the store beside the page, as in the checkout: the record links match
+    out.mkdir()
+    (out / "results").symlink_to(results.DEFAULT_DIR)
+    assert cli.main(["report", "--out", str(out / "index.html"), "--results-dir", str(out / "results")]) == 0
+    assert (out / "index.html").read_text() == DEFAULT_OUT.read_text(), \
         "reports/index.html is stale: run `harness report` and commit reports/"
     figures = lambda d: sorted(p.name for p in (d / "figures").iterdir())  # noqa: E731
-    assert figures(tmp_path) == figures(DEFAULT_OUT.parent), "reports/figures is stale: run `harness report`"
+    assert figures(out) == figures(DEFAULT_OUT.parent), "reports/figures is stale: run `harness report`"
 
 
 def test_energy_per_token_is_the_measured_windows_power_over_throughput():
@@ -662,3 +665,17 @@ def test_engine_bench_records_the_cuda_stack_it_can_load():
     assert set(v) == {"cuda_driver", "nvrtc", "cublas"}
     assert v["nvrtc"] and re.fullmatch(r"\d+\.\d+", v["nvrtc"])  # NVRTC loads without a GPU (the kernel tests need it)
     assert all(x is None or re.fullmatch(r"\d+\.\d+(\.\d+)?", x) for x in v.values())
+
+
+def test_the_scoreboard_links_each_number_to_its_record():
+    """Every provenance link of the committed page opens a committed record,
+    and every scoreboard row links its records."""
+    import re as _re
+
+    from harness.report import DEFAULT_OUT
+
+    page = DEFAULT_OUT.read_text()
+    links = _re.findall(r'href="(results/[^"]+\.json)"', page)
+    assert links and all((DEFAULT_OUT.parent / link).is_file() for link in links)
+    rows = page.count('<td class="prov">')
+    assert rows and len(links) >= rows

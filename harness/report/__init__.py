@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import json
 import re
 import statistics
@@ -199,6 +200,7 @@ class Report:
     latest_date: str
     mutants: tuple[MutantSuite, ...] = ()
     skipped: tuple[tuple[str, str], ...] = ()  # (file, why): records the store could not use
+    records_href: str = ""  # the results store relative to the page: record links ("" = no links)
 
     @property
     def rows(self) -> tuple[Row, ...]:
@@ -659,6 +661,9 @@ def main_report(args) -> int:
             print(f"wrote {out}", file=sys.stderr)
         return 0
     out = Path(out) if out is not None else DEFAULT_OUT
+    store = Path(rdir) if rdir is not None else results.DEFAULT_DIR
+    rep = dataclasses.replace(rep, records_href=Path(os.path.relpath(os.path.abspath(store),
+                                                                   os.path.abspath(out.parent))).as_posix())
     written = write_html(rep, out.parent, name=out.name)
     print(f"wrote {out} with {len(written) - 1} figure(s) from {len(records)} record(s)", file=sys.stderr)
     return 0

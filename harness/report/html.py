@@ -44,6 +44,26 @@ def fmt_build(b: str) -> str:
     return b[:12] if re.fullmatch(r"[0-9a-f]{13,}", b) else b
 
 
+def fmt_short_build(b: str) -> str:
+    """A build as a few words for a narrow cell (the whole string is in its
+    tooltip): a hex hash to 8 characters; llama.cpp vendored in a
+    llama-cpp-python sdist as that sdist; else the version without its
+    "(build 0, commit unknown)"."""
+    if re.fullmatch(r"[0-9a-f]{9,}", b):
+        return b[:8]
+    m = re.search(r"vendored in llama_cpp_python-([\w.]+?)\s", b + " ")
+    if m:
+        return f"(llama-cpp-python {m.group(1)})"
+    m = re.search(r"version: (\S+) \(build (\d+), commit (\w+)\)", b)
+    if m:
+        return m.group(1) + ("" if m.group(3) == "unknown" else f" {m.group(3)[:8]}")
+    return fmt_build(b)
+
+
+def fmt_engine(e: str) -> str:
+    return "Anvil" if e == "anvil" else e
+
+
 def fmt_pct(v: float | None) -> str:
     return "—" if v is None else f"{v:.0%}"
 
@@ -123,8 +143,8 @@ th, td { border-bottom: 1px solid #e5e5e5; padding: 4px 8px; text-align: left; v
 th { background: #f6f6f6; font-weight: 600; white-space: nowrap; }
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 td.prov { font-size: 12px; color: #555; min-width: 200px; }
-table.scores td.prov { min-width: 0; max-width: 190px; overflow-wrap: anywhere; }
-table.scores th { font-size: 13px; } table.scores .badge { white-space: normal; }
+table.scores td.prov { min-width: 210px; max-width: 260px; overflow-wrap: anywhere; line-height: 1.25; }
+table.scores th { font-size: 13px; white-space: normal; } table.scores .badge { white-space: normal; }
 td.rate { text-align: right; font-size: 13px; } td:first-child, td.nw { white-space: nowrap; }
 td.hist { font-variant-numeric: tabular-nums; min-width: 200px; }
 .win { color: #1a7f37; font-weight: 600; } .loss { color: #b42318; font-weight: 600; }
@@ -170,8 +190,9 @@ FLOPs per token).</p>
 <td class="num" title="{{ (row.anvil or row.llamacpp).energy_note if (row.anvil or row.llamacpp) else '' }}">{{ row.anvil|energy }} · {{ row.llamacpp|energy }}</td>
 <td class="num" title="what the engine allocated on the device: weights, KV cache, workspace">{{ row.anvil|memory }}</td>
 <td>{% if row.anvil %}<span class="badge {{ row.anvil.diagnosis.css }}" title="{{ row.anvil.diagnosis.sentence }}">{{ row.anvil.diagnosis.label }}</span>{% else %}—{% endif %}</td>
-<td class="prov">{% for x in (row.anvil, row.llamacpp) %}{% if x %}{{ x.engine }}: {{ x.date[:16]|replace('T', ' ') }} · {{ x.build|build }}{% if x.stack %} · {{ x.stack }}{% endif %}<br>{% endif %}{% endfor %}
-{{ row.gpu or 'GPU not recorded' }} · driver {{ (row.anvil or row.llamacpp).driver or '?' }} · spec <code>{{ row.spec[:8] }}</code></td></tr>
+{% set first = row.anvil or row.llamacpp %}
+<td class="prov">{% for x in (row.anvil, row.llamacpp) %}{% if x %}{% if r.records_href %}<a href="{{ r.records_href }}/{{ x.file }}" title="{{ x.provenance }}">{% else %}<span title="{{ x.provenance }}">{% endif %}{{ x.engine|engine }} {{ x.build|short_build }}{{ '</a>'|safe if r.records_href else '</span>'|safe }}<br>{% endif %}{% endfor %}
+<small>{{ first.date[:16]|replace('T', ' ') }} · {{ row.gpu or 'GPU not recorded' }} · driver {{ first.driver or '?' }}{% if first.stack %} · {{ first.stack }}{% endif %} · spec <code>{{ row.spec[:8] }}</code></small></td></tr>
 {% endfor %}
 </tbody></table>
 {% endif %}
@@ -290,7 +311,7 @@ their content <code>{{ r.digest }}</code>).</p>
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    env.filters.update(build=fmt_build, tok=fmt_tok, measure=fmt_measure, pct=fmt_pct, ratio=fmt_ratio, achieved=fmt_achieved,
+    env.filters.update(build=fmt_build, short_build=fmt_short_build, engine=fmt_engine, tok=fmt_tok, measure=fmt_measure, pct=fmt_pct, ratio=fmt_ratio, achieved=fmt_achieved,
                        energy=fmt_energy, memory=fmt_memory, slug=slug)
     return env
 
