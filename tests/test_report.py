@@ -679,3 +679,20 @@ def test_the_scoreboard_links_each_number_to_its_record():
     assert links and all((DEFAULT_OUT.parent / link).is_file() for link in links)
     rows = page.count("<tr><td title=\"spec ")  # a scoreboard row
     assert rows and len(links) >= rows
+
+
+def test_the_readme_speed_table_is_what_the_records_say():
+    """The README's speed numbers are generated from the committed records
+    (`harness report --readme`), so they cannot disagree with the
+    scoreboard; a stale table fails here."""
+    from harness import project, report, results
+    from harness.report import html
+
+    rep = report.build_report(results.load_all())
+    readme = (project.ROOT / "README.md").read_text()
+    assert html.update_readme(readme, html.render_readme_table(rep)) == readme, \
+        "README.md's speed table is stale: run `harness report --readme`"
+    table = html.render_readme_table(rep)
+    assert "| qwen3-8b | tg128 |" in table and table.count("| qwen3-8b | tg128 |") == 1  # the newest pair only
+    with pytest.raises(ValueError, match="no speed-table block"):
+        html.update_readme("# a README without the block\n", table)

@@ -8,6 +8,8 @@ def add(sub) -> None:
     rp.add_argument("--format", choices=["html", "md"], default="html")
     rp.add_argument("--out", default=None, help="output file (default reports/index.html; md prints to stdout)")
     rp.add_argument("--results-dir", default=None, help="results store (default reports/results)")
+    rp.add_argument("--readme", action="store_true",
+                    help="instead, rewrite the speed table of the project's README.md from the records")
     rp.set_defaults(func=run)
 
 

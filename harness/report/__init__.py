@@ -26,10 +26,10 @@ from pathlib import Path
 
 from engine.errors import AnvilError
 
-from .. import ab, nvml, results
+from .. import ab, nvml, project, results
 from . import diagnose as dx  # not `from .diagnose import diagnose`: that would hide the submodule
 from .diagnose import MEASURED_BF16_TFLOPS, MEASURED_HBM_GBS, Diagnosis, Rate
-from .html import atomic_write, render_md, write_html
+from .html import atomic_write, render_md, render_readme_table, update_readme, write_html
 
 ANVIL, LLAMACPP = "anvil", "llama.cpp"
 _LLAMACPP_NAMES = {"llama.cpp", "llamacpp", "llama-cpp-python", "llama-bench"}
@@ -659,6 +659,15 @@ def main_report(args) -> int:
         else:
             atomic_write(Path(out), text.encode())
             print(f"wrote {out}", file=sys.stderr)
+        return 0
+    if getattr(args, "readme", False):
+        path = project.ROOT / "README.md"
+        try:
+            text = update_readme(path.read_text(), render_readme_table(rep))
+        except (OSError, ValueError) as e:
+            raise AnvilError(f"{path}: {e}") from None
+        atomic_write(path, text.encode())
+        print(f"wrote the speed table of {path} from {len(records)} record(s)", file=sys.stderr)
         return 0
     out = Path(out) if out is not None else DEFAULT_OUT
     store = Path(rdir) if rdir is not None else results.DEFAULT_DIR

@@ -357,6 +357,37 @@ def _md_prov(m) -> str:
     return "" if m is None else f"{m.engine}: {m.date[:16].replace('T', ' ')}, build {fmt_build(m.build)}, {m.file}"
 
 
+README_BEGIN = "<!-- speed table: `harness report --readme` writes it from reports/results; a test checks it -->"
+README_END = "<!-- end of speed table -->"
+
+
+def render_readme_table(report) -> str:
+    """The README's speed table: per model, test and GPU, the newest
+    scoreboard row with both engines measured in one sitting (the pairs the
+    scoreboard takes ratios of; rows of other benchmark settings are on the
+    scoreboard), with the date, Anvil's build and the two record files."""
+    newest: dict[tuple, object] = {}
+    for row in report.rows:
+        key = (row.model, row.test, row.gpu)
+        if row.ratio is not None and row.gpu and (key not in newest or row.anvil.date > newest[key].anvil.date):
+            newest[key] = row
+    rows = [[row.model, row.test, fmt_measure(row.anvil), fmt_measure(row.llamacpp), fmt_ratio(row.ratio),
+             row.anvil.date[:10], fmt_short_build(row.anvil.build), f"`{row.anvil.file}`, `{row.llamacpp.file}`"]
+            for row in report.rows if newest.get((row.model, row.test, row.gpu)) is row]
+    return markdown(["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "date", "Anvil build",
+                     "records (reports/results)"], rows, "No paired GPU records yet.")
+
+
+def update_readme(text: str, table: str) -> str:
+    """``text`` (a README) with the block between README_BEGIN and README_END replaced by ``table``."""
+    try:
+        head, rest = text.split(README_BEGIN + "\n", 1)
+        _, tail = rest.split(README_END, 1)
+    except ValueError:
+        raise ValueError(f"the README has no speed-table block ({README_BEGIN} ... {README_END})") from None
+    return f"{head}{README_BEGIN}\n{table}\n{README_END}{tail}"
+
+
 def render_md(report) -> str:
     r = report
     lines = ["# Anvil scoreboard", "",
