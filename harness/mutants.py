@@ -172,8 +172,8 @@ def _moe_weights_reversed():
         ids, w = real(x, router, k, norm, scale)
         return ids, w[:, ::-1]
     yield mock.patch.object(ops, "moe_route", route)
-    yield from _kernel_source("moe.cu", "weights[(size_t)t * k + lane] = finite ? my_w * scale",
-                              "weights[(size_t)t * k + (k - 1 - lane)] = finite ? my_w * scale")()
+    yield from _kernel_source("moe.cu", "weights[lane] = finite ? my_w * wscale",
+                              "weights[k - 1 - lane] = finite ? my_w * wscale")()
 
 
 def _deltanet(c):
@@ -353,8 +353,8 @@ MUTANTS = [
            _config(moe=lambda c: dataclasses.replace(c.moe, norm_topk=False))),
     Mutant("moe-router-sigmoid", "router probabilities by sigmoid instead of softmax", _moe,
            _op("moe_route", _moe_route_sigmoid, _kernel_source(
-               "moe.cu", "for (int e = lane; e < n_expert; e += 32) p[e] *= inv;",
-               "for (int e = lane; e < n_expert; e += 32) p[e] = 1.0f / (1.0f + __expf(-l[e]));"))),
+               # sigmoid(logit) where softmax's exp was; the renormalisation cancels the sum it is then divided by
+               "moe.cu", "p[i] = __expf(p[i] - mx);", "p[i] = 1.0f / (1.0f + __expf(-p[i]));"))),
     Mutant("moe-weights-reversed", "each chosen expert weighted by another's routing weight", _moe,
            _moe_weights_reversed),
     Mutant("deltanet-conv-state-dropped", "the DeltaNet conv's carried inputs zeroed on every call", _deltanet,

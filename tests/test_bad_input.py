@@ -310,7 +310,7 @@ def test_synth_into_a_path_that_cannot_be_written(tmp_path):
     assert f.read_text() == "x"  # nothing written, nothing left half-written
 
 
-@pytest.mark.parametrize("extra,says", [(["--rounds", "1"], "at least 2 rounds"),
+@pytest.mark.parametrize("extra,says", [(["--rounds", "3"], "at least 4 rounds"),
                                         (["--factor", "-1"], "a ratio above 1"),
                                         (["--factor", "1"], "a ratio above 1"),
                                         (["--factor", "nan"], "a ratio above 1")])

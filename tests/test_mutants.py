@@ -72,8 +72,8 @@ def test_kernel_source_mutants_still_apply_and_compile():
     """A CUDA mutant edits a kernel's source: the text it replaces must still
     be there, and the result must compile (NVRTC runs without a GPU)."""
     for name, file, mark, compiled in (("gelu-erf", "elementwise.cu", "erff(", "elementwise.cu"),
-                                       ("moe-router-sigmoid", "moe.cu", "__expf(-l[e])", "moe.cu"),
-                                       ("moe-weights-reversed", "moe.cu", "(k - 1 - lane)", "moe.cu"),
+                                       ("moe-router-sigmoid", "moe.cu", "__expf(-p[i])", "moe.cu"),
+                                       ("moe-weights-reversed", "moe.cu", "weights[k - 1 - lane]", "moe.cu"),
                                        ("xq-min-sums-swapped", "gemv.cuh", "* hi.s), mhi", "gemv.cu"),
                                        ("xq-q6k-offset-dropped", "gemv.cuh", "0 * __dp4a(", "gemv.cu")):
         code = ("from harness.mutants import BY_NAME; from engine.backends.cuda import compile as c\n"
