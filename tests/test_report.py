@@ -586,11 +586,13 @@ def test_parity_rows_carry_every_field_one_row_per_tier_and_backend():
     rows = _parity([gpu, cpu])
     assert rows == [
         Parity("m", "cpu", "cuda", "DRIFT: 0 flip(s) beyond the near-tie threshold", False, "?/?", None, None,
-               "GPU not recorded, 2026-01-01, build b1 / 0.1; (unsaved record)", None, None, "—", None),
+               "GPU not recorded, 2026-01-01, build b1 / 0.1; (unsaved record)", None, None, "—", None, "",
+               "2026-01-01"),
         Parity("m", "gpu", "cuda", "teacher-forced: 2 near-tie flips", True, "7/64", 0.3, 0.9,
-               "NVIDIA H200, driver 580.1, 2026-01-02, build b2; validate-2.json", 0.4, None, "60/64", 0.01),
+               "NVIDIA H200, driver 580.1, 2026-01-02, build b2; validate-2.json", 0.4, None, "60/64", 0.01,
+               "validate-2.json", "2026-01-02"),
         Parity("m", "gpu", "numpy", "exact", True, "?/?", None, None,
-               "CPU run, 2026-01-01, build b1 / 0.1; (unsaved record)", None, None, "—", None)]
+               "CPU run, 2026-01-01, build b1 / 0.1; (unsaved record)", None, None, "—", None, "", "2026-01-01")]
 
 
 def test_history_figure_plots_every_record_and_marks_the_ab_results(store, tmp_path):

@@ -120,6 +120,8 @@ class Parity:
     llama_spread: str | None = None
     agreement: str = "—"  # teacher-forced agreement: judged steps whose argmax is llama.cpp's token
     max_kl: float | None = None
+    file: str = ""  # its validate record's file name
+    date: str = ""
 
 
 @dataclass(frozen=True)
@@ -435,13 +437,15 @@ def _parity(records: list[dict], variation: list[dict] = ()) -> list[Parity]:
                 model, str(g("tier") or "?"), str(g("backend") or "?"), status, bool(passed),
                 f"{e.get('matched', '?')}/{e.get('steps', '?')}", e.get("max_logit_diff"), e.get("near_tie"), prov,
                 e.get("max_margin_shift"), spread.get((model, str(g("tier")))),
-                f"{e['agreement']}/{e.get('steps', '?')}" if "agreement" in e else "—", e.get("max_kl"))
+                f"{e['agreement']}/{e.get('steps', '?')}" if "agreement" in e else "—", e.get("max_kl"),
+                Path(rec["_path"]).name if rec.get("_path") else "", _date(rec))
     return [latest[k] for k in sorted(latest)]
 
 
 def _arm_label(desc: dict) -> str:
-    ident = desc.get("sha256") or desc.get("build") or desc.get("version") or ""
-    return f"{desc.get('label') or desc.get('kind') or '?'}" + (f" ({str(ident)[:12]})" if ident else "")
+    ident, label = str(desc.get("sha256") or desc.get("build") or desc.get("version") or "")[:12], \
+        str(desc.get("label") or desc.get("kind") or "?")
+    return label + (f" ({ident})" if ident and ident not in label else "")
 
 
 def _ab(records: list[dict], facts: dict, figures: dict) -> tuple[list[ABTest], list[Run]]:

@@ -144,7 +144,8 @@ th { background: #f6f6f6; font-weight: 600; white-space: nowrap; }
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 td.prov { font-size: 12px; color: #555; min-width: 200px; }
 table.scores td.prov { min-width: 210px; max-width: 260px; overflow-wrap: anywhere; line-height: 1.25; }
-table.scores th { font-size: 13px; white-space: normal; } table.scores .badge { white-space: normal; }
+table.scores th, table.parity th { font-size: 13px; white-space: normal; }
+table.parity td.num small { white-space: normal; display: inline-block; max-width: 170px; text-align: right; } table.scores .badge { white-space: normal; }
 td.rate { text-align: right; font-size: 13px; } td:first-child, td.nw { white-space: nowrap; }
 td.hist { font-variant-numeric: tabular-nums; min-width: 200px; }
 .win { color: #1a7f37; font-weight: 600; } .loss { color: #b42318; font-weight: 600; }
@@ -227,17 +228,18 @@ Teacher-forced agreement: steps where the engine, fed llama.cpp's tokens, picks 
 judged on its logits (max Δlogit and KL over llama.cpp's stored top-k, and the shift of llama.cpp's top-2 margin),
 each against the model's gate in the catalog, set from llama.cpp's own spread (beside it) or a stated precision budget.
 A flip counts as a near-tie only where llama.cpp's margin is below the near-tie threshold.</p>
-<table><thead><tr><th>model</th><th>references</th><th>backend</th><th>result</th><th>free-run prefix</th>
+<table class="parity"><thead><tr><th>model</th><th>references · engine</th><th>result</th><th>free-run prefix</th>
 <th>teacher-forced agreement</th><th>max Δlogit</th><th>max KL</th>
-<th>margin shift</th><th>llama.cpp's own</th><th>near-tie threshold</th><th>provenance</th></tr></thead><tbody>
+<th>margin shift<br><small>llama.cpp's own</small></th><th>near-tie threshold</th><th>record</th></tr></thead><tbody>
 {% for p in r.parity %}
-<tr><td>{{ p.model }}</td><td>{{ p.tier }}</td><td>{{ p.backend }}</td><td><span class="badge {{ 'ok' if p.ok else 'bad' }}">{{ p.status }}</span></td>
+<tr title="{{ p.provenance }}"><td>{{ p.model }}</td><td class="nw">{{ p.tier }} · {{ p.backend }}</td><td><span class="badge {{ 'ok' if p.ok else 'bad' }}">{{ p.status }}</span></td>
 <td class="num">{{ p.matched }}</td><td class="num">{{ p.agreement }}</td>
 <td class="num">{{ '%.4f'|format(p.max_logit_diff) if p.max_logit_diff is not none else '—' }}</td>
 <td class="num">{{ '%.3g'|format(p.max_kl) if p.max_kl is not none else '—' }}</td>
-<td class="num">{{ '%.3g'|format(p.margin_shift) if p.margin_shift is not none else '—' }}</td><td>{{ p.llama_spread or '—' }}</td>
-<td class="num">{{ p.near_tie if p.near_tie is not none else '—' }}</td><td class="prov">{{ p.provenance }}</td></tr>
-{% else %}<tr><td colspan="12" class="muted">No validate records yet (<code>harness validate-catalog</code>).</td></tr>{% endfor %}
+<td class="num">{{ '%.3g'|format(p.margin_shift) if p.margin_shift is not none else '—' }}{% if p.llama_spread %}<br><small>{{ p.llama_spread }}</small>{% endif %}</td>
+<td class="num">{{ p.near_tie if p.near_tie is not none else '—' }}</td>
+<td class="nw">{% if r.records_href and p.file %}<a href="{{ r.records_href }}/{{ p.file }}">{{ p.date[:10] }}</a>{% else %}{{ p.date[:10] }}{% endif %}</td></tr>
+{% else %}<tr><td colspan="10" class="muted">No validate records yet (<code>harness validate-catalog</code>).</td></tr>{% endfor %}
 </tbody></table>
 </section>
 
