@@ -17,7 +17,7 @@ from matplotlib.figure import Figure as MplFigure
 DPI = 100
 WIDTH_IN = 9.0
 BAR_ROW_IN = 0.62      # height per model x test group of bars
-TRACE_SIZE_IN = (6.0, 3.6)
+TRACE_SIZE_IN = (4.4, 3.0)
 # series of the bar figures, in drawing order, with fixed colours: grey for
 # llama.cpp, orange for Anvil; pale for the first record, full for the latest
 SERIES = {"llama.cpp first": "#c8c8c8", "llama.cpp latest": "#6b6b6b",

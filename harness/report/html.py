@@ -145,7 +145,8 @@ td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-n
 td.prov { font-size: 12px; color: #555; min-width: 200px; }
 table.scores td.prov { min-width: 210px; max-width: 260px; overflow-wrap: anywhere; line-height: 1.25; }
 table.scores th, table.parity th { font-size: 13px; white-space: normal; }
-table.parity td.num small { white-space: normal; display: inline-block; max-width: 170px; text-align: right; } table.scores .badge { white-space: normal; }
+table.parity td.num small { white-space: normal; display: inline-block; max-width: 170px; text-align: right; } table.scores .badge, table.runs .badge { white-space: normal; }
+table.runs td { min-width: 90px; }
 td.rate { text-align: right; font-size: 13px; } td:first-child, td.nw { white-space: nowrap; }
 td.hist { font-variant-numeric: tabular-nums; min-width: 200px; }
 .win { color: #1a7f37; font-weight: 600; } .loss { color: #b42318; font-weight: 600; }
@@ -156,7 +157,7 @@ td.hist { font-variant-numeric: tabular-nums; min-width: 200px; }
 .badge.launch { background: #fff1c2; } .badge.kernel { background: #ffe0b8; } .badge.hostsync { background: #fde2e1; } .badge.unknown { background: #eee; }
 .meter { display: inline-block; width: 60px; height: 7px; background: #eee; margin-left: 6px; vertical-align: middle; }
 .meter span { display: block; height: 100%; background: #d9541e; }
-img.fig { max-width: 100%; border: 1px solid #eee; } img.thumb { width: 240px; border: 1px solid #eee; }
+img.fig { max-width: 100%; border: 1px solid #eee; } img.thumb { width: 440px; border: 1px solid #eee; }  /* the trace at its own size: its labels readable */
 code { background: #f4f4f4; padding: 0 3px; }
 details { margin: 8px 0; } summary { cursor: pointer; }
 </style></head>
@@ -277,7 +278,7 @@ first, and the checks that failed there.</p>
 <p class="muted">From each run's NVML summary (SM clock, power, utilisation) and its achieved rate; first matching rule wins.</p>
 <ol>{% for label, rule in rules %}<li><span class="badge">{{ label }}</span> {{ rule }}</li>{% endfor %}</ol>
 {% macro run_rows(runs) %}
-<table><thead><tr><th>run</th><th>test</th><th>diagnosis</th><th>evidence</th><th>NVML trace</th></tr></thead><tbody>
+<table class="runs"><thead><tr><th>run</th><th>test</th><th>diagnosis</th><th>evidence</th><th>NVML trace</th></tr></thead><tbody>
 {% for run in runs %}
 <tr title="{{ run.provenance }}"><td>{{ run.model }} · {{ run.who }}</td><td>{{ run.test }}</td>
 <td><span class="badge {{ run.diagnosis.css }}">{{ run.diagnosis.label }}</span></td><td>{{ run.diagnosis.sentence }}</td>
