@@ -697,3 +697,16 @@ def test_the_readme_speed_table_is_what_the_records_say():
     assert "| qwen3-8b | tg128 |" in table and table.count("| qwen3-8b | tg128 |") == 1  # the newest pair only
     with pytest.raises(ValueError, match="no speed-table block"):
         html.update_readme("# a README without the block\n", table)
+
+
+def test_short_build_names_for_the_provenance_cell():
+    """The narrow provenance cell names each build in a few words; the whole
+    string stays in its tooltip."""
+    from harness.report.html import fmt_short_build
+
+    assert fmt_short_build("06212ade61dee98f") == "06212ade"
+    assert fmt_short_build("version: 0.5.0-dev (build 0, commit unknown) · llama.cpp vendored in "
+                           "llama_cpp_python-0.3.36 (sdist sha256 fb24142482634983)") == "(llama-cpp-python 0.3.36)"
+    assert fmt_short_build("version: 0.5.0-dev (build 12, commit abcdef1234)") == "0.5.0-dev abcdef12"
+    assert fmt_short_build("version: 0.5.0-dev (build 0, commit unknown)") == "0.5.0-dev"
+    assert fmt_short_build("b1 / 0.1") == "b1 / 0.1"
