@@ -486,9 +486,9 @@ def run_suite(cat, names: list[str], backend: str, tiers: list[str], models=None
             try:
                 row = json.loads(p.stdout.strip().splitlines()[-1])
             except (IndexError, json.JSONDecodeError):
-                row = {"mutant": name, "caught": False, "tried": [],
-                       "error": f"the mutant's process failed (exit {p.returncode}): "
-                                f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}"}
+                how = (f"killed by signal {-p.returncode}" if p.returncode < 0 else
+                       f"failed (exit {p.returncode}): {(p.stderr.strip().splitlines() or ['no output'])[-1]}")
+                row = {"mutant": name, "caught": False, "tried": [], "error": f"the mutant's process {how}"}
         row.update(bug=m.bug, seconds=round(time.perf_counter() - t0, 1))
         if progress:
             progress(row)
@@ -534,7 +534,8 @@ def main_suite(args) -> int:
                          f"not {backend} (--backend)")
 
     def progress(row):
-        verdict = f"caught by {row['model']} ({row['references']})" if row["caught"] else "NOT CAUGHT"
+        verdict = (f"caught by {row['model']} ({row['references']})" if row["caught"]
+                   else f"NOT CAUGHT: {row['error']}" if row.get("error") else "NOT CAUGHT")
         print(f"{row['mutant']}: {verdict} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
 
     cat = catalog.load()
