@@ -155,8 +155,12 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 // share it through L1.
 //
 // Per warp and 32-key tile, with its own online softmax (m, l, o) per head:
-//   scores: lane j scores key j of the tile (q in shared memory, broadcast
-//           reads; the key row comes in 16-byte loads, whole rows per lane);
+//   scores: K is read as V is (below): each lane multiplies its EPL dims of
+//           every row it loads by its slice of q (in registers), and a
+//           halving butterfly over a row's LPR lanes (LPR-1 shuffles a head)
+//           leaves each lane the whole score of one key. (Lane j reading all
+//           of key j's row made each 16-byte load touch 32 rows: the decode
+//           at depth waited on L1 for that, not on HBM.)
 //   PV:     one 16-byte load per lane per V row: a row spans LPR lanes and
 //           the warp reads RPW = 32/LPR rows at once (f16 D=128: 16 lanes,
 //           2 rows), all 32/RPW loads of the tile issued together; the RPW
@@ -169,9 +173,9 @@ constexpr int NHG = (G + HPW - 1) / HPW;            // warps across the heads
 constexpr int DEC_WT = NHG >= 4 ? 1 : 4 / NHG;      // warps across the tiles of a head
 constexpr int DEC_WARPS = NHG * DEC_WT;             // launchers/attention.py decode_warps()
 constexpr int DEC_MIN_CHUNK = 32 * DEC_WT;          // below that some warps idle anyway
-constexpr int EPL = KCH > D / 32 ? KCH : D / 32;    // V elements per lane per row (16 B, or 32 B for f32 D=256)
-constexpr int LPR = D / EPL;                        // lanes per V row
-constexpr int RPW = 32 / LPR;                       // V rows per warp step
+constexpr int EPL = KCH > D / 32 ? KCH : D / 32;    // K/V elements per lane per row (16 B, or 32 B for f32 D=256)
+constexpr int LPR = D / EPL;                        // lanes per K/V row
+constexpr int RPW = 32 / LPR;                       // K/V rows per warp step
 static_assert(DEC_WARPS <= 8 && NHG * HPW >= G, "decode warp layout");
 
 // Visible keys of query position qp and split s's share [c0, c1).
@@ -186,8 +190,8 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
     c1 = min(c0 + chunk, qp + 1);
 }
 
-// Shared memory (floats): o_s [DEC_WARPS][HPW][D] (q_s [G][D] aliases its
-// start until the merge), p_s [DEC_WARPS][HPW][32], ml_s [DEC_WARPS][HPW][2].
+// Shared memory (floats): o_s [DEC_WARPS][HPW][D], p_s [DEC_WARPS][HPW][32],
+// ml_s [DEC_WARPS][HPW][2].
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
 attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, float* part_o,
                  float* part_ml, const int* pos, int n_head, int n_head_kv, float scale, int window) {
@@ -199,18 +203,23 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
     if (s >= n_active) return;  // whole block: no barrier skipped
 
     extern __shared__ __align__(16) float smem[];
-    float* q_s = smem;
     float* o_s = smem;
     float* p_s = smem + DEC_WARPS * HPW * D;
     float* ml_s = p_s + DEC_WARPS * HPW * 32;
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     const int h0 = (w % NHG) * HPW, wt = w / NHG;  // this warp's first head (of G) and tile lane
     constexpr bool RAGGED = NHG * HPW != G;        // the last head group is short (G = 9, 11, ...)
+    const int rl = lane / LPR, dl = (lane % LPR) * EPL;  // this lane's row (of RPW) and first dim, K and V alike
+    const int kj = rl + RPW * (lane % LPR);              // the tile key whose score this lane ends with
 
-    // The G query heads of KV head g are contiguous in q[t].
+    // This lane's dims of its heads' queries, in registers (the G query heads of
+    // KV head g are contiguous in q[t]).
     const float* qt = q + ((size_t)t * n_head + (size_t)g * G) * D;
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) q_s[i] = qt[i];
-    __syncthreads();
+    float qr[HPW][EPL];
+#pragma unroll
+    for (int h = 0; h < HPW; ++h)
+#pragma unroll
+        for (int c = 0; c < EPL; ++c) qr[h][c] = (RAGGED && h0 + h >= G) ? 0.0f : qt[(h0 + h) * D + dl + c];
 
     float m[HPW], l[HPW], o[HPW][EPL];
 #pragma unroll
@@ -222,44 +231,61 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
     }
 
     const size_t row = (size_t)n_head_kv * D;  // elements between consecutive positions
-    const kv_t* kg = k_cache + (size_t)g * D;
-    const int rl = lane / LPR, dl = (lane % LPR) * EPL;  // this lane's V row (of RPW) and first dim
+    const kv_t* kg = k_cache + (size_t)g * D + dl;
     float* pw = p_s + w * HPW * 32;
 
     for (int kb = c0 + wt * 32; kb < c1; kb += DEC_WT * 32) {
-        const int nv = min(32, c1 - kb);  // >= 1: lane 0 always has a key
+        const int nv = min(32, c1 - kb);  // >= 1: key 0 (lane 0's) always exists
+        // Scores, with K read as V is: LPR lanes per row, RPW rows per load,
+        // every load of the tile in flight at once (rows past nv: zeros). Each
+        // lane's partial dot products over its EPL dims, one per row it read,
+        // are summed over the row's LPR lanes by a halving butterfly: LPR-1
+        // shuffles per head leave lane l with the whole score of key kj.
+        float part[HPW][LPR];
+#pragma unroll
+        for (int i = 0; i < LPR; ++i) {  // 32 / RPW == LPR loads
+            const int j = rl + RPW * i;
+            float kf[EPL];
+            if (j < nv) {
+                load_kv<EPL>(kg + (size_t)(kb + j) * row, kf);
+            } else {
+#pragma unroll
+                for (int c = 0; c < EPL; ++c) kf[c] = 0.0f;
+            }
+#pragma unroll
+            for (int h = 0; h < HPW; ++h) {
+                float sdot = 0.0f;
+#pragma unroll
+                for (int c = 0; c < EPL; ++c) sdot += qr[h][c] * kf[c];
+                part[h][i] = sdot;
+            }
+        }
         float sc[HPW];
 #pragma unroll
-        for (int h = 0; h < HPW; ++h) sc[h] = 0.0f;
-        if (lane < nv) {
-            const kv_t* kr = kg + (size_t)(kb + lane) * row;
+        for (int h = 0; h < HPW; ++h) {
 #pragma unroll
-            for (int c = 0; c < D; c += KCH) {
-                float kf[KCH];
-                load_kv<KCH>(kr + c, kf);
+            for (int k = LPR / 2; k >= 1; k >>= 1) {
+                const bool upper = lane & k;  // keeps rows i + k of the pair (i, i + k); lower lanes keep i
 #pragma unroll
-                for (int h = 0; h < HPW; ++h) {
-                    if (RAGGED && h0 + h >= G) break;
-                    const float4* q4 = reinterpret_cast<const float4*>(q_s + (h0 + h) * D + c);
-#pragma unroll
-                    for (int e = 0; e < KCH / 4; ++e) {
-                        const float4 qq = q4[e];
-                        sc[h] += qq.x * kf[4 * e] + qq.y * kf[4 * e + 1] + qq.z * kf[4 * e + 2] + qq.w * kf[4 * e + 3];
-                    }
+                for (int i = 0; i < k; ++i) {
+                    const float send = upper ? part[h][i] : part[h][i + k];
+                    const float keep = upper ? part[h][i + k] : part[h][i];
+                    part[h][i] = keep + __shfl_xor_sync(0xffffffff, send, k);
                 }
             }
+            sc[h] = part[h][0];
         }
 #pragma unroll
         for (int h = 0; h < HPW; ++h) {
-            const float sv = lane < nv ? sc[h] * scale : -INFINITY;
-            const float m_new = fmaxf(m[h], warp_max(sv));  // finite: lane 0 is valid
+            const float sv = kj < nv ? sc[h] * scale : -INFINITY;
+            const float m_new = fmaxf(m[h], warp_max(sv));  // finite: key 0 is valid
             const float corr = __expf(m[h] - m_new);        // first tile: exp(-inf) = 0
-            const float p = __expf(sv - m_new);             // invalid lanes: 0
+            const float p = __expf(sv - m_new);             // invalid keys: 0
             l[h] = l[h] * corr + p;
 #pragma unroll
             for (int c = 0; c < EPL; ++c) o[h][c] *= corr;
             m[h] = m_new;
-            pw[h * 32 + lane] = p;
+            pw[h * 32 + kj] = p;
         }
         __syncwarp();
         const kv_t* vr = v_cache + (size_t)kb * row + (size_t)g * D + dl;  // + j*row: V row kb+j, this lane's dims
@@ -285,7 +311,7 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
         __syncwarp();  // p_s is rewritten by the next tile
     }
 
-    // Merge the tile warps of each head. o_s overwrites q_s: wait until every warp is done with q.
+    // Merge the tile warps of each head.
     __syncthreads();
 #pragma unroll
     for (int h = 0; h < HPW; ++h) {

@@ -67,8 +67,8 @@ def decode_layout(gqa: int) -> tuple[int, int]:
 
 
 def decode_shared(gqa: int, head_dim: int) -> int:
-    """Dynamic shared memory of the decode kernel: per warp and head, O (q
-    aliases it), P and (m, l)."""
+    """Dynamic shared memory of the decode kernel: per warp and head, O, P
+    and (m, l)."""
     warps, hpw = decode_layout(gqa)
     return 4 * warps * hpw * (head_dim + 32 + 2)
 
