@@ -70,6 +70,8 @@ def test_attention_compiles(kv_f16, head_dim, gqa):
     cubin = nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": kv_f16, "HEAD_DIM": head_dim, "GQA": gqa})
     for fn in ATTN_KERNELS:
         assert exports(cubin, fn), f"attention.cu does not export {fn}"
+    # the tensor-core prefill: f16 caches, heads of 64 or 128
+    assert exports(cubin, "attention_prefill_tc") == (kv_f16 == 1 and head_dim in attention.TC_HEAD_DIMS)
     # kv_store is launched from the module built with KV_F16 alone (defaults for the rest)
     assert exports(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": kv_f16}), "kv_store")
 
@@ -198,7 +200,8 @@ def test_launchers_match_kernels():
     for dt, hd in ((f16, 128), (f32, 256), (f16, 64), (f16, 512)):
         kc, vc = fd.empty((4096, Hkv, hd), dt), fd.empty((4096, Hkv, hd), dt)
         attention.kv_store(fd, fd.empty((T, Hkv * hd)), fd.empty((T, Hkv * hd)), kc, vc, pos)
-        for t, path in ((1, None), (T, "decode"), (T, "prefill"), (600, None)):
+        tc = ((T, "prefill_tc"),) if dt == f16 and hd in attention.TC_HEAD_DIMS else ()
+        for t, path in ((1, None), (T, "decode"), (T, "prefill"), *tc, (600, None)):
             attention.attention(fd, fd.empty((t, H, hd)), kc, vc, fd.empty((t, H * hd)), fd.empty((t,), i32),
                                0.1, 0, path=path)
     attention.attention(fd, fd.empty((1, 4, 256)), fd.empty((64, 1, 256), f16), fd.empty((64, 1, 256), f16),
@@ -457,6 +460,11 @@ def make_cache(dev, r, n_ctx, n_valid, Hkv, D, kv_f16):
 # of the mask shifts outputs by ~p_key·|v| (checked exactly in
 # test_attention_mask_exact).
 ATTN_ATOL, ATTN_RTOL = 1e-4, 1e-4
+# The tensor-core prefill rounds Q and P to f16 (2^-11 relative, as llama.cpp's
+# tensor-core attention): a score of D products of |q·k| ≲ 2 errs by
+# ≲ sqrt(D)·2·2^-11·scale ~ 1e-3 relative through its exp, and each weight by
+# 2^-11 more; outputs, weighted means of |v| ≲ 5, by ~5e-3 at worst.
+ATTN_TC_ATOL, ATTN_TC_RTOL = 1e-2, 1e-2
 
 
 def run_attention(dev, r, T, p0, n_ctx, Hkv, G, D, kv_f16, window, path, q_gain=2.0):
@@ -469,7 +477,8 @@ def run_attention(dev, r, T, p0, n_ctx, Hkv, G, D, kv_f16, window, path, q_gain=
     out = poisoned(dev, (T, H * D))
     attention.attention(dev, dev.upload(q), kc, vc, out, dev.upload(pos), scale, window, path=path)
     ref = ops.attention(q, k, v, pos, scale, window)
-    assert_close(out.numpy(), ref, ATTN_ATOL, ATTN_RTOL,
+    atol, rtol = (ATTN_TC_ATOL, ATTN_TC_RTOL) if path == "prefill_tc" else (ATTN_ATOL, ATTN_RTOL)
+    assert_close(out.numpy(), ref, atol, rtol,
                  f"attention {path} T={T} p0={p0} Hkv={Hkv} G={G} D={D} f16={kv_f16} window={window}")
 
 
@@ -504,17 +513,19 @@ def test_attention_decode_8b_shape(dev):
     (600, 0, 128, 4, 0),
     (600, 0, 64, 8, 64),
 ])
-@pytest.mark.parametrize("path", ["prefill", "decode"])
+@pytest.mark.parametrize("path", ["prefill", "prefill_tc", "decode"])
 def test_attention_prefill(dev, kv_f16, T, p0, D, G, window, path):
     """T queries with the causal mask (and window); the decode kernel is
     checked on the same cases since attention() may route small T to it."""
     if path == "decode" and T > 64:
         pytest.skip("decode kernel on long prompts: covered by the short cases")
+    if path == "prefill_tc" and not (kv_f16 and D in attention.TC_HEAD_DIMS):
+        pytest.skip("the tensor-core prefill reads f16 caches with heads of 64 or 128")
     run_attention(dev, rng("pf", kv_f16, T, p0, D, G, window, path), T, p0, p0 + T + 40, 2, G, D, kv_f16, window, path)
 
 
 @gpu
-@pytest.mark.parametrize("path", ["decode", "prefill"])
+@pytest.mark.parametrize("path", ["decode", "prefill", "prefill_tc"])
 @pytest.mark.parametrize("window", [0, 1, 8, 1000])
 def test_attention_mask_exact(dev, path, window):
     """Every key identical -> every visible key gets exactly the same weight;

@@ -155,8 +155,12 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 // share it through L1.
 //
 // Per warp and 32-key tile, with its own online softmax (m, l, o) per head:
-//   scores: lane j scores key j of the tile (q in shared memory, broadcast
-//           reads; the key row comes in 16-byte loads, whole rows per lane);
+//   scores: K is read as V is (below): each lane multiplies its EPL dims of
+//           every row it loads by its slice of q (in registers), and a
+//           halving butterfly over a row's LPR lanes (LPR-1 shuffles a head)
+//           leaves each lane the whole score of one key. (Lane j reading all
+//           of key j's row made each 16-byte load touch 32 rows: the decode
+//           at depth waited on L1 for that, not on HBM.)
 //   PV:     one 16-byte load per lane per V row: a row spans LPR lanes and
 //           the warp reads RPW = 32/LPR rows at once (f16 D=128: 16 lanes,
 //           2 rows), all 32/RPW loads of the tile issued together; the RPW
@@ -169,9 +173,9 @@ constexpr int NHG = (G + HPW - 1) / HPW;            // warps across the heads
 constexpr int DEC_WT = NHG >= 4 ? 1 : 4 / NHG;      // warps across the tiles of a head
 constexpr int DEC_WARPS = NHG * DEC_WT;             // launchers/attention.py decode_warps()
 constexpr int DEC_MIN_CHUNK = 32 * DEC_WT;          // below that some warps idle anyway
-constexpr int EPL = KCH > D / 32 ? KCH : D / 32;    // V elements per lane per row (16 B, or 32 B for f32 D=256)
-constexpr int LPR = D / EPL;                        // lanes per V row
-constexpr int RPW = 32 / LPR;                       // V rows per warp step
+constexpr int EPL = KCH > D / 32 ? KCH : D / 32;    // K/V elements per lane per row (16 B, or 32 B for f32 D=256)
+constexpr int LPR = D / EPL;                        // lanes per K/V row
+constexpr int RPW = 32 / LPR;                       // K/V rows per warp step
 static_assert(DEC_WARPS <= 8 && NHG * HPW >= G, "decode warp layout");
 
 // Visible keys of query position qp and split s's share [c0, c1).
@@ -186,8 +190,8 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
     c1 = min(c0 + chunk, qp + 1);
 }
 
-// Shared memory (floats): o_s [DEC_WARPS][HPW][D] (q_s [G][D] aliases its
-// start until the merge), p_s [DEC_WARPS][HPW][32], ml_s [DEC_WARPS][HPW][2].
+// Shared memory (floats): o_s [DEC_WARPS][HPW][D], p_s [DEC_WARPS][HPW][32],
+// ml_s [DEC_WARPS][HPW][2].
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
 attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, float* part_o,
                  float* part_ml, const int* pos, int n_head, int n_head_kv, float scale, int window) {
@@ -199,18 +203,23 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
     if (s >= n_active) return;  // whole block: no barrier skipped
 
     extern __shared__ __align__(16) float smem[];
-    float* q_s = smem;
     float* o_s = smem;
     float* p_s = smem + DEC_WARPS * HPW * D;
     float* ml_s = p_s + DEC_WARPS * HPW * 32;
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     const int h0 = (w % NHG) * HPW, wt = w / NHG;  // this warp's first head (of G) and tile lane
     constexpr bool RAGGED = NHG * HPW != G;        // the last head group is short (G = 9, 11, ...)
+    const int rl = lane / LPR, dl = (lane % LPR) * EPL;  // this lane's row (of RPW) and first dim, K and V alike
+    const int kj = rl + RPW * (lane % LPR);              // the tile key whose score this lane ends with
 
-    // The G query heads of KV head g are contiguous in q[t].
+    // This lane's dims of its heads' queries, in registers (the G query heads of
+    // KV head g are contiguous in q[t]).
     const float* qt = q + ((size_t)t * n_head + (size_t)g * G) * D;
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) q_s[i] = qt[i];
-    __syncthreads();
+    float qr[HPW][EPL];
+#pragma unroll
+    for (int h = 0; h < HPW; ++h)
+#pragma unroll
+        for (int c = 0; c < EPL; ++c) qr[h][c] = (RAGGED && h0 + h >= G) ? 0.0f : qt[(h0 + h) * D + dl + c];
 
     float m[HPW], l[HPW], o[HPW][EPL];
 #pragma unroll
@@ -222,44 +231,61 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
     }
 
     const size_t row = (size_t)n_head_kv * D;  // elements between consecutive positions
-    const kv_t* kg = k_cache + (size_t)g * D;
-    const int rl = lane / LPR, dl = (lane % LPR) * EPL;  // this lane's V row (of RPW) and first dim
+    const kv_t* kg = k_cache + (size_t)g * D + dl;
     float* pw = p_s + w * HPW * 32;
 
     for (int kb = c0 + wt * 32; kb < c1; kb += DEC_WT * 32) {
-        const int nv = min(32, c1 - kb);  // >= 1: lane 0 always has a key
+        const int nv = min(32, c1 - kb);  // >= 1: key 0 (lane 0's) always exists
+        // Scores, with K read as V is: LPR lanes per row, RPW rows per load,
+        // every load of the tile in flight at once (rows past nv: zeros). Each
+        // lane's partial dot products over its EPL dims, one per row it read,
+        // are summed over the row's LPR lanes by a halving butterfly: LPR-1
+        // shuffles per head leave lane l with the whole score of key kj.
+        float part[HPW][LPR];
+#pragma unroll
+        for (int i = 0; i < LPR; ++i) {  // 32 / RPW == LPR loads
+            const int j = rl + RPW * i;
+            float kf[EPL];
+            if (j < nv) {
+                load_kv<EPL>(kg + (size_t)(kb + j) * row, kf);
+            } else {
+#pragma unroll
+                for (int c = 0; c < EPL; ++c) kf[c] = 0.0f;
+            }
+#pragma unroll
+            for (int h = 0; h < HPW; ++h) {
+                float sdot = 0.0f;
+#pragma unroll
+                for (int c = 0; c < EPL; ++c) sdot += qr[h][c] * kf[c];
+                part[h][i] = sdot;
+            }
+        }
         float sc[HPW];
 #pragma unroll
-        for (int h = 0; h < HPW; ++h) sc[h] = 0.0f;
-        if (lane < nv) {
-            const kv_t* kr = kg + (size_t)(kb + lane) * row;
+        for (int h = 0; h < HPW; ++h) {
 #pragma unroll
-            for (int c = 0; c < D; c += KCH) {
-                float kf[KCH];
-                load_kv<KCH>(kr + c, kf);
+            for (int k = LPR / 2; k >= 1; k >>= 1) {
+                const bool upper = lane & k;  // keeps rows i + k of the pair (i, i + k); lower lanes keep i
 #pragma unroll
-                for (int h = 0; h < HPW; ++h) {
-                    if (RAGGED && h0 + h >= G) break;
-                    const float4* q4 = reinterpret_cast<const float4*>(q_s + (h0 + h) * D + c);
-#pragma unroll
-                    for (int e = 0; e < KCH / 4; ++e) {
-                        const float4 qq = q4[e];
-                        sc[h] += qq.x * kf[4 * e] + qq.y * kf[4 * e + 1] + qq.z * kf[4 * e + 2] + qq.w * kf[4 * e + 3];
-                    }
+                for (int i = 0; i < k; ++i) {
+                    const float send = upper ? part[h][i] : part[h][i + k];
+                    const float keep = upper ? part[h][i + k] : part[h][i];
+                    part[h][i] = keep + __shfl_xor_sync(0xffffffff, send, k);
                 }
             }
+            sc[h] = part[h][0];
         }
 #pragma unroll
         for (int h = 0; h < HPW; ++h) {
-            const float sv = lane < nv ? sc[h] * scale : -INFINITY;
-            const float m_new = fmaxf(m[h], warp_max(sv));  // finite: lane 0 is valid
+            const float sv = kj < nv ? sc[h] * scale : -INFINITY;
+            const float m_new = fmaxf(m[h], warp_max(sv));  // finite: key 0 is valid
             const float corr = __expf(m[h] - m_new);        // first tile: exp(-inf) = 0
-            const float p = __expf(sv - m_new);             // invalid lanes: 0
+            const float p = __expf(sv - m_new);             // invalid keys: 0
             l[h] = l[h] * corr + p;
 #pragma unroll
             for (int c = 0; c < EPL; ++c) o[h][c] *= corr;
             m[h] = m_new;
-            pw[h * 32 + lane] = p;
+            pw[h * 32 + kj] = p;
         }
         __syncwarp();
         const kv_t* vr = v_cache + (size_t)kb * row + (size_t)g * D + dl;  // + j*row: V row kb+j, this lane's dims
@@ -285,7 +311,7 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
         __syncwarp();  // p_s is rewritten by the next tile
     }
 
-    // Merge the tile warps of each head. o_s overwrites q_s: wait until every warp is done with q.
+    // Merge the tile warps of each head.
     __syncthreads();
 #pragma unroll
     for (int h = 0; h < HPW; ++h) {
@@ -535,3 +561,212 @@ attention_prefill(const float* q, const kv_t* k_cache, const kv_t* v_cache, floa
                 make_float4(o[r][4 * cc] * inv, o[r][4 * cc + 1] * inv, o[r][4 * cc + 2] * inv, o[r][4 * cc + 3] * inv);
     }
 }
+
+// ---------------------------------------------------------------------------
+// Prefill on the tensor cores (f16 K/V cache, HEAD_DIM 64 or 128): flash
+// attention 2's layout with mma.sync m16n8k16 (f16 in, fp32 accumulate).
+//
+// grid (ceil(T/TQ), n_head), block TC_THREADS (4 warps); warp w owns query
+// rows 16w..16w+15 of the block's TQ. Per TK-key tile of the visible range
+// [klo, khi] (as attention_prefill finds it):
+//   K, V tiles -> shared memory (16-byte loads; rows past khi zero);
+//   S = Q·Kᵀ: Q's A fragments in registers (rounded to f16 once), K's B
+//       fragments by ldmatrix: TK/8 n-tiles, D/16 k-steps;
+//   mask, online softmax in fp32 on the accumulators (a row's values sit in
+//       the 4 lanes of a quad: two xor shuffles), P rounded to f16 and reused
+//       in registers as the A fragments of O += P·V (an m16n8 accumulator
+//       pair is an m16k16 A fragment), V's B fragments by ldmatrix.trans.
+// Q and P are rounded to f16 as llama.cpp's own tensor-core attention does;
+// scores, the softmax and O stay fp32. Shared memory: 3 * TQ * LDH halves
+// (D=128: 52 KB; launch.function raises the limit).
+#if KV_F16 && (HEAD_DIM == 64 || HEAD_DIM == 128)
+constexpr int TQ = 64, TK = 64, TC_THREADS = 128;
+constexpr int LDH = D + 8;   // f16 row pitch: rows 16 B apart mod 128 B, so ldmatrix hits every bank once
+constexpr int NKS = D / 16;  // k-steps of S = Q·Kᵀ
+constexpr int NDT = D / 8;   // 8-dim n-tiles of O
+static_assert(TQ == 16 * (TC_THREADS / 32) && TK % 16 == 0 && NKS % 2 == 0 && NDT % 2 == 0, "tensor-core layout");
+
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const __half* p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], const __half* p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// c (16x8, fp32) += a (16x16 f16, row-major fragment) · b (16x8 f16, column-major fragment)
+__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {  // lo: the lower column, in the low 16 bits
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<unsigned*>(&v);
+}
+
+extern "C" __global__ void __launch_bounds__(TC_THREADS)
+attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, const int* pos,
+                     int T, int n_head, int n_head_kv, float scale, int window) {
+    KERNEL_START();
+    extern __shared__ __align__(16) __half tc_smem[];
+    __half* Qs = tc_smem;        // [TQ][LDH]
+    __half* Ks = Qs + TQ * LDH;  // [TK][LDH]
+    __half* Vs = Ks + TK * LDH;  // [TK][LDH]
+    __shared__ int qpos_s[TQ];
+    __shared__ int range_s[2];
+
+    const int h = blockIdx.y, g = h / G, t0 = blockIdx.x * TQ;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gid = lane >> 2, tig = lane & 3;  // an accumulator's row (and row + 8) and column pair
+
+    // Positions of this tile's queries (-1: padding rows past T) and the keys they need.
+    if (tid < TQ) qpos_s[tid] = t0 + tid < T ? pos[t0 + tid] : -1;
+    __syncthreads();
+    if (tid < 32) {
+        const int a = qpos_s[tid], b = qpos_s[tid + 32];
+        const int hi = __reduce_max_sync(0xffffffff, max(a, b));
+        const int lo = __reduce_min_sync(0xffffffff, min(a < 0 ? 0x7fffffff : a, b < 0 ? 0x7fffffff : b));
+        if (tid == 0) {
+            range_s[0] = window > 0 ? max(0, lo - window + 1) : 0;  // row t0 exists: lo is a position
+            range_s[1] = hi;
+        }
+    }
+    // Q tile, rounded to f16 (zeros for padding rows).
+    for (int i = tid; i < TQ * D / 4; i += TC_THREADS) {
+        const int r = i / (D / 4), c = (i % (D / 4)) * 4;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t0 + r < T) v = *reinterpret_cast<const float4*>(q + ((size_t)(t0 + r) * n_head + h) * D + c);
+        __half2* dst = reinterpret_cast<__half2*>(Qs + r * LDH + c);
+        dst[0] = __floats2half2_rn(v.x, v.y);
+        dst[1] = __floats2half2_rn(v.z, v.w);
+    }
+    __syncthreads();
+    const int klo = range_s[0], khi = range_s[1];
+    const int qp0 = qpos_s[warp * 16 + gid], qp1 = qpos_s[warp * 16 + gid + 8];
+
+    // This warp's 16 query rows as A fragments, one per k-step: ldmatrix's four
+    // 8x8 matrices are rows 0-7 / 8-15 by dims 0-7 / 8-15 of the step.
+    unsigned qa[NKS][4];
+#pragma unroll
+    for (int ks = 0; ks < NKS; ++ks)
+        ldsm_x4(qa[ks], Qs + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDH + ks * 16 + (lane >> 4) * 8);
+
+    float o[NDT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's columns only
+#pragma unroll
+    for (int dt = 0; dt < NDT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+    const size_t row = (size_t)n_head_kv * D;
+
+    for (int kb = klo; kb <= khi; kb += TK) {
+        __syncthreads();  // the previous tile's K and V are no longer read
+        for (int i = tid; i < TK * D / 8; i += TC_THREADS) {
+            const int j = i / (D / 8), c = (i % (D / 8)) * 8;
+            uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
+            if (kb + j <= khi) {
+                const size_t off = (size_t)(kb + j) * row + (size_t)g * D + c;
+                kv = *reinterpret_cast<const uint4*>(k_cache + off);
+                vv = *reinterpret_cast<const uint4*>(v_cache + off);
+            }
+            *reinterpret_cast<uint4*>(Ks + j * LDH + c) = kv;
+            *reinterpret_cast<uint4*>(Vs + j * LDH + c) = vv;
+        }
+        __syncthreads();
+
+        // S = Q·Kᵀ: per n-tile of 8 keys, one ldmatrix.x4 gives the B fragments of two k-steps
+        // (keys by dims 0-7, 8-15, 16-23, 24-31 of the pair).
+        float s[TK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < TK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < NKS; ks += 2) {
+#pragma unroll
+            for (int nt = 0; nt < TK / 8; ++nt) {
+                unsigned b[4];
+                ldsm_x4(b, Ks + (nt * 8 + (lane & 7)) * LDH + ks * 16 + (lane >> 3) * 8);
+                mma_16816(s[nt], qa[ks], b[0], b[1]);
+                mma_16816(s[nt], qa[ks + 1], b[2], b[3]);
+            }
+        }
+
+        // Mask, online softmax (rows gid and gid + 8 of the warp's 16), P -> A fragments.
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < TK / 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int kp = kb + nt * 8 + tig * 2 + e;  // padding rows: qp = -1 sees nothing
+                const bool v0 = kp <= qp0 && (window == 0 || qp0 - kp < window);
+                const bool v1 = kp <= qp1 && (window == 0 || qp1 - kp < window);
+                s[nt][e] = v0 ? s[nt][e] * scale : -INFINITY;
+                s[nt][2 + e] = v1 ? s[nt][2 + e] * scale : -INFINITY;
+                mx0 = fmaxf(mx0, s[nt][e]);
+                mx1 = fmaxf(mx1, s[nt][2 + e]);
+            }
+        }
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, off));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, off));
+        }
+        const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
+        const float mu0 = mn0 == -INFINITY ? 0.0f : mn0, mu1 = mn1 == -INFINITY ? 0.0f : mn1;  // nothing seen: 0, not NaN
+        const float corr0 = __expf(m[0] - mu0), corr1 = __expf(m[1] - mu1);
+        m[0] = mn0;
+        m[1] = mn1;
+        unsigned pa[TK / 16][4];  // P's A fragment of k-step kk: n-tiles 2kk (a0, a1) and 2kk + 1 (a2, a3)
+        float ls0 = 0.0f, ls1 = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < TK / 8; ++nt) {
+            const float p0 = __expf(s[nt][0] - mu0), p1 = __expf(s[nt][1] - mu0);
+            const float p2 = __expf(s[nt][2] - mu1), p3 = __expf(s[nt][3] - mu1);
+            ls0 += p0 + p1;
+            ls1 += p2 + p3;
+            pa[nt / 2][(nt % 2) * 2] = pack_half2(p0, p1);      // row gid
+            pa[nt / 2][(nt % 2) * 2 + 1] = pack_half2(p2, p3);  // row gid + 8
+        }
+        l[0] = l[0] * corr0 + ls0;
+        l[1] = l[1] * corr1 + ls1;
+#pragma unroll
+        for (int dt = 0; dt < NDT; ++dt) {
+            o[dt][0] *= corr0;
+            o[dt][1] *= corr0;
+            o[dt][2] *= corr1;
+            o[dt][3] *= corr1;
+        }
+
+        // O += P·V: per k-step of 16 keys and pair of 8-dim n-tiles, one ldmatrix.x4.trans
+        // (keys 0-7 / 8-15 by dims 0-7 / 8-15 of the pair) gives both B fragments.
+#pragma unroll
+        for (int kk = 0; kk < TK / 16; ++kk) {
+#pragma unroll
+            for (int dt = 0; dt < NDT; dt += 2) {
+                unsigned b[4];
+                ldsm_x4_trans(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDH + dt * 8 + (lane >> 4) * 8);
+                mma_16816(o[dt], pa[kk], b[0], b[1]);
+                mma_16816(o[dt + 1], pa[kk], b[2], b[3]);
+            }
+        }
+    }
+
+    // Normalise and write the rows that exist (each sees at least its own position).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float lt = l[r];
+        lt += __shfl_xor_sync(0xffffffff, lt, 1);
+        lt += __shfl_xor_sync(0xffffffff, lt, 2);
+        const int t = t0 + warp * 16 + gid + 8 * r;
+        if (t >= T) continue;
+        const float inv = 1.0f / lt;
+        float* orow = out + ((size_t)t * n_head + h) * D + tig * 2;
+#pragma unroll
+        for (int dt = 0; dt < NDT; ++dt)
+            *reinterpret_cast<float2*>(orow + dt * 8) = make_float2(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+    }
+}
+#endif

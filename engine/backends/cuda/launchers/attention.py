@@ -15,6 +15,8 @@ DECODE_MAX_T = 4        # up to this many queries use the split-K decode kernel
 SPLIT_MIN_KEYS = 128    # decode splits: never more than n_ctx / SPLIT_MIN_KEYS
 DEC_BLOCKS_PER_SM = 4   # split so decode fills ~4 blocks per SM at full context
 PF_BQ = 32              # attention.cu: queries per prefill block
+TC_TQ, TC_THREADS = 64, 128  # attention.cu: queries and threads per tensor-core prefill block
+TC_HEAD_DIMS = (64, 128)     # attention.cu: head sizes of the tensor-core prefill (f16 caches)
 KV_STORE_THREADS = 256  # attention.cu: kv_store's block
 KV_STORE_SPAN = 1024    # attention.cu: elements of a row per kv_store block (4 per thread)
 
@@ -65,8 +67,8 @@ def decode_layout(gqa: int) -> tuple[int, int]:
 
 
 def decode_shared(gqa: int, head_dim: int) -> int:
-    """Dynamic shared memory of the decode kernel: per warp and head, O (q
-    aliases it), P and (m, l)."""
+    """Dynamic shared memory of the decode kernel: per warp and head, O, P
+    and (m, l)."""
     warps, hpw = decode_layout(gqa)
     return 4 * warps * hpw * (head_dim + 32 + 2)
 
@@ -84,8 +86,11 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     """Causal GQA attention of q [T, n_head, head_dim] (query t at position
     pos[t]) over the cache rows it can see; out [T, n_head*head_dim].
 
-    path: None picks decode (split-K) for T <= DECODE_MAX_T, else prefill
-    (tiled); "decode" / "prefill" force one (both are correct for any T).
+    path: None picks decode (split-K) for T <= DECODE_MAX_T, else the
+    tensor-core prefill where the cache is f16 and the head size one of
+    TC_HEAD_DIMS, else the fp32 prefill; "decode" / "prefill" / "prefill_tc"
+    force one (each is correct for any T; "prefill_tc" needs its cache and
+    head size).
     """
     launch.check_f32(q, out)
     T, n_head, head_dim = q.shape
@@ -95,8 +100,16 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     assert out.size == q.size and pos.dtype == np.int32 and pos.size >= T
     defines = attention_defines(k_cache, n_head)
     args_tail = [float(scale), int(window)]
-    path = path or ("decode" if T <= DECODE_MAX_T else "prefill")
+    tc = defines["KV_F16"] == 1 and head_dim in TC_HEAD_DIMS
+    path = path or ("decode" if T <= DECODE_MAX_T else "prefill_tc" if tc else "prefill")
 
+    if path == "prefill_tc":
+        assert tc, (k_cache.dtype, head_dim)
+        shared = 2 * 3 * TC_TQ * (head_dim + 8)  # Q, K, V tiles of f16 rows padded by 8
+        fn = launch.function(dev, "attention.cu", "attention_prefill_tc", defines, shared)
+        dev.launch(fn, (launch.ceil_div(T, TC_TQ), n_head), (TC_THREADS,),
+                   [q, k_cache, v_cache, out, pos, T, n_head, n_head_kv] + args_tail, shared=shared)
+        return
     if path == "prefill":
         shared = 4 * (3 * PF_BQ * (head_dim + 4) + PF_BQ * (PF_BQ + 4))  # Q, K, V tiles + P
         fn = launch.function(dev, "attention.cu", "attention_prefill", defines, shared)
