@@ -28,8 +28,13 @@ class Ops(Protocol):
     def matmuls(self, x, weights, biases=None):
         """Several projections of one input (a declared group: Q/K/V, gate/up): ``[matmul(x, w_i, b_i)]``."""
 
-    def add_rms_norm(self, x, a, w, eps):
-        """The residual add and the next norm: ``(x + a, RMSNorm(x + a)·w)``; may update ``x`` in place."""
+    def add_rms_norm(self, x, a, w, eps, a_norm=None):
+        """The residual add and the next norm: ``(x + a, RMSNorm(x + a)·w)``; with ``a_norm``, ``a`` is
+        first post-normed, ``RMSNorm(a)·a_norm`` (gemma's post-attention norm); may update ``x`` in place."""
+
+    def norm_add(self, x, a, w, eps, scale=None):
+        """A post-normed residual add: ``(x + RMSNorm(a)·w)·scale`` (``scale`` a ``[1]`` weight, gemma4's
+        layer_output_scale, or None); may update ``x`` in place."""
 
     def rope(self, rotation, *xs):
         """Each ``x [T, H, D]`` rotated by ``rotation`` (from the layer state's ``rope(positions)``): pairs

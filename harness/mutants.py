@@ -294,6 +294,16 @@ class Mutant:
             yield
 
 
+def _post_norms_skipped():
+    """Gemma's post-norms skipped: each sublayer's raw output added to the
+    residual (the fused residual kernel adds a where it adds RMSNorm(a)·w)."""
+    from engine.backends.numpy import ops
+
+    yield mock.patch.object(ops, "add_rms_norm", lambda x, a, w, eps, a_norm=None: (x + a, ops.rms_norm(x + a, w, eps)))
+    yield mock.patch.object(ops, "norm_add", lambda x, a, w, eps, scale=None: (x + a) * (1 if scale is None else scale))
+    yield from _kernel_source("norm.cu", "return wa ? __fmul_rn(__fmul_rn(sa, v), wa[i]) : v;", "return v;")()
+
+
 def _any(c):
     return True
 
@@ -380,6 +390,8 @@ MUTANTS = [
     Mutant("v-norm-dropped", "V not RMS-normed per head (gemma4)", lambda c: c.v_norm, _config(v_norm=lambda c: False)),
     Mutant("kq-scale-sqrt-d", "q·k scaled by 1/sqrt(head_dim) where the Q/K norms replace it (gemma4: 1)",
            lambda c: c.arch == "gemma4", _config(attn_scale=lambda c: 1.0 / c.head_dim ** 0.5)),
+    Mutant("post-norms-skipped", "gemma's post-attention and post-FFN norms skipped (raw sublayer outputs added)",
+           lambda c: c.arch in ("gemma3", "gemma4"), _post_norms_skipped),
     Mutant("layer-scale-ignored", "the per-layer layer_output_scale not applied (gemma4)",
            lambda c: any(s.out_scale for s in c.layer_shapes), _config(layer_shapes=_layers(out_scale=False))),
     Mutant("router-scale-ignored", "the router input's scale vector ffn_gate_inp.scale not applied (gemma4)",

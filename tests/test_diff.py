@@ -48,7 +48,7 @@ def test_a_planted_bug_is_localised_to_its_layer_and_op(name, change, where, mod
 def test_identical_runs_do_not_diverge(model_path):
     _, a = _tensors(model_path("tiny-gemma3"))
     _, b = _tensors(model_path("tiny-gemma3"))
-    assert set(a) >= {"attn_norm-0", "Qcur-0", "kqv_out-5", "ffn_post_norm-5", "l_out-5", "result_output"}
+    assert set(a) >= {"attn_norm-0", "Qcur-0", "kqv_out-5", "sa_out-5", "ffn_out-5", "l_out-5", "result_output"}
     rows, first = diff.compare(a, b, list(a), 6, 0.0)
     assert first is None and all(e == 0.0 for _, errs in rows for _, e in errs)
 

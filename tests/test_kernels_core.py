@@ -192,6 +192,8 @@ def test_launchers_match_kernels():
     norm.rms_norm(fd, x, w, y, 1e-5)
     norm.rms_norm(fd, fd.empty((T, H, D)), None, fd.empty((T, H, D)), 1e-5)
     norm.add_rms_norm(fd, x, fd.empty((T, n)), w, y, 1e-5)
+    norm.add_rms_norm(fd, x, fd.empty((T, n)), w, y, 1e-5, a_norm=w)
+    norm.add_rms_norm(fd, x, fd.empty((T, n)), None, None, 1e-5, a_norm=w, scale=fd.empty((1,)))
     rope.rope(fd, fd.empty((T, H, D)), pos, ROPE_NEOX, D, 1e6)
     rope.rope(fd, fd.empty((T, H, D)), pos, ROPE_NORM, D, 5e5, 1.0, fd.empty((D // 2,)))
     for rt in (ROPE_NEOX, ROPE_NORM):
@@ -324,6 +326,43 @@ def test_add_rms_norm(dev, rows, n):
     s = x + a  # one float32 rounding, same as the kernel's: exact
     np.testing.assert_array_equal(dx.numpy(), s, err_msg=f"residual x += a (seed {SEED})")
     assert_close(dy.numpy(), ops.rms_norm(s, w, 1e-5), NORM_ATOL, NORM_RTOL, "add_rms_norm")
+
+
+@gpu
+@pytest.mark.parametrize("rows,n", [(1, 5376), (6, 2048), (4, 1001)])
+def test_add_rms_norm_post_normed(dev, rows, n):
+    """Gemma's post-norms inside the residual add, bit for bit the separate
+    launches they replace (rms_norm, then add_rms_norm / add and mul), and
+    within the norm tolerance of the NumPy ops."""
+    r = rng("post_norm", rows, n)
+    x = r.standard_normal((rows, n)).astype(np.float32)
+    a = (r.standard_normal((rows, n)) * 40).astype(np.float32)
+    wa, w = ((r.standard_normal(n) * 0.5 + 1).astype(np.float32) for _ in range(2))
+    scale = np.array([0.37], np.float32)
+    da, dwa, dw, ds = dev.upload(a), dev.upload(wa), dev.upload(w), dev.upload(scale)
+
+    # x += RMSNorm(a)·wa, then the next norm
+    dx, dy = dev.upload(x), poisoned(dev, (rows, n))
+    norm.add_rms_norm(dev, dx, da, dw, dy, 1e-6, a_norm=dwa)
+    sx, sy, sa = dev.upload(x), poisoned(dev, (rows, n)), poisoned(dev, (rows, n))
+    norm.rms_norm(dev, da, dwa, sa, 1e-6)
+    norm.add_rms_norm(dev, sx, sa, dw, sy, 1e-6)
+    np.testing.assert_array_equal(dx.numpy(), sx.numpy(), err_msg=f"fused post-norm residual (seed {SEED})")
+    np.testing.assert_array_equal(dy.numpy(), sy.numpy(), err_msg=f"fused post-norm, next norm (seed {SEED})")
+    ex, ey = ops.add_rms_norm(x, a, w, 1e-6, a_norm=wa)
+    assert_close(dx.numpy(), ex, NORM_ATOL, NORM_RTOL, "add_rms_norm a_norm: x")
+    assert_close(dy.numpy(), ey, NORM_ATOL, NORM_RTOL, "add_rms_norm a_norm: norm")
+
+    # (x + RMSNorm(a)·wa)·scale, no next norm
+    dx = dev.upload(x)
+    norm.add_rms_norm(dev, dx, da, None, None, 1e-6, a_norm=dwa, scale=ds)
+    sx = dev.upload(x)
+    norm.rms_norm(dev, da, dwa, sa, 1e-6)
+    s1, s2 = poisoned(dev, (rows, n)), poisoned(dev, (rows, n))
+    elementwise.add(dev, sx, sa, s1)
+    elementwise.mul_rows(dev, s1, ds, s2)
+    np.testing.assert_array_equal(dx.numpy(), s2.numpy(), err_msg=f"fused norm_add with scale (seed {SEED})")
+    assert_close(dx.numpy(), ops.norm_add(x, a, wa, 1e-6, scale), NORM_ATOL, NORM_RTOL, "norm_add")
 
 
 # ---- RoPE ----------------------------------------------------------------------------

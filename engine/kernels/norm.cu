@@ -43,6 +43,22 @@ __device__ __forceinline__ void write_scaled(const float* xr, const float* w, fl
     }
 }
 
+// The sum of squares of a row, per thread (block_sum adds the threads'):
+// shared by both kernels, so a norm computed by either rounds the same.
+__device__ __forceinline__ float sum_sq(const float* r, int n, bool vec) {
+    float ss = 0.0f;
+    if (vec) {
+        const float4* r4 = reinterpret_cast<const float4*>(r);
+        for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+            const float4 v = r4[i];
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) ss += r[i] * r[i];
+    }
+    return ss;
+}
+
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
     KERNEL_START();
     __shared__ float scratch[32];
@@ -50,33 +66,38 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, in
     float* yr = y + (size_t)blockIdx.x * n;
     const bool vec = vec4_ok(x, w, y, n);
 
-    float ss = 0.0f;
-    if (vec) {
-        const float4* x4 = reinterpret_cast<const float4*>(xr);
-        for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
-            const float4 v = x4[i];
-            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-    } else {
-        for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
-    }
-    ss = block_sum(ss, scratch);
-    const float scale = rsqrtf(ss / (float)n + eps);
+    const float scale = rsqrtf(block_sum(sum_sq(xr, n, vec), scratch) / (float)n + eps);
     write_scaled(xr, w, yr, n, scale, vec);
 }
 
-// Residual add fused with the next norm: x += a (written back: x is the
-// residual stream), then y = rmsnorm(x)*w. Saves one launch and one pass
-// over x per sublayer. y must not alias x or a.
-extern "C" __global__ void add_rms_norm(float* x, const float* a, const float* w, float* y, int n,
-                                        float eps) {
+// The residual add, with the norms on either side of it (one launch, one
+// block per row; x is the residual stream, updated in place):
+//   a' = RMSNorm(a)·wa, or a if wa == NULL (a post-norm: gemma's
+//                                          post-attention and post-FFN norms)
+//   x  = (x + a')·s                       (s = *scale, when scale != NULL:
+//                                          gemma4's layer_output_scale)
+//   y  = RMSNorm(x)·w                     (the next sublayer's norm; skipped when
+//                                          y == NULL; w may be NULL)
+// Each step rounds as the separate kernels do (rms_norm's reduction, then an
+// add, then a multiply: no fused multiply-add across them), so fusing changes
+// no bit. y must not alias x or a.
+extern "C" __global__ void add_rms_norm(float* x, const float* a, const float* wa, const float* scale,
+                                        const float* w, float* y, int n, float eps) {
     KERNEL_START();
     __shared__ float scratch[32];
     float* xr = x + (size_t)blockIdx.x * n;
     const float* ar = a + (size_t)blockIdx.x * n;
-    float* yr = y + (size_t)blockIdx.x * n;
-    const bool vec = vec4_ok(x, a, y, n) && ((reinterpret_cast<size_t>(w) & 15) == 0);
-
+    const bool vec = vec4_ok(x, a, y, n) && ((reinterpret_cast<size_t>(w) | reinterpret_cast<size_t>(wa)) & 15) == 0;
+    const float sa = wa ? rsqrtf(block_sum(sum_sq(ar, n, vec), scratch) / (float)n + eps) : 1.0f;
+    const float s = scale ? *scale : 1.0f;
+    // a's term as rms_norm writes it: (sa*a)*wa, each product rounded
+    auto term = [&](float v, int i) {
+        return wa ? __fmul_rn(__fmul_rn(sa, v), wa[i]) : v;
+    };
+    auto step = [&](float xv, float av, int i) {
+        const float v = __fadd_rn(xv, term(av, i));
+        return scale ? __fmul_rn(v, s) : v;
+    };
     float ss = 0.0f;
     if (vec) {
         float4* x4 = reinterpret_cast<float4*>(xr);
@@ -84,20 +105,23 @@ extern "C" __global__ void add_rms_norm(float* x, const float* a, const float* w
         for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
             float4 v = x4[i];
             const float4 d = a4[i];
-            v.x += d.x; v.y += d.y; v.z += d.z; v.w += d.w;
+            v.x = step(v.x, d.x, 4 * i);
+            v.y = step(v.y, d.y, 4 * i + 1);
+            v.z = step(v.z, d.z, 4 * i + 2);
+            v.w = step(v.w, d.w, 4 * i + 3);
             x4[i] = v;
             ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
     } else {
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const float v = xr[i] + ar[i];
+            const float v = step(xr[i], ar[i], i);
             xr[i] = v;
             ss += v * v;
         }
     }
+    if (!y) return;
     // block_sum's __syncthreads also orders each thread's x writes before its
     // own re-reads below (same thread, same indices: no cross-thread hazard).
-    ss = block_sum(ss, scratch);
-    const float scale = rsqrtf(ss / (float)n + eps);
-    write_scaled(xr, w, yr, n, scale, vec);
+    const float scale_y = rsqrtf(block_sum(ss, scratch) / (float)n + eps);
+    write_scaled(xr, w, y + (size_t)blockIdx.x * n, n, scale_y, vec);
 }

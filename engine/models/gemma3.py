@@ -32,11 +32,11 @@ layer_kinds = attention.every_layer
 
 
 def block(ops, cfg, w, il, x, positions, state):
+    eps = cfg.rms_eps
     a = attention.self_attention(ops, cfg, w, il, x, positions, state)
-    a = ops.rms_norm(a, w.post_attn_norm, cfg.rms_eps)
-    x, m = ops.add_rms_norm(x, a, w.ffn_norm, cfg.rms_eps)  # x += a; m = RMSNorm(x)·ffn_norm
+    x, m = ops.add_rms_norm(x, a, w.ffn_norm, eps, a_norm=w.post_attn_norm)  # x += RMSNorm(a)·post; m = RMSNorm(x)·ffn_norm
     h = ffn.gated_hidden(ops, w, m, cfg.activation)
-    return ops.add(x, ops.rms_norm(ops.matmul(h, w.w_down), w.post_ffn_norm, cfg.rms_eps))
+    return ops.norm_add(x, ops.matmul(h, w.w_down), w.post_ffn_norm, eps)  # x + RMSNorm(ffn)·post_ffn_norm
 
 
 def bytes_per_token(gf, cfg) -> int:
@@ -46,9 +46,10 @@ def bytes_per_token(gf, cfg) -> int:
 
 def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:
     """llama.cpp's names for this block's intermediate tensors (src/models/gemma3.cpp),
-    each as (op, its occurrence in the layer, which output), for ``harness diff``."""
+    each as (op, its occurrence in the layer, which output), for ``harness diff``. The post-norms
+    run inside the residual adds (add_rms_norm, norm_add), so attn_post_norm and ffn_post_norm have
+    no engine tensor of their own: sa_out and l_out show them."""
     return {"attn_norm": ("rms_norm", 0, 0),
             "Qcur": ("qk_norm_rope", 0, 0), "Kcur": ("qk_norm_rope", 0, 1), "Vcur": ("matmuls", 0, 2),
-            "kqv_out": ("attention", 0, 0), "attn_post_norm": ("rms_norm", 1, 0), "sa_out": ("add_rms_norm", 0, 0),
-            "ffn_norm": ("add_rms_norm", 0, 1), "ffn_out": ("matmul", 1, 0), "ffn_post_norm": ("rms_norm", 2, 0),
-            "l_out": ("add", 0, 0)}
+            "kqv_out": ("attention", 0, 0), "sa_out": ("add_rms_norm", 0, 0),
+            "ffn_norm": ("add_rms_norm", 0, 1), "ffn_out": ("matmul", 1, 0), "l_out": ("norm_add", 0, 0)}

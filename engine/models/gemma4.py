@@ -56,8 +56,7 @@ layer_kinds = attention.every_layer
 def block(ops, cfg, w, il, x, positions, state):
     eps = cfg.rms_eps
     a = attention.self_attention(ops, cfg, w, il, x, positions, state)
-    a = ops.rms_norm(a, w.post_attn_norm, eps)
-    x, m = ops.add_rms_norm(x, a, w.ffn_norm, eps)  # x = h = x + a; m = RMSNorm(h)·ffn_norm
+    x, m = ops.add_rms_norm(x, a, w.ffn_norm, eps, a_norm=w.post_attn_norm)  # x = h; m = RMSNorm(h)·ffn_norm
     f = ops.matmul(ffn.gated_hidden(ops, w, m, cfg.activation), w.w_down)
     if cfg.moe:
         f = ops.rms_norm(f, w.post_ffn_norm_1, eps)
@@ -66,9 +65,8 @@ def block(ops, cfg, w, il, x, positions, state):
                                       scale=1.0 / math.sqrt(cfg.n_embd))
         e = ops.moe_ffn(ops.rms_norm(x, w.pre_ffn_norm_2, eps), ids, weights_, w.gate_exps, w.up_exps,
                         w.down_exps, activation=cfg.moe.activation, down_scale=w.down_exps_scale)
-        f = ops.add(f, ops.rms_norm(e, w.post_ffn_norm_2, eps))
-    x = ops.add(x, ops.rms_norm(f, w.post_ffn_norm, eps))
-    return x if w.out_scale is None else ops.mul(x, w.out_scale)
+        f = ops.norm_add(f, e, w.post_ffn_norm_2, eps)  # f + RMSNorm(e)·post_ffn_norm_2
+    return ops.norm_add(x, f, w.post_ffn_norm, eps, scale=w.out_scale)  # (x + RMSNorm(f)·post_ffn_norm)·out_scale
 
 
 def bytes_per_token(gf, cfg) -> int:
@@ -79,20 +77,18 @@ def bytes_per_token(gf, cfg) -> int:
 def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:
     """llama.cpp's names for this block's intermediates (src/models/gemma4.cpp), each as (op, its
     occurrence in the layer, which output), for ``harness diff``. The norms count in block order:
-    attn_norm, V's norm, the attention post-norm, then (MoE) norm_1, the router's, norm_2 and
-    the experts' post-norm, then the FFN post-norm."""
+    attn_norm, V's norm, then (MoE) norm_1, the router's and norm_2. The post-norms run inside the
+    residual adds (add_rms_norm, norm_add), so attn_post_norm, ffn_moe and ffn_post_norm have no
+    engine tensor of their own: attn_out, ffn_moe_combined and l_out show them."""
     names = {"attn_norm": ("rms_norm", 0, 0), "Qcur": ("matmuls", 0, 0), "Kcur": ("matmuls", 0, 1),
              "Vcur_normed": ("rms_norm", 1, 0),
              "Qcur_pos": ("qk_norm_rope", 0, 0), "Kcur_pos": ("qk_norm_rope", 0, 1),
-             "kqv_out": ("attention", 0, 0), "attn_post_norm": ("rms_norm", 2, 0),
+             "kqv_out": ("attention", 0, 0),
              "attn_out": ("add_rms_norm", 0, 0), "ffn_norm_1" if cfg.moe else "ffn_norm": ("add_rms_norm", 0, 1)}
     if cfg.moe:
-        names |= {"ffn_mlp": ("rms_norm", 3, 0), "ffn_norm_2": ("rms_norm", 5, 0), "ffn_moe": ("rms_norm", 6, 0),
-                  "ffn_moe_combined": ("add", 0, 0), "ffn_post_norm": ("rms_norm", 7, 0)}
-        last_add = 1
+        names |= {"ffn_mlp": ("rms_norm", 2, 0), "ffn_norm_2": ("rms_norm", 4, 0),
+                  "ffn_moe_combined": ("norm_add", 0, 0)}
     else:
-        names |= {"ffn_out": ("matmul", 1, 0), "ffn_post_norm": ("rms_norm", 3, 0)}
-        last_add = 0
-    names["l_out"] = ("mul", 0, 0) if cfg.out_scale or any(s.out_scale for s in cfg.layer_shapes) \
-        else ("add", last_add, 0)
+        names |= {"ffn_out": ("matmul", 1, 0)}
+    names["l_out"] = ("norm_add", 1 if cfg.moe else 0, 0)
     return names

@@ -184,11 +184,16 @@ class Ops:
             start += wi.n_out
         return out
 
-    def add_rms_norm(self, x: DArray, a: DArray, w: DArray, eps: float):
-        """``x += a`` in place (x is this pass's residual stream), then the norm."""
+    def add_rms_norm(self, x: DArray, a: DArray, w: DArray, eps: float, a_norm: DArray | None = None):
+        """``x += a`` (or a's post-norm) in place (x is this pass's residual stream), then the norm: one launch."""
         y = self._empty(x.shape)
-        launchers.norm.add_rms_norm(self.dev, x, a, w, y, eps)
+        launchers.norm.add_rms_norm(self.dev, x, a, w, y, eps, a_norm=a_norm)
         return x, y
+
+    def norm_add(self, x: DArray, a: DArray, w: DArray, eps: float, scale: DArray | None = None) -> DArray:
+        """``x = (x + RMSNorm(a)·w)·scale`` in place: one launch."""
+        launchers.norm.add_rms_norm(self.dev, x, a, None, None, eps, a_norm=w, scale=scale)
+        return x
 
     def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None, add: DArray | None = None) -> DArray:
         T = x.shape[0]

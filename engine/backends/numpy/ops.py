@@ -40,10 +40,20 @@ def matmuls(x: np.ndarray, weights, biases=None) -> list[np.ndarray]:
     return [matmul(x, w, b) for w, b in zip(weights, biases)]
 
 
-def add_rms_norm(x: np.ndarray, a: np.ndarray, w: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """The residual add and the next norm: ``x + a`` and ``RMSNorm(x + a)·w``."""
-    x = x + a
+def add_rms_norm(x: np.ndarray, a: np.ndarray, w: np.ndarray, eps: float,
+                 a_norm: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The residual add and the next norm: ``x + a`` and ``RMSNorm(x + a)·w``;
+    with ``a_norm``, ``a`` is first post-normed: ``RMSNorm(a)·a_norm``."""
+    x = x + (a if a_norm is None else rms_norm(a, a_norm, eps))
     return x, rms_norm(x, w, eps)
+
+
+def norm_add(x: np.ndarray, a: np.ndarray, w: np.ndarray, eps: float,
+             scale: np.ndarray | None = None) -> np.ndarray:
+    """A post-normed residual add: ``(x + RMSNorm(a)·w)·scale`` (``scale`` a
+    ``[1]`` weight or None)."""
+    x = x + rms_norm(a, w, eps)
+    return x if scale is None else x * scale
 
 
 def rope_angles(positions: np.ndarray, n_rot: int, base: float, scale: float,
