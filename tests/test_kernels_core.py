@@ -244,6 +244,43 @@ def test_launchers_match_kernels():
 gpu = pytest.mark.gpu
 
 
+def test_workspace_keep_moves_the_residual_from_either_side_of_the_mark():
+    """end_layer's keep: a layer's output lies after the mark (a new result),
+    at it (updated in place), or before it (layer 0 updating the embedding in
+    place, as gemma's post-normed residual add does); each lands at the mark
+    with one non-overlapping copy or none, and a partial overlap is refused."""
+    from engine.backends.cuda.device import DArray, Workspace
+
+    copies = []
+
+    class Dev:
+        stream = None
+
+        def alloc_raw(self, nbytes):
+            return 1 << 20
+
+        class driver:  # noqa: N801 (cuda-python's name)
+            @staticmethod
+            def cuMemcpyDtoDAsync(dst, src, n, stream):  # noqa: N802
+                copies.append((dst, src, n))
+                return (0,)
+
+    ws = Workspace(Dev(), 1 << 20)
+    emb = ws.empty((4, 64))                 # before the mark
+    ws.set_mark()
+    mark = ws.base + ws.mark
+    kept = ws.keep(emb)                     # layer 0: the embedding updated in place
+    assert kept.ptr == mark and copies == [(mark, emb.ptr, emb.nbytes)]
+    new = ws.empty((4, 64))                 # after the mark
+    assert ws.keep(new).ptr == mark and copies[-1] == (mark, new.ptr, new.nbytes)
+    n = len(copies)
+    assert ws.keep(kept).ptr == mark and len(copies) == n  # at the mark: no copy
+    ws.empty((1, 16))
+    half = DArray(mark + 128, (4, 64), np.dtype(np.float32), Dev())  # overlaps the mark's rows
+    with pytest.raises(AssertionError, match="overlapping keep"):
+        ws.keep(half)
+
+
 @pytest.fixture(scope="module")
 def device():
     from engine.backends.cuda.device import Device

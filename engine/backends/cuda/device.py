@@ -106,10 +106,12 @@ class Workspace:
         self.mark = self.offset
 
     def keep(self, a: DArray) -> DArray:
-        """Copy ``a`` to the mark and free everything allocated after it
-        (``a`` must lie after the mark, so the copy never overlaps)."""
+        """Copy ``a`` to the mark and free everything allocated after it.
+        ``a`` is at the mark already (kept before and updated in place), or
+        wholly after it (a new result), or wholly before it (the first layer's
+        input, the embedding, updated in place): the copy never overlaps."""
         dst = DArray(self.base + self.mark, a.shape, a.dtype, self.device)
-        assert a.ptr >= dst.ptr + a.nbytes or a.ptr == dst.ptr
+        assert a.ptr == dst.ptr or a.ptr >= dst.ptr + a.nbytes or a.ptr + a.nbytes <= dst.ptr, "overlapping keep"
         if a.ptr != dst.ptr:
             check(self.device.driver.cuMemcpyDtoDAsync(dst.ptr, a.ptr, a.nbytes, self.device.stream))
         self.offset = self.mark + (a.nbytes + self.ALIGN - 1) // self.ALIGN * self.ALIGN
