@@ -14,7 +14,8 @@ def private_cache(tmp_path, monkeypatch):
     monkeypatch.delenv("ANVIL_NO_COMPILE", raising=False)
 
 
-@pytest.mark.parametrize("name", nvrtc.kernel_files())
+# moe.cu: test_kernels_moe compiles it for every GEMV_ROWS its launcher uses
+@pytest.mark.parametrize("name", [f for f in nvrtc.kernel_files() if f != "moe.cu"])
 def test_every_kernel_compiles_for_sm90(name):
     defines = {"KV_F16": 1} if name == "attention.cu" else None
     assert len(nvrtc.compile_cubin(name, "sm_90", defines)) > 0

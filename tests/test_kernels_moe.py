@@ -1,8 +1,9 @@
-"""Mixture-of-Experts kernels (moe.cu via launchers/moe.py and the CUDA
-``Ops.moe_route`` / ``Ops.moe_ffn``) against the NumPy ops.
+"""Mixture-of-Experts kernels (moe.cu via launchers/moe.py, moe_gemm.cu via
+launchers/moe_gemm.py, and the CUDA ``Ops.moe_route`` / ``Ops.moe_ffn``)
+against the NumPy ops.
 
-CPU part: moe.cu compiles for every GEMV_ROWS the launcher uses and exports
-every kernel; every launcher passes each kernel the parameters it declares
+CPU part: moe.cu compiles for every GEMV_ROWS the launcher uses, moe_gemm.cu
+for every tile width, and each exports every kernel; every launcher passes each kernel the parameters it declares
 (through the real argument packing); the launch plans stay in limits; bad
 shapes are refused in one line.
 
@@ -23,7 +24,7 @@ import pytest
 from engine.backends.cuda import compile as nvrtc
 from engine.backends.cuda import gemv_bench, launch
 from engine.backends.cuda.launchers import gemv as gemv_launcher
-from engine.backends.cuda.launchers import moe
+from engine.backends.cuda.launchers import moe, moe_gemm
 from engine.backends.numpy import ops as np_ops
 from engine.errors import AnvilError
 from engine.quants import BLOCK, QType, dequantize, quantize_x, xq_group
@@ -32,39 +33,46 @@ from test_kernels_core import FakeDevice, SEED, assert_close, dev, device, poiso
 
 TYPES = list(launch.WEIGHT_TYPES)
 FLOATS = (QType.F32, QType.F16, QType.BF16)
-KINDS = ("glu", "gemv", "down", "gemm")
-PLAIN = ["moe_route", "moe_router_f32", "moe_sort", "moe_gather_bf16", "moe_combine"]
+KINDS = {"moe.cu": ("glu", "gemv", "down"), "moe_gemm.cu": ("gemm",)}
+PLAIN = {"moe.cu": ["moe_route", "moe_router_f32"], "moe_gemm.cu": ["moe_sort", "moe_gather_bf16", "moe_combine"]}
 
 
-def kernel_names(t: QType) -> list[str]:
-    return [f"moe_{k}_{launch.TYPE_SUFFIX[t]}" for k in KINDS]
+def kernel_names(t: QType, file: str | None = None) -> list[str]:
+    kinds = KINDS[file] if file else [k for ks in KINDS.values() for k in ks]
+    return [f"moe_{k}_{launch.TYPE_SUFFIX[t]}" for k in kinds]
 
 
 # ---- CPU ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rows", moe.ROW_CHOICES)
-def test_moe_compiles(rows):
-    cubin = nvrtc.compile_cubin("moe.cu", "sm_90", {"GEMV_ROWS": rows})
-    for fn in PLAIN + [n for t in TYPES for n in kernel_names(t)]:
-        assert f"\0{fn}\0".encode() in cubin, f"moe.cu does not export {fn}"
+@pytest.mark.parametrize("file,defines", [("moe.cu", {"GEMV_ROWS": r}) for r in moe.ROW_CHOICES]
+                         + [("moe_gemm.cu", {})])
+def test_moe_compiles(file, defines):
+    cubin = nvrtc.compile_cubin(file, "sm_90", defines)
+    no_down = defines.get("GEMV_ROWS", 0) > moe.DOWN_ROWS_LIMIT  # the down kernels' rows are capped
+    for fn in PLAIN[file] + [n for t in TYPES for n in kernel_names(t, file)]:
+        absent = no_down and fn.startswith("moe_down_")
+        assert (f"\0{fn}\0".encode() in cubin) != absent, f"{file} {defines}: {fn} {'built' if absent else 'missing'}"
+    with pytest.raises(AnvilError, match="at most 8 for down"):
+        moe.expert_plan(QType.Q4_K, 768, 2048, 8, 1, "down", rows=16)
 
 
 def moe_signatures() -> dict[str, list[str]]:
-    """kernel -> parameter kinds, from moe.cu, per-type macros expanded."""
-    src = (nvrtc.KERNELS_DIR / "moe.cu").read_text()
+    """kernel -> parameter kinds, from moe.cu and moe_gemm.cu, per-type macros expanded."""
     sig = re.compile(r'extern "C" __global__ void\s*(?:__launch_bounds__\([^)]*\)\s*)?(\w+?)(?:##name)?\s*\(([^)]*)\)')
     out = {}
-    for fn, params in sig.findall(src.replace("\\\n", " ")):
-        kinds = ["ptr" if "*" in p else "int" if p.strip().startswith("int") else "float" for p in params.split(",")]
-        names = [fn] if fn in PLAIN else [fn + launch.TYPE_SUFFIX[t] for t in TYPES]
-        out |= {n: kinds for n in names}
+    for file in PLAIN:
+        src = (nvrtc.KERNELS_DIR / file).read_text()
+        for fn, params in sig.findall(src.replace("\\\n", " ")):
+            kinds = ["ptr" if "*" in p else "int" if p.strip().startswith("int") else "float" for p in params.split(",")]
+            names = [fn] if fn in PLAIN[file] else [fn + launch.TYPE_SUFFIX[t] for t in TYPES]
+            out |= {n: kinds for n in names}
     return out
 
 
 def test_moe_launchers_match_kernels(monkeypatch):
     sigs = moe_signatures()
-    assert set(sigs) == set(PLAIN) | {n for t in TYPES for n in kernel_names(t)}
+    assert set(sigs) == {n for names in PLAIN.values() for n in names} | {n for t in TYPES for n in kernel_names(t)}
     fd = FakeDevice()
     monkeypatch.setattr(launch, "resident_blocks", lambda dev, fn, threads, shared: 2 * dev.sm_count)
     i32, u16 = np.int32, np.uint16
@@ -79,12 +87,12 @@ def test_moe_launchers_match_kernels(monkeypatch):
         moe.glu(fd, We, We, t, ids, fd.empty((T, D)), fd.empty((T, k, F)), D, F, E)
         moe.gemv(fd, We, t, ids, fd.empty((T, D)), fd.empty((T, k, F)), D, F, E)
         moe.down(fd, Wd, t, ids, w, fd.empty((T, k, F)), fd.empty((T, D)), fd.empty((T, D)), F, D, E)
-        g = moe.Grouping.empty(fd.empty, T * k, E)
-        moe.gemm(fd, We, t, fd.empty((T * k, D), u16), g, fd.empty((T * k, F)), D, F)
-    g = moe.Grouping.empty(fd.empty, T * k, E)
-    moe.sort(fd, ids, g)
-    moe.gather_bf16(fd, fd.empty((T, D)), g, k, fd.empty((T * k, D), u16))
-    moe.combine(fd, fd.empty((T * k, D)), g, w, None, fd.empty((T, D)))
+        g = moe_gemm.Grouping.empty(fd.empty, T * k, E)
+        moe_gemm.gemm(fd, We, t, fd.empty((T * k, D), u16), g, fd.empty((T * k, F)), D, F)
+    g = moe_gemm.Grouping.empty(fd.empty, T * k, E)
+    moe_gemm.sort(fd, ids, g)
+    moe_gemm.gather_bf16(fd, fd.empty((T, D)), g, k, fd.empty((T * k, D), u16))
+    moe_gemm.combine(fd, fd.empty((T * k, D)), g, w, None, fd.empty((T, D)))
     launched = {name for (_, name), *_ in fd.launches}
     assert launched == set(sigs), f"not launched: {set(sigs) - launched}"
     for (_, fn), grid, block, shared, kinds in fd.launches:
@@ -125,8 +133,8 @@ def test_bad_shapes_are_refused_in_one_line():
         moe.glu(fd, fd.empty((100,), np.uint8), fd.empty((100,), np.uint8), QType.Q4_K, fd.empty((1, 2), np.int32),
                 fd.empty((1, 256)), fd.empty((1, 2, 256)), 256, 256, 4)
     with pytest.raises(AnvilError, match=r"moe_gemm: the grouped GEMM needs n_in a multiple of 32 and of F32's block, got 40"):
-        moe.gemm(fd, fd.empty((4 * 40 * 8 * 4,), np.uint8), QType.F32, fd.empty((4, 40), np.uint16),
-                 moe.Grouping.empty(fd.empty, 4, 4), fd.empty((4, 8)), 40, 8)
+        moe_gemm.gemm(fd, fd.empty((4 * 40 * 8 * 4,), np.uint8), QType.F32, fd.empty((4, 40), np.uint16),
+                 moe_gemm.Grouping.empty(fd.empty, 4, 4), fd.empty((4, 8)), 40, 8)
 
 
 # ---- GPU ---------------------------------------------------------------------------
@@ -272,7 +280,7 @@ def bf16(a: np.ndarray) -> np.ndarray:
 @gpu
 @pytest.mark.parametrize("t", [QType.Q4_K, QType.Q6_K, QType.Q8_0, QType.Q4_0, QType.Q5_K, QType.F16, QType.F32,
                                QType.BF16], ids=lambda t: t.name)
-@pytest.mark.parametrize("bn", [moe.BN, 128])
+@pytest.mark.parametrize("bn", [moe_gemm.BN, 128])
 def test_grouped_prefill(dev, t, bn):
     """sort + gather + grouped GEMM + combine: every pair's product with its
     expert, from bf16 inputs with fp32 sums; experts with no tokens, with
@@ -291,8 +299,8 @@ def test_grouped_prefill(dev, t, bn):
     w = g.dirichlet(np.ones(k), T).astype(np.float32)
     P = T * k
     d_ids = dev.upload(ids)
-    grouping = moe.Grouping.empty(dev.empty, P, E)
-    moe.sort(dev, d_ids, grouping)
+    grouping = moe_gemm.Grouping.empty(dev.empty, P, E)
+    moe_gemm.sort(dev, d_ids, grouping)
     pair_at, pos_of = grouping.pair_at.numpy(), grouping.pos_of.numpy()
     flat = ids.reshape(-1)
     want_order = np.argsort(flat, kind="stable")
@@ -302,14 +310,14 @@ def test_grouped_prefill(dev, t, bn):
     te, tr = grouping.tile_e.numpy(), grouping.tile_r0.numpy()
     assert all(flat[pair_at[r]] == e for e, r in zip(te, tr) if e >= 0)  # each tile starts in its expert
     n_tiles = int((te >= 0).sum())
-    assert (te[n_tiles:] == -1).all() and n_tiles == sum(-(-c // moe.BM) for c in counts)
+    assert (te[n_tiles:] == -1).all() and n_tiles == sum(-(-c // moe_gemm.BM) for c in counts)
 
     xs = poisoned(dev, (P, n_in), np.uint16)
-    moe.gather_bf16(dev, dev.upload(x), grouping, k, xs)
+    moe_gemm.gather_bf16(dev, dev.upload(x), grouping, k, xs)
     xs_f = (xs.numpy().astype(np.uint32) << 16).view(np.float32)
     np.testing.assert_array_equal(xs_f, bf16(x[pair_at // k]))
     y = poisoned(dev, (P, n_out))
-    moe.gemm(dev, dev.upload(raw), t, xs, grouping, y, n_in, n_out, bn)
+    moe_gemm.gemm(dev, dev.upload(raw), t, xs, grouping, y, n_in, n_out, bn)
     wb = bf16(w3.astype(np.float32)).astype(np.float64)  # the kernel's bf16 weights, exactly
     want = np.stack([wb[flat[p]] @ xs_f[i].astype(np.float64) for i, p in enumerate(pair_at)])
     # exact bf16 products, fp32 accumulation over n_in terms: 2^-16 of sum |w x| leaves room
@@ -318,7 +326,7 @@ def test_grouped_prefill(dev, t, bn):
 
     res = g.standard_normal((T, n_out), dtype=np.float32)
     out = poisoned(dev, (T, n_out))
-    moe.combine(dev, y, grouping, dev.upload(w), dev.upload(res), out)
+    moe_gemm.combine(dev, y, grouping, dev.upload(w), dev.upload(res), out)
     yd = y.numpy().astype(np.float64)
     terms = np.stack([np.stack([w[i, j] * yd[pos_of[i * k + j]] for j in range(k)]) for i in range(T)])
     want = res + terms.sum(axis=1)

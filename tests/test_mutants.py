@@ -43,6 +43,15 @@ def test_candidates_are_the_models_with_the_feature_sharpest_first():
     assert softcap == {"tiny-gemma3", "tiny-gemma3-f32", "tiny-gemma4", "tiny-gemma4moe"}  # gemma3-270m's file has none
 
 
+def test_a_mutants_first_models_are_tried_first():
+    cat = catalog.load()
+    gelu = mutants.BY_NAME["gelu-erf"]
+    pairs = mutants.candidates(cat, gelu, "numpy", ["cpu"])
+    assert pairs[0] == ("gemma3-270m", "twin") and {n for n, _ in pairs} > {"gemma3-270m", "tiny-gemma3"}
+    plain = mutants.candidates(cat, mutants.Mutant("x", "", gelu.has_feature, gelu.patches), "numpy", ["cpu"])
+    assert sorted(plain) == sorted(pairs) and plain[0][0] != "gemma3-270m"  # else cheapest first
+
+
 def test_mutants_of_code_one_engine_lacks_run_on_that_engine_only(capsys):
     from harness import cli
 
@@ -82,6 +91,7 @@ def test_kernel_source_mutants_still_apply_and_compile():
     for name, file, mark, compiled in (("gelu-erf", "elementwise.cu", "erff(", "elementwise.cu"),
                                        ("moe-router-sigmoid", "moe.cu", "__expf(-p[i])", "moe.cu"),
                                        ("moe-weights-reversed", "moe.cu", "weights[k - 1 - lane]", "moe.cu"),
+                                       ("post-norms-skipped", "norm.cu", "return v;", "norm.cu"),
                                        ("xq-min-sums-swapped", "gemv.cuh", "* hi.s), mhi", "gemv.cu"),
                                        ("xq-q6k-offset-dropped", "gemv.cuh", "0 * __dp4a(", "gemv.cu")):
         code = ("from harness.mutants import BY_NAME; from engine.backends.cuda import compile as c\n"

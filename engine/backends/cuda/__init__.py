@@ -378,19 +378,19 @@ class Ops:
             launchers.moe.down(self.dev, down_exps.data, down_exps.qtype, ids, weights, h, y, add, n_ff, n_embd,
                                n_expert)
             return y
-        grouping = launchers.moe.Grouping.empty(self._empty, T * k, n_expert)
-        launchers.moe.sort(self.dev, ids, grouping)
+        grouping = launchers.moe_gemm.Grouping.empty(self._empty, T * k, n_expert)
+        launchers.moe_gemm.sort(self.dev, ids, grouping)
         xs = self._empty((T * k, n_embd), np.uint16)  # bf16 bits, in expert order
-        launchers.moe.gather_bf16(self.dev, x, grouping, k, xs)
+        launchers.moe_gemm.gather_bf16(self.dev, x, grouping, k, xs)
         g, u = self._empty((T * k, n_ff)), self._empty((T * k, n_ff))
-        launchers.moe.gemm(self.dev, gate_exps.data, gate_exps.qtype, xs, grouping, g, n_embd, n_ff)
-        launchers.moe.gemm(self.dev, up_exps.data, up_exps.qtype, xs, grouping, u, n_embd, n_ff)
+        launchers.moe_gemm.gemm(self.dev, gate_exps.data, gate_exps.qtype, xs, grouping, g, n_embd, n_ff)
+        launchers.moe_gemm.gemm(self.dev, up_exps.data, up_exps.qtype, xs, grouping, u, n_embd, n_ff)
         glu(self.dev, g, u, g)
         hs = self._empty((T * k, n_ff), np.uint16)
         launchers.elementwise.f32_to_bf16(self.dev, g, hs)
         d = self._empty((T * k, n_embd))
-        launchers.moe.gemm(self.dev, down_exps.data, down_exps.qtype, hs, grouping, d, n_ff, n_embd)
-        launchers.moe.combine(self.dev, d, grouping, weights, add, y)
+        launchers.moe_gemm.gemm(self.dev, down_exps.data, down_exps.qtype, hs, grouping, d, n_ff, n_embd)
+        launchers.moe_gemm.combine(self.dev, d, grouping, weights, add, y)
         return y
 
     def mul(self, x: DArray, w: DArray) -> DArray:

@@ -13,7 +13,7 @@ import numpy as np
 from ...quants import QType, row_bytes
 from .device import Device, check
 from .gemv_bench import _Scratch, random_weights
-from .launchers import moe
+from .launchers import moe, moe_gemm
 
 
 def _random_ids(rng: np.random.Generator, n: int, n_expert: int, k: int) -> np.ndarray:
@@ -77,7 +77,7 @@ def bench_experts(dev: Device, kind: str, qtype, n_in: int, n_out: int, n_expert
 
 
 def bench_grouped(dev: Device, qtype, n_in: int, n_out: int, n_expert: int = 128, k: int = 8, T: int = 512,
-                  bn: int = moe.BN, iters: int = 10, seed: int = 0) -> dict:
+                  bn: int = moe_gemm.BN, iters: int = 10, seed: int = 0) -> dict:
     """One prefill projection of T tokens as the grouped GEMM (random routing,
     sorted once): us per launch, TFLOPS of the T·k products, GB/s of the
     expert tensor (every expert is read)."""
@@ -87,15 +87,15 @@ def bench_grouped(dev: Device, qtype, n_in: int, n_out: int, n_expert: int = 128
     P = T * k
     with _Scratch(dev) as s:
         W = dev.upload(raw, s.empty(raw.shape, np.uint8))
-        g = moe.Grouping.empty(s.empty, P, n_expert)
-        moe.sort(dev, dev.upload(_random_ids(rng, T, n_expert, k), s.empty((T, k), np.int32)), g)
+        g = moe_gemm.Grouping.empty(s.empty, P, n_expert)
+        moe_gemm.sort(dev, dev.upload(_random_ids(rng, T, n_expert, k), s.empty((T, k), np.int32)), g)
         x = dev.upload(rng.standard_normal((T, n_in), dtype=np.float32), s.empty((T, n_in), np.float32))
         xs = s.empty((P, n_in), np.uint16)
-        moe.gather_bf16(dev, x, g, k, xs)
+        moe_gemm.gather_bf16(dev, x, g, k, xs)
         y = s.empty((P, n_out), np.float32)
-        moe.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn)
+        moe_gemm.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn)
         dev.synchronize()
-        ms = _time_graph(dev, lambda: [moe.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn) for _ in range(iters)])
+        ms = _time_graph(dev, lambda: [moe_gemm.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn) for _ in range(iters)])
     us = ms * 1e3 / iters
     return dict(kind="gemm", type=qt.name, n_in=n_in, n_out=n_out, bn=bn, us=us,
                 tflops=2.0 * P * n_in * n_out / us / 1e6, gbps=raw.nbytes / us / 1e3)
@@ -105,7 +105,7 @@ def bench_grouped(dev: Device, qtype, n_in: int, n_out: int, n_expert: int = 128
 QWEN3_30B_A3B = dict(n_embd=2048, n_ff=768, n_expert=128, k=8)
 
 
-def bench_all(dev: Device, shape: dict = QWEN3_30B_A3B, rows=(None,), bns=(moe.BN,)) -> list[dict]:
+def bench_all(dev: Device, shape: dict = QWEN3_30B_A3B, rows=(None,), bns=(moe_gemm.BN,)) -> list[dict]:
     """Decode glu/down and prefill grouped GEMMs at ``shape``, printed as a table."""
     D, F, E, k = shape["n_embd"], shape["n_ff"], shape["n_expert"], shape["k"]
     out = []
