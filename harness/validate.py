@@ -116,10 +116,11 @@ class ModelResult:
                           for c in self.cases]}
 
 
-def plan(cat, backend: str, tiers: list[str], model: str | None = None):
-    """(entry, reference set) pairs to validate on ``tiers``, and the pairs
-    that have no gate for ``backend`` (reported, never silently dropped)."""
-    entries = [catalog.entry(model, cat)] if model else list(cat.values())
+def plan(cat, backend: str, tiers: list[str], models: list[str] | None = None):
+    """(entry, reference set) pairs to validate on ``tiers`` (of ``models``,
+    in the order given, or of the whole catalog), and the pairs that have no
+    gate for ``backend`` (reported, never silently dropped)."""
+    entries = [catalog.entry(m, cat) for m in dict.fromkeys(models)] if models else list(cat.values())
     pairs = [(e, s) for e in entries for s in e.reference_sets if catalog.REFERENCE_SETS[s] in tiers
              and not (s == "oracle" and backend == "numpy")]  # the NumPy engine is the oracle
     return [(e, s) for e, s in pairs if e.gate(backend, s)], [(e, s) for e, s in pairs if not e.gate(backend, s)]

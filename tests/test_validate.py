@@ -105,6 +105,16 @@ def test_save_appends_a_validate_record(tmp_path, monkeypatch, capsys):
     assert entry["model"] == MODEL and entry["passed"] and entry["mode"] == "exact" and rec["backend"] == "numpy"
 
 
+def test_several_models_in_one_run(tmp_path, monkeypatch):
+    from harness import cli, results
+
+    monkeypatch.setattr(results, "DEFAULT_DIR", tmp_path)
+    assert cli.main(["validate-catalog", "--model", MODEL, "--model", "tiny-qwen3-f32", "--model", MODEL,
+                     "--backend", "numpy", "--save"]) == 0
+    (rec,) = results.load_all(tmp_path, kind="validate")
+    assert [r["model"] for r in rec["results"]] == [MODEL, "tiny-qwen3-f32"]  # in order, each once
+
+
 def test_gate_per_backend_and_reference_set():
     g, gc = catalog.Gate(0.01, 1e-3, 1e-6), catalog.Gate(0.2)
     e = catalog.Entry("m", "synth", "cpu", "", "llama", gates={"cpu": g, "cpu-cuda": gc})

@@ -11,7 +11,7 @@ def add(sub) -> None:
     v = sub.add_parser("validate-catalog", help="greedy parity of the engine with llama.cpp over the catalog")
     v.add_argument("--tier", choices=["cpu", "gpu"], default=None,
                    help="default: cpu with the NumPy backend, every tier with CUDA")
-    v.add_argument("--model", help="one catalog model")
+    v.add_argument("--model", action="append", help="a catalog model (repeatable; default: the whole catalog)")
     v.add_argument("--backend", choices=["auto", "cuda", "numpy"], default="auto",
                    help="auto (default): cuda when an NVIDIA GPU is usable, else numpy")
     v.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -34,7 +34,7 @@ def run(args) -> int:
     pairs, ungated = validate.plan(cat, backend, tiers, args.model)
     if not pairs:
         raise AnvilError(f"nothing to validate: no {'/'.join(tiers)}-tier reference set"
-                         f"{' of ' + args.model if args.model else ''} has thresholds for the {backend} backend "
+                         f"{' of ' + ', '.join(args.model) if args.model else ''} has thresholds for the {backend} backend "
                          f"(catalog keys gate.<set>{'' if backend == 'numpy' else '-' + backend})")
     plan = [(e, refs.for_entry(e, s), s) for e, s in pairs]  # every reference exists, before the long part
 
