@@ -523,7 +523,7 @@ def format_rows(rows: list[dict]) -> str:
         if r["caught"]:
             where, how = f"{r['model']} ({r['references']})", ", ".join(r["checks"])
         else:
-            where, how = "NOT CAUGHT", r.get("error") or f"passed on {', '.join(r['tried'])}"
+            where, how = ("NOT JUDGED", r["error"]) if r.get("error") else ("NOT CAUGHT", f"passed on {', '.join(r['tried'])}")
         table.append([r["mutant"], r["bug"], where, how, f"{r['seconds']:.0f} s"])
     return markdown(["mutant", "bug", "caught by", "checks that failed", "time"], table)
 
@@ -552,7 +552,7 @@ def main_suite(args) -> int:
 
     def progress(row):
         verdict = (f"caught by {row['model']} ({row['references']})" if row["caught"]
-                   else f"NOT CAUGHT: {row['error']}" if row.get("error") else "NOT CAUGHT")
+                   else f"NOT JUDGED: {row['error']}" if row.get("error") else "NOT CAUGHT")
         print(f"{row['mutant']}: {verdict} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
 
     cat = catalog.load()

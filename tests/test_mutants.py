@@ -30,7 +30,7 @@ def test_the_whole_suite_is_caught(big_model_lock):
         out.append(p.stdout)
     for m in suite:  # one row per mutant, naming the model and the checks that caught it
         (row,) = [line for stdout in out for line in stdout.splitlines() if line.startswith(f"| {m.name} |")]
-        assert "NOT CAUGHT" not in row and ("(twin)" in row or "(cpu)" in row), row
+        assert "NOT CAUGHT" not in row and "NOT JUDGED" not in row and ("(twin)" in row or "(cpu)" in row), row
 
 
 def test_candidates_are_the_models_with_the_feature_sharpest_first():
@@ -83,6 +83,15 @@ def test_an_uncaught_mutant_fails_the_command(monkeypatch, capsys):
     assert cli.main(["mutants", "--mutant", "no-op", "--backend", "numpy"]) == 1
     out = capsys.readouterr().out
     assert "NOT CAUGHT" in out and "caught 0 of 1 mutants" in out
+
+
+def test_a_failed_child_is_not_judged_not_uncaught():
+    rows = [{"mutant": "rms-eps", "bug": "eps", "caught": False, "tried": [], "seconds": 1.0,
+             "error": "the mutant's process killed by signal 15"},
+            {"mutant": "rope-base", "bug": "base", "caught": False, "tried": ["tiny-llama (twin)"], "seconds": 2.0}]
+    table = mutants.format_rows(rows)
+    assert "| rms-eps | eps | NOT JUDGED | the mutant's process killed by signal 15 |" in table
+    assert "| rope-base | base | NOT CAUGHT | passed on tiny-llama (twin) |" in table
 
 
 def test_kernel_source_mutants_still_apply_and_compile():

@@ -479,6 +479,17 @@ def test_mutants_section_shows_the_latest_suite_per_backend(tmp_path):
 
     assert set(m.not_run) == {x.name for x in MUTANTS} - {"rope-base", "gelu-erf"}
     assert "Not run with this engine yet: " in render_md(build_report(results.load_all(tmp_path)))
+    # a later run whose child failed (killed, or a traceback) judged nothing: the verdict stands,
+    # and a mutant with no verdict at all reads "NOT JUDGED" with the error, not as a hole in the gate
+    failed = {"caught": False, "tried": [], "error": "the mutant's process killed by signal 15", "seconds": 1.0}
+    results.save({"engine": "anvil", "backend": "cuda", "gpu": H200, "driver": "580.159.04",
+                  "date": "2026-11-30T11:00:00Z", "build": "c1b2c3d4e5f6a7b8", "caught": 0,
+                  "mutants": [dict(rows[1], **failed), dict(rows[1], mutant="rms-eps", bug="eps", **failed)]},
+                 "mutants", tmp_path)
+    (m,) = build_report(results.load_all(tmp_path)).mutants
+    by_name = {row[0]: row for row in m.rows}
+    assert (m.caught, m.total) == (2, 3) and by_name["gelu-erf"][2] == "tiny-gemma3 (twin)"
+    assert by_name["rms-eps"][2] == "NOT JUDGED" and "signal 15" in by_name["rms-eps"][3]
 
 
 def test_the_committed_scoreboard_is_what_harness_report_renders():

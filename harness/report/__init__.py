@@ -583,16 +583,20 @@ def _mutants(records: list[dict]) -> list[MutantSuite]:
     from ..mutants import MUTANTS  # the suite as it stands: what a backend has not run yet shows
 
     latest: dict[str, dict[str, tuple[dict, dict]]] = {}
-    for rec in sorted(records, key=_order):  # later records override each mutant they ran
+    for rec in sorted(records, key=_order):  # later records override each mutant they judged
         for r in rec.get("mutants") or []:
             if isinstance(r, dict):
-                latest.setdefault(str(rec.get("backend") or "?"), {})[str(r.get("mutant"))] = (r, rec)
+                seen = latest.setdefault(str(rec.get("backend") or "?"), {})
+                # a run whose child failed judged nothing: it never hides an earlier verdict
+                if not (r.get("error") and str(r.get("mutant")) in seen):
+                    seen[str(r.get("mutant"))] = (r, rec)
     order = {m.name: i for i, m in enumerate(MUTANTS)}
     out = []
     for backend in sorted(latest):
         entries = sorted(latest[backend].items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
         rows = tuple((name, str(r.get("bug", "")),
-                      f"{r.get('model')} ({r.get('references')})" if r.get("caught") else "NOT CAUGHT",
+                      f"{r.get('model')} ({r.get('references')})" if r.get("caught")
+                      else "NOT JUDGED" if r.get("error") else "NOT CAUGHT",
                       ", ".join(r.get("checks") or []) or str(r.get("error") or ""),
                       f"{_date(rec) or '?'}, {_file(rec)}") for name, (r, rec) in entries)
         recs = {id(rec): rec for _, rec in latest[backend].values()}.values()
