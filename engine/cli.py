@@ -4,6 +4,10 @@
     python -m engine generate MODEL.gguf --prompt-ids 1,504,3458 -n 32
     python -m engine bench MODEL.gguf [-p 512] [-n 128] [-r 5] [-d 0] [--json]
     python -m engine info [--json]
+    python -m engine launches MODEL.gguf [--ctx N] [--json]
+
+``launches`` counts the kernels one CUDA decode step launches (the graph of a
+step holds exactly these), on any machine: no GPU is used.
 
 ``info`` is what a harness asks a build before measuring it: the engine's
 build hash, version, kernel cache and the file of every engine module a run
@@ -57,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("info", help="this build: hash, version, kernel cache, module files")
     i.add_argument("--json", action="store_true", help="print one JSON object")
+
+    n = sub.add_parser("launches", help="kernels per CUDA decode step, by kernel (no GPU needed)")
+    n.add_argument("model", help="path to a GGUF file")
+    n.add_argument("--ctx", type=positive_int, default=None, help="context length (default: min(4096, trained))")
+    n.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
 
@@ -157,9 +166,25 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_launches(args) -> int:
+    from .backends.cuda.recording import decode_launches
+
+    counts, n_layer = decode_launches(args.model, n_ctx=args.ctx)
+    total = sum(counts.values())
+    if args.json:
+        print(json.dumps({"model": str(args.model), "launches_per_token": total, "n_layer": n_layer,
+                          "kernels": dict(counts.most_common())}))
+    else:
+        print(f"{args.model}: {total} kernel launches per decode step ({n_layer} layers, {total / n_layer:.1f} a layer)")
+        for name, k in counts.most_common():
+            print(f"  {k:5d}  {name}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return run_command({"generate": cmd_generate, "bench": cmd_bench, "info": cmd_info}[args.command], args)
+    commands = {"generate": cmd_generate, "bench": cmd_bench, "info": cmd_info, "launches": cmd_launches}
+    return run_command(commands[args.command], args)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,10 @@ failure message states the seed; ANVIL_KERNELS_SEED=<int> replays it.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import os
 import re
 import secrets
-import types
 import zlib
 
 import numpy as np
@@ -28,6 +26,7 @@ import pytest
 
 from engine.backends.cuda import compile as nvrtc
 from engine.backends.cuda.launchers import argmax, attention, deltanet, elementwise, norm, rope
+from engine.backends.cuda.recording import RecordingDevice
 from engine.backends.numpy import ops
 from engine.config import ROPE_NEOX, ROPE_NORM
 
@@ -106,85 +105,11 @@ def kernel_signatures() -> dict[tuple[str, str], list[str]]:
     return out
 
 
-class FakeDevice:
-    """Enough of Device for the launchers to launch into: launches go through the
-    real Device.launch argument conversion and cuda-python's kernel-parameter
-    packer, then are recorded instead of run."""
-
-    sm_count = 132
-
-    def __init__(self):
-        from cuda.bindings import driver
-        from engine.backends.cuda.device import Device
-
-        from engine.backends.cuda.device import pdl_attributes
-
-        self.launches, self._allocs, self._next = [], [], 1 << 32
-        self.stream = driver.CUstream(0)
-        self.pdl, self._pdl_attrs = True, pdl_attributes(driver)  # launches go through cuLaunchKernelEx
-        ok = (driver.CUresult.CUDA_SUCCESS,)
-        dev = self
-
-        class FakeDriver:
-            CUfunction_attribute = driver.CUfunction_attribute
-
-            @staticmethod
-            def cuFuncSetAttribute(fn, attr, value):
-                dev.smem_raised = (fn, value)
-                return ok
-
-            @staticmethod
-            def cuMemAlloc(nbytes):
-                return ok + (dev.empty((nbytes,), np.uint8).ptr,)
-
-            @staticmethod
-            def cuMemFree(ptr):
-                return ok
-
-            @staticmethod
-            def cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-                driver._HelperKernelParams(params)  # raises on arguments cuda-python cannot pack
-                kinds = ["ptr" if t in (ctypes.c_void_p, ctypes.c_uint64) else "int" if t is ctypes.c_int else
-                         "float" if t is ctypes.c_float else repr(t) for t in params[1]]
-                dev.launches.append((fn, (gx, gy, gz), (bx, by, bz), shared, kinds))
-                return ok
-
-            CUlaunchConfig = driver.CUlaunchConfig
-
-            @staticmethod
-            def cuLaunchKernelEx(cfg, fn, params, extra):
-                assert cfg.numAttrs == 1 and cfg.attrs[0].value.programmaticStreamSerializationAllowed == 1
-                return FakeDriver.cuLaunchKernel(fn, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
-                                                 cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream,
-                                                 params, extra)
-
-        self.driver = FakeDriver
-        self.launch = types.MethodType(Device.launch, self)
-
-    def function(self, file, name, defines=None):
-        return (file, name)
-
-    def synchronize(self):
-        pass
-
-    def fill(self, a, byte):
-        pass
-
-    def empty(self, shape, dtype=np.float32):
-        from engine.backends.cuda.device import DArray
-
-        shape = tuple(int(s) for s in shape)
-        a = DArray(self._next, shape, np.dtype(dtype), self)
-        self._allocs.append(a.ptr)
-        self._next += (max(1, int(np.prod(shape))) * np.dtype(dtype).itemsize + 255) // 256 * 256
-        return a
-
-
 def test_launchers_match_kernels():
     """Every launcher passes each kernel the parameters it declares (count and
     kind), within launch limits, through the real argument packing."""
     sigs = kernel_signatures()
-    fd = FakeDevice()
+    fd = RecordingDevice()
     f32, i32, f16 = np.float32, np.int32, np.float16
     T, H, Hkv, D, n = 5, 32, 8, 128, 4096
     x, w, y = fd.empty((T, n)), fd.empty((n,)), fd.empty((T, n))

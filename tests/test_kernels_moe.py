@@ -25,11 +25,12 @@ from engine.backends.cuda import compile as nvrtc
 from engine.backends.cuda import gemv_bench, launch
 from engine.backends.cuda.launchers import gemv as gemv_launcher
 from engine.backends.cuda.launchers import moe, moe_gemm
+from engine.backends.cuda.recording import RecordingDevice
 from engine.backends.numpy import ops as np_ops
 from engine.errors import AnvilError
 from engine.quants import BLOCK, QType, dequantize, quantize_x, xq_group
 
-from test_kernels_core import FakeDevice, SEED, assert_close, dev, device, poisoned, rng  # noqa: F401 (fixtures)
+from test_kernels_core import SEED, assert_close, dev, device, poisoned, rng  # noqa: F401 (fixtures)
 
 TYPES = list(launch.WEIGHT_TYPES)
 FLOATS = (QType.F32, QType.F16, QType.BF16)
@@ -73,7 +74,7 @@ def moe_signatures() -> dict[str, list[str]]:
 def test_moe_launchers_match_kernels(monkeypatch):
     sigs = moe_signatures()
     assert set(sigs) == {n for names in PLAIN.values() for n in names} | {n for t in TYPES for n in kernel_names(t)}
-    fd = FakeDevice()
+    fd = RecordingDevice()
     monkeypatch.setattr(launch, "resident_blocks", lambda dev, fn, threads, shared: 2 * dev.sm_count)
     i32, u16 = np.int32, np.uint16
     T, E, k, D, F = 5, 128, 8, 2048, 768
@@ -122,7 +123,7 @@ def test_expert_plans():
 
 
 def test_bad_shapes_are_refused_in_one_line():
-    fd = FakeDevice()
+    fd = RecordingDevice()
     with pytest.raises(AnvilError, match=r"moe_route: 9 experts per token of 8"):
         moe.route(fd, fd.empty((1, 8)), fd.empty((1, 9), np.int32), fd.empty((1, 9)), 9, True)
     with pytest.raises(AnvilError, match=r"ids must be int32"):

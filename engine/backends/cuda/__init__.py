@@ -441,14 +441,15 @@ class Backend:
     name = "cuda"
 
     def __init__(self, cfg: ModelConfig, n_ctx: int, *, kv_f16: bool = True, eager: bool = False,
-                 workspace_mb: int | None = None):
+                 workspace_mb: int | None = None, device=None, cublas=None):
+        """``device``/``cublas``: others than the GPU's (recording.py's count launches on any machine)."""
         from .cublas import Cublas
 
         if cfg.arch in PENDING_ARCHS:
             raise AnvilError(f"the CUDA backend does not run {cfg.arch} models yet: use --backend numpy")
         self.cfg, self.n_ctx, self.kv_f16, self.eager = cfg, n_ctx, kv_f16, eager
-        self.dev = Device()
-        self.cublas = Cublas(self.dev.stream)
+        self.dev = device or Device()
+        self.cublas = cublas or Cublas(self.dev.stream)
         self.workspace = Workspace(self.dev, workspace_mb << 20 if workspace_mb else workspace_bytes(cfg))
         self.weights: Workspace | None = None  # sized from the file on the first upload
         self.stacked: dict = {}

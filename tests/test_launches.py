@@ -1,0 +1,53 @@
+"""Launches per decode step, counted on the CPU: the CUDA backend runs one
+decode step on a recording device (engine/backends/cuda/recording.py), so the
+kernels a step's graph holds are known without a GPU. These pin the fusions:
+undoing one adds launches to every layer of every token."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine import cli
+from engine.backends.cuda.recording import decode_launches
+from harness import catalog
+
+
+def _path(name):
+    return catalog.model_path(name, progress=False)
+
+
+def test_the_command_counts_a_step(capsys):
+    assert cli.main(["launches", str(_path("tiny-qwen3")), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["launches_per_token"] == sum(out["kernels"].values()) and out["n_layer"] == 4
+    # per layer: the attention norm, the Q/K norm with RoPE, the KV store and the attention itself ...
+    for kernel in ("qk_norm_rope_neox", "kv_store", "attention_decode", "add_rms_norm"):
+        assert out["kernels"][kernel] == 4, kernel
+    # ... and once a step: the argmax and the advance of the graph's own inputs
+    assert out["kernels"]["argmax_final"] == out["kernels"]["advance"] == 1
+
+
+@pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-gemma4", "tiny-gemma4moe"])
+def test_gemma_post_norms_run_inside_the_residual_adds(name):
+    """No standalone add or scale per layer: each post-norm, residual add and
+    (gemma4) layer-output scale is one add_rms_norm launch."""
+    counts, n_layer = decode_launches(_path(name))
+    assert counts["add"] == 0 and counts["mul_rows"] == 0, counts
+    moe = name.endswith("moe")
+    assert counts["add_rms_norm"] == (3 if moe else 2) * n_layer, counts
+
+
+def test_moe_routing_is_one_launch_per_layer():
+    counts, n_layer = decode_launches(_path("tiny-qwen3moe"))
+    assert counts["moe_router_f32"] == n_layer and counts["moe_route"] == 0 and not any("gemm" in k for k in counts)
+
+
+def test_attention_splits_follow_the_context():
+    """A long context splits the decode attention (a combine launch per
+    layer); a short one needs none."""
+    short, n_layer = decode_launches(_path("tiny-llama"), n_ctx=64)
+    long, _ = decode_launches(_path("tiny-llama"), n_ctx=4096)
+    assert short["attention_combine"] == 0 and long["attention_combine"] == n_layer
+    assert sum(long.values()) == sum(short.values()) + n_layer
