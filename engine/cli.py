@@ -175,7 +175,8 @@ def cmd_launches(args) -> int:
         print(json.dumps({"model": str(args.model), "launches_per_token": total, "n_layer": n_layer,
                           "kernels": dict(counts.most_common())}))
     else:
-        print(f"{args.model}: {total} kernel launches per decode step ({n_layer} layers, {total / n_layer:.1f} a layer)")
+        print(f"{args.model}: {total} kernel launches per decode step "
+              f"({n_layer} layers, {total / n_layer:.1f} a layer)")
         for name, k in counts.most_common():
             print(f"  {k:5d}  {name}")
     return 0

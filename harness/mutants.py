@@ -300,7 +300,8 @@ def _post_norms_skipped():
     residual (the fused residual kernel adds a where it adds RMSNorm(a)·w)."""
     from engine.backends.numpy import ops
 
-    yield mock.patch.object(ops, "add_rms_norm", lambda x, a, w, eps, a_norm=None: (x + a, ops.rms_norm(x + a, w, eps)))
+    yield mock.patch.object(ops, "add_rms_norm",
+                            lambda x, a, w, eps, a_norm=None: (x + a, ops.rms_norm(x + a, w, eps)))
     yield mock.patch.object(ops, "norm_add", lambda x, a, w, eps, scale=None: (x + a) * (1 if scale is None else scale))
     yield from _kernel_source("norm.cu", "return wa ? __fmul_rn(__fmul_rn(sa, v), wa[i]) : v;", "return v;")()
 
@@ -523,7 +524,8 @@ def format_rows(rows: list[dict]) -> str:
         if r["caught"]:
             where, how = f"{r['model']} ({r['references']})", ", ".join(r["checks"])
         else:
-            where, how = ("NOT JUDGED", r["error"]) if r.get("error") else ("NOT CAUGHT", f"passed on {', '.join(r['tried'])}")
+            where, how = (("NOT JUDGED", r["error"]) if r.get("error")
+                          else ("NOT CAUGHT", f"passed on {', '.join(r['tried'])}"))
         table.append([r["mutant"], r["bug"], where, how, f"{r['seconds']:.0f} s"])
     return markdown(["mutant", "bug", "caught by", "checks that failed", "time"], table)
 

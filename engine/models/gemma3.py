@@ -34,7 +34,8 @@ layer_kinds = attention.every_layer
 def block(ops, cfg, w, il, x, positions, state):
     eps = cfg.rms_eps
     a = attention.self_attention(ops, cfg, w, il, x, positions, state)
-    x, m = ops.add_rms_norm(x, a, w.ffn_norm, eps, a_norm=w.post_attn_norm)  # x += RMSNorm(a)·post; m = RMSNorm(x)·ffn_norm
+    # x += RMSNorm(a)·post_attn_norm; m = RMSNorm(x)·ffn_norm
+    x, m = ops.add_rms_norm(x, a, w.ffn_norm, eps, a_norm=w.post_attn_norm)
     h = ffn.gated_hidden(ops, w, m, cfg.activation)
     return ops.norm_add(x, ops.matmul(h, w.w_down), w.post_ffn_norm, eps)  # x + RMSNorm(ffn)·post_ffn_norm
 

@@ -34,7 +34,8 @@ def run(args) -> int:
     pairs, ungated = validate.plan(cat, backend, tiers, args.model)
     if not pairs:
         raise AnvilError(f"nothing to validate: no {'/'.join(tiers)}-tier reference set"
-                         f"{' of ' + ', '.join(args.model) if args.model else ''} has thresholds for the {backend} backend "
+                         f"{' of ' + ', '.join(args.model) if args.model else ''} has thresholds for the "
+                         f"{backend} backend "
                          f"(catalog keys gate.<set>{'' if backend == 'numpy' else '-' + backend})")
     plan = [(e, refs.for_entry(e, s), s) for e, s in pairs]  # every reference exists, before the long part
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....errors import AnvilError
-from ....quants import BLOCK, QType, row_bytes
+from ....quants import QType, row_bytes
 from .. import launch
 from ..device import DArray, Device
 from . import gemv as gemv_launcher
