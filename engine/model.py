@@ -78,7 +78,7 @@ class Model:
         tokens = self._check(tokens)
         for start in range(0, tokens.size, UBATCH):
             part = tokens[start:start + UBATCH]
-            logits = self.run(*self.backend.inputs(part, self.pos))
+            logits = self.backend.prefill(self, part, self.pos)
             self.pos += part.size
         logits = self.backend.to_host(logits).reshape(-1)
         if not np.isfinite(logits).all():

@@ -28,13 +28,19 @@ class Ops(Protocol):
     def matmuls(self, x, weights, biases=None):
         """Several projections of one input (a declared group: Q/K/V, gate/up): ``[matmul(x, w_i, b_i)]``."""
 
+    def glu(self, x, w_gate, w_up, activation):
+        """The gated hidden layer of a GLU FFN: ``act(x·W_gateᵀ) ⊙ (x·W_upᵀ)``, ``act`` SiLU (``"silu"``,
+        as ``swiglu``) or tanh-GELU (``"gelu_tanh"``, as ``geglu``); ``[T, n_in] → [T, n_ff]``."""
+
     def add_rms_norm(self, x, a, w, eps, a_norm=None):
-        """The residual add and the next norm: ``(x + a, RMSNorm(x + a)·w)``; with ``a_norm``, ``a`` is
+        """The residual add and the next norm: ``(x + a, RMSNorm(x + a)·w)``; ``w`` a tuple of weights:
+        ``(x + a, RMSNorm(x + a)·w_0, RMSNorm(x + a)·w_1, ...)`` (up to 3); with ``a_norm``, ``a`` is
         first post-normed, ``RMSNorm(a)·a_norm`` (gemma's post-attention norm); may update ``x`` in place."""
 
-    def norm_add(self, x, a, w, eps, scale=None):
+    def norm_add(self, x, a, w, eps, scale=None, x_norm=None):
         """A post-normed residual add: ``(x + RMSNorm(a)·w)·scale`` (``scale`` a ``[1]`` weight, gemma4's
-        layer_output_scale, or None); may update ``x`` in place."""
+        layer_output_scale, or None); with ``x_norm``, ``RMSNorm(x)·x_norm`` in place of ``x`` (two
+        post-normed branches summed: gemma4's dense MLP and experts); may update ``x`` in place."""
 
     def rope(self, rotation, *xs):
         """Each ``x [T, H, D]`` rotated by ``rotation`` (from the layer state's ``rope(positions)``): pairs

@@ -106,6 +106,26 @@ def test_graph_decode_equals_eager(name, engines):
     assert a == b
 
 
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen35", "tiny-qwen3moe", "tiny-gemma4moe"])
+def test_graph_prefill_equals_eager(name):
+    """Full micro-batches replay one captured graph (the DeltaNet's chunked
+    prefill and the grouped expert GEMMs inside it): the logits are the eager
+    launches' bit for bit, from position 0 and from a later start, and so is
+    the decode that follows."""
+    import engine
+    from engine.model import UBATCH
+
+    path = catalog.model_path(name, progress=False)
+    graph, eager = (engine.load(path, n_ctx=2048, backend="cuda", eager=e) for e in (False, True))
+    prompt = np.random.default_rng(1).integers(0, graph.config.n_vocab, 2 * UBATCH + 37).tolist()
+    for m in (graph, eager):
+        m.reset()
+    np.testing.assert_array_equal(graph.forward(prompt), eager.forward(prompt))
+    assert graph.backend.pf_graph is not None and eager.backend.pf_graph is None
+    np.testing.assert_array_equal(graph.forward(prompt[:UBATCH]), eager.forward(prompt[:UBATCH]))
+    assert [graph.decode_next(t) for t in PROMPT] == [eager.decode_next(t) for t in PROMPT]
+
+
 def test_graph_decode_teacher_forced_matches_forward(engines):
     """decode_next with a token other than its own choice (teacher forcing)
     must write the new token into the graph's input."""

@@ -40,7 +40,7 @@ KERNELS = {
     "deltanet.cu": ["causal_conv", "decay_gates", "delta_rule", "delta_rule_chunked"],
     "argmax.cu": ["argmax", "argmax_partial", "argmax_final"],
 }
-ATTN_KERNELS = ["kv_store", "attention_decode", "attention_combine", "attention_prefill"]
+ATTN_KERNELS = ["kv_store", "attention_decode", "attention_prefill"]
 ATTN_SHAPES = list(itertools.product([0, 1], [64, 128, 256, 512], [1, 4, 8, 9]))  # KV_F16, HEAD_DIM, GQA (9: a short head group)
 
 
@@ -119,6 +119,8 @@ def test_launchers_match_kernels():
     norm.add_rms_norm(fd, x, fd.empty((T, n)), w, y, 1e-5)
     norm.add_rms_norm(fd, x, fd.empty((T, n)), w, y, 1e-5, a_norm=w)
     norm.add_rms_norm(fd, x, fd.empty((T, n)), None, None, 1e-5, a_norm=w, scale=fd.empty((1,)))
+    norm.add_rms_norm(fd, x, fd.empty((T, n)), None, None, 1e-5, a_norm=w, x_norm=w)
+    norm.add_rms_norm(fd, x, fd.empty((T, n)), (w, None, w), (y, fd.empty((T, n)), fd.empty((T, n))), 1e-5)
     rope.rope(fd, fd.empty((T, H, D)), pos, ROPE_NEOX, D, 1e6)
     rope.rope(fd, fd.empty((T, H, D)), pos, ROPE_NORM, D, 5e5, 1.0, fd.empty((D // 2,)))
     for rt in (ROPE_NEOX, ROPE_NORM):
@@ -326,6 +328,27 @@ def test_add_rms_norm_post_normed(dev, rows, n):
     np.testing.assert_array_equal(dx.numpy(), s2.numpy(), err_msg=f"fused norm_add with scale (seed {SEED})")
     assert_close(dx.numpy(), ops.norm_add(x, a, wa, 1e-6, scale), NORM_ATOL, NORM_RTOL, "norm_add")
 
+    # gemma4's MoE layers: RMSNorm(x)·wx + RMSNorm(a)·wa (two post-normed branches summed)
+    wx = (r.standard_normal(n) * 0.5 + 1).astype(np.float32)
+    dx = dev.upload(x)
+    norm.add_rms_norm(dev, dx, da, None, None, 1e-6, a_norm=dwa, x_norm=dev.upload(wx))
+    sx = dev.upload(x)
+    norm.rms_norm(dev, sx, dev.upload(wx), sx, 1e-6)
+    norm.rms_norm(dev, da, dwa, sa, 1e-6)
+    elementwise.add(dev, sx, sa, s1)
+    np.testing.assert_array_equal(dx.numpy(), s1.numpy(), err_msg=f"fused norm_add with x_norm (seed {SEED})")
+    assert_close(dx.numpy(), ops.norm_add(x, a, wa, 1e-6, x_norm=wx), NORM_ATOL, NORM_RTOL, "norm_add x_norm")
+
+    # several norms of the new x (gemma4's MoE input norms), each the bits of a launch with that one weight
+    ws = [dw, None, dev.upload(wx)]
+    dx, ys = dev.upload(x), [poisoned(dev, (rows, n)) for _ in ws]
+    norm.add_rms_norm(dev, dx, da, tuple(ws), tuple(ys), 1e-6, a_norm=dwa)
+    for wi, yi in zip(ws, ys):
+        sx, want = dev.upload(x), poisoned(dev, (rows, n))
+        norm.add_rms_norm(dev, sx, da, wi, want, 1e-6, a_norm=dwa)
+        np.testing.assert_array_equal(dx.numpy(), sx.numpy(), err_msg=f"add_rms_norm with 3 norms: x (seed {SEED})")
+        np.testing.assert_array_equal(yi.numpy(), want.numpy(), err_msg=f"add_rms_norm, one of 3 norms (seed {SEED})")
+
 
 # ---- RoPE ----------------------------------------------------------------------------
 
@@ -498,6 +521,25 @@ def test_attention_decode(dev, kv_f16, D, G, L, window):
 def test_attention_decode_8b_shape(dev):
     """Llama/Qwen-8B layer: 32 heads, 8 KV heads, D 128, f16, 1500 cached."""
     run_attention(dev, rng("dec8b"), 1, 1499, 8192, 8, 4, 128, 1, 0, "decode")
+
+
+@gpu
+def test_attention_decode_merges_again(dev):
+    """The split blocks' merge is done by the last block to take a ticket, and
+    the ticket returns to 0: launch after launch (a graph's replays) gives the
+    same bits, also after a launch with another split count."""
+    r = rng("dec-again")
+    kc, vc, _, _ = make_cache(dev, r, 4096, 3000, 8, 128, 1)
+    q = dev.upload(r.standard_normal((1, 32, 128)).astype(np.float32))
+    pos, short = dev.upload(np.array([2999], np.int32)), dev.upload(np.array([40], np.int32))
+    outs = []
+    for p in (pos, short, pos, pos):
+        out = poisoned(dev, (1, 32 * 128))
+        attention.attention(dev, q, kc, vc, out, p, 0.088, 0, path="decode")
+        outs.append(out.numpy())
+    assert attention.decode_splits(dev.sm_count, 1, 8, 4096) > 1
+    np.testing.assert_array_equal(outs[2], outs[0])
+    np.testing.assert_array_equal(outs[3], outs[0])
 
 
 @gpu

@@ -257,6 +257,12 @@ def test_expert_gemvs(dev, t, n_in, n_out, E, k, T):
     silu = G / (1 + np.exp(-G))
     # SwiGLU of the two sums: their errors carried through (|d silu| <= 1.1), fast-math exp ~2 ulp
     assert_close(h.numpy(), silu * Uu, 1.1 * tol_g * np.abs(Uu) + np.abs(silu) * tol_u, 1e-5, f"moe_glu {t.name}")
+    # the tanh-GELU form (gemma4's experts), its own module (|d gelu_tanh| <= 1.2)
+    h = poisoned(dev, (T, k, n_out))
+    moe.glu(dev, Wg, Wu, t, d_ids, d_x, h, n_in, n_out, E, activation="gelu_tanh")
+    gelu = 0.5 * G * (1 + np.tanh(0.7978845608 * G * (1 + 0.044715 * G**2)))
+    assert_close(h.numpy(), gelu * Uu, 1.2 * tol_g * np.abs(Uu) + np.abs(gelu) * tol_u, 1e-5,
+                 f"moe_glu gelu_tanh {t.name}")
 
     # down over the same experts: y = res + sum_j w_j W[e_j]·h_j, the residual fused in place
     hh = g.standard_normal((T, k, n_in), dtype=np.float32)

@@ -57,6 +57,14 @@ def test_gemv_compiles(rows, xq):
         assert f"gemv_{suffix(t)}\0".encode() in cubin, f"gemv.cu does not export gemv_{suffix(t)}"
 
 
+@pytest.mark.parametrize("rows", [16, 2])
+def test_gemv_glu_compiles(rows):
+    cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_ROWS": rows, "GEMV_XQ": 1, "GEMV_GLU": 1})
+    for t in TYPES:
+        for act in ("silu", "gelu"):
+            assert f"gemv_glu_{act}_{suffix(t)}\0".encode() in cubin, f"gemv.cu does not export gemv_glu_{act}"
+
+
 def test_dequant_compiles():
     cubin = nvrtc.compile_cubin("dequant.cu", "sm_90")
     for t in TYPES:
@@ -233,6 +241,43 @@ def test_gemv(dev, t, xq):
             pytest.fail(f"gemv {t.name} [{n_out} x {n_in}] rows={rows} add={mode} xq={xq} (seed {SEED}): "
                         f"{int(bad.sum())} of {n_out} rows off, first row {i}: {got[i]!r} vs {ref[i]!r} "
                         f"(atol {atol[i]:.3g})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_gemv_glu(dev, t):
+    """The GLU GEMV (a stacked gate/up weight, the activation in the
+    epilogue) against act(gate·x) ⊙ (up·x) from the exact products, with
+    test_gemv's bound on each product carried through the activation
+    (|SiLU'|, |GELU_tanh'| < 1.2)."""
+    k = qk(t) if t not in FLOATS else 8
+    for activation in ("silu", "gelu_tanh"):
+        for n_in, n_ff, rows in [(k, 37, None), (3 * k, 515, 2), (4096, 1000, 16), (14336, 2999, None)]:
+            g = rng("gemv_glu", t, activation, n_in, n_ff, rows)
+            raw = gemv_bench.random_weights(g, t, 2 * n_ff, n_in)  # gate rows, then up rows
+            x = g.standard_normal(n_in, dtype=np.float32)
+            x[g.integers(0, n_in, max(1, n_in // 50))] *= 30
+            y = dev.empty((n_ff,), np.float32)
+            dev.fill(y, 0xFF)
+            gemv.gemv_glu(dev, dev.upload(raw), t, dev.upload(x), y, n_in, n_ff, activation, rows=rows)
+            got = y.numpy().astype(np.float64)
+
+            xs = quantize_x(x, xq_group(t)) if t not in FLOATS else x.astype(np.float64)
+            prod = dequantize(raw, t, (2 * n_ff, n_in)).astype(np.float64) * xs
+            gu = prod.sum(axis=1)
+            tol = 2.0**-12 * np.sqrt((prod**2).sum(axis=1))
+            gate, up, tg, tu = gu[:n_ff], gu[n_ff:], tol[:n_ff], tol[n_ff:]
+            if activation == "silu":
+                act = gate / (1 + np.exp(-gate))
+            else:
+                act = 0.5 * gate * (1 + np.tanh(0.7978845608 * gate * (1 + 0.044715 * gate**2)))
+            ref = act * up
+            bound = 1.2 * tg * np.abs(up) + (np.abs(act) + 1.2 * tg) * tu + 2.0**-20 * np.abs(ref) + 1e-30
+            bad = ~(np.abs(got - ref) <= bound)
+            if bad.any():
+                i = int(np.argmax(bad))
+                pytest.fail(f"gemv_glu {activation} {t.name} [{n_ff} x {n_in}] rows={rows} (seed {SEED}): "
+                            f"{int(bad.sum())} of {n_ff} off, first {i}: {got[i]!r} vs {ref[i]!r}")
 
 
 @pytest.mark.gpu

@@ -37,6 +37,9 @@ def test_gemma_post_norms_run_inside_the_residual_adds(name):
     assert counts["add"] == 0 and counts["mul_rows"] == 0, counts
     moe = name.endswith("moe")
     assert counts["add_rms_norm"] == (3 if moe else 2) * n_layer, counts
+    # standalone norms: each layer's attention input norm (and gemma4's V norm), the output norm; the
+    # MoE layers' router and expert input norms are the add_rms_norm's, the dense branch's the norm_add's
+    assert counts["rms_norm"] == (2 if name.startswith("tiny-gemma4") else 1) * n_layer + 1, counts
 
 
 def test_moe_routing_is_one_launch_per_layer():
@@ -44,10 +47,19 @@ def test_moe_routing_is_one_launch_per_layer():
     assert counts["moe_router_f32"] == n_layer and counts["moe_route"] == 0 and not any("gemm" in k for k in counts)
 
 
-def test_attention_splits_follow_the_context():
-    """A long context splits the decode attention (a combine launch per
-    layer); a short one needs none."""
+def test_attention_splits_merge_in_the_kernel():
+    """A long context splits the decode attention and its last split block
+    merges them: no combine launch, whatever the context."""
     short, n_layer = decode_launches(_path("tiny-llama"), n_ctx=64)
     long, _ = decode_launches(_path("tiny-llama"), n_ctx=4096)
-    assert short["attention_combine"] == 0 and long["attention_combine"] == n_layer
-    assert sum(long.values()) == sum(short.values()) + n_layer
+    assert long["attention_decode"] == short["attention_decode"] == n_layer
+    assert sum(long.values()) == sum(short.values()) and not any("combine" in k for k in long)
+
+
+@pytest.mark.parametrize("name,act", [("tiny-qwen3", "silu"), ("tiny-gemma3", "gelu")])
+def test_glu_runs_inside_the_gemv(name, act):
+    """Gate and up of one type: one GEMV launch with the GLU in its epilogue
+    (the experts' moe_glu likewise), no separate GLU kernel."""
+    counts, n_layer = decode_launches(_path(name))
+    assert sum(v for k, v in counts.items() if k.startswith(f"gemv_glu_{act}_")) == n_layer, counts
+    assert counts["silu_mul"] == counts["gelu_tanh_mul"] == 0, counts

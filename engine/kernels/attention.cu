@@ -12,8 +12,8 @@
 //
 // Kernels:
 //   kv_store            K/V rows of this step -> cache rows pos[t] (f16: round to nearest)
-//   attention_decode    split-K "flash decoding" for few queries (decode, T=1)
-//   attention_combine   merges the splits' partial softmaxes
+//   attention_decode    split-K "flash decoding" for few queries (decode, T=1); the last
+//                       split block of a KV head merges the splits' partial softmaxes
 //   attention_prefill   tiled online-softmax (flash-attention style), fp32 CUDA cores
 #include "common.cuh"
 
@@ -167,7 +167,10 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 //           row groups are summed with shuffles once per split, not per tile.
 // The DEC_WT warps of a head are merged through shared memory at the end;
 // with one split the block writes the normalised output, else unnormalised
-// partial O plus (max, sum) for attention_combine.
+// partial O plus (max, sum), and the last of the KV head's active split
+// blocks to finish (a device ticket per (token, KV head), returned to 0 for
+// the next launch and graph replay) merges them: out = sum_s O_s e^(M_s-M) /
+// sum_s L_s e^(M_s-M). (A separate combine kernel was a launch per layer.)
 constexpr int HPW = (G + 7) / 8;                    // query heads per warp
 constexpr int NHG = (G + HPW - 1) / HPW;            // warps across the heads
 constexpr int DEC_WT = NHG >= 4 ? 1 : 4 / NHG;      // warps across the tiles of a head
@@ -194,7 +197,8 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
 // ml_s [DEC_WARPS][HPW][2].
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
 attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, float* part_o,
-                 float* part_ml, const int* pos, int n_head, int n_head_kv, float scale, int window) {
+                 float* part_ml, unsigned* tickets, const int* pos, int n_head, int n_head_kv, float scale,
+                 int window) {
     KERNEL_START();
     const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;
     const int qp = pos[t];
@@ -357,26 +361,29 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
             }
         }
     }
-}
-
-// grid (n_head, T), block D: out = sum_s O_s e^(M_s-M) / sum_s L_s e^(M_s-M)
-// over the splits that had keys (the same split_range as the decode blocks).
-extern "C" __global__ void attention_combine(const float* part_o, const float* part_ml, float* out,
-                                             const int* pos, int n_head, int n_splits, int window) {
-    KERNEL_START();
-    const int hq = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
-    int c0, c1, n_active;
-    split_range(pos[t], window, n_splits, 0, c0, c1, n_active);
-    const size_t base = ((size_t)t * n_head + hq) * n_splits;
-    float M = -INFINITY;
-    for (int s = 0; s < n_active; ++s) M = fmaxf(M, part_ml[(base + s) * 2]);
-    float L = 0.0f, O = 0.0f;
-    for (int s = 0; s < n_active; ++s) {
-        const float e = __expf(part_ml[(base + s) * 2] - M);
-        L += part_ml[(base + s) * 2 + 1] * e;
-        O += part_o[(base + s) * D + d] * e;
+    if (n_splits == 1) return;
+    __shared__ bool last;
+    __threadfence();  // this block's partials, before its ticket
+    __syncthreads();
+    unsigned* ticket = tickets + (size_t)t * n_head_kv + g;
+    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == (unsigned)n_active - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {  // the other blocks' partials: L2 reads (__ldcg)
+        const int h = i / D, d = i % D;
+        const size_t base = ((size_t)t * n_head + (size_t)g * G + h) * n_splits;
+        float M = -INFINITY;
+        for (int u = 0; u < n_active; ++u) M = fmaxf(M, __ldcg(part_ml + (base + u) * 2));
+        float L = 0.0f, O = 0.0f;
+        for (int u = 0; u < n_active; ++u) {
+            const float e = __expf(__ldcg(part_ml + (base + u) * 2) - M);
+            L += __ldcg(part_ml + (base + u) * 2 + 1) * e;
+            O += __ldcg(part_o + (base + u) * D + d) * e;
+        }
+        out[(base / n_splits) * D + d] = O / L;
     }
-    out[((size_t)t * n_head + hq) * D + d] = O / L;
+    if (threadIdx.x == 0) *ticket = 0u;
 }
 
 // ---------------------------------------------------------------------------

@@ -40,6 +40,19 @@ __device__ __forceinline__ void pdl_launch_next() {
         pdl_launch_next(); \
     } while (0)
 
+// ---- gated activations: act(g) * u (elementwise.cu's GLU kernels, gemv.cu's GLU GEMVs) ----
+struct SiluMul {  // llama.cpp: silu(g) = g/(1+expf(-g)), then * u
+    __device__ float operator()(float g, float u) const { return g / (1.0f + __expf(-g)) * u; }
+};
+
+struct GeluTanhMul {  // llama.cpp op_gelu (tanh approximation, not erf), then * u
+    __device__ float operator()(float g, float u) const {
+        const float GELU_COEF_A = 0.044715f;
+        const float SQRT_2_OVER_PI = 0.79788456080286535587989211986876f;
+        return 0.5f * g * (1.0f + tanhf(SQRT_2_OVER_PI * g * (1.0f + GELU_COEF_A * g * g))) * u;
+    }
+};
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);

@@ -51,18 +51,6 @@ __device__ __forceinline__ void map1_inplace(float* x, int n, F f) {
     for (int i = done + tid; i < n; i += stride) x[i] = f(x[i]);
 }
 
-struct SiluMul {  // llama.cpp: silu(g) = g/(1+expf(-g)), then * u
-    __device__ float operator()(float g, float u) const { return g / (1.0f + __expf(-g)) * u; }
-};
-
-struct GeluTanhMul {  // llama.cpp op_gelu (tanh approximation, not erf), then * u
-    __device__ float operator()(float g, float u) const {
-        const float GELU_COEF_A = 0.044715f;
-        const float SQRT_2_OVER_PI = 0.79788456080286535587989211986876f;
-        return 0.5f * g * (1.0f + tanhf(SQRT_2_OVER_PI * g * (1.0f + GELU_COEF_A * g * g))) * u;
-    }
-};
-
 struct Add {
     __device__ float operator()(float a, float b) const { return a + b; }
 };

@@ -710,20 +710,40 @@ __device__ __forceinline__ void dot_rows(uint8_t* buf, RowFn row, const float* _
 // costs more resident blocks than the overlap gains.)
 // Dynamic shared memory: NT/32 * GEMV_ROWS * Q::SPAN bytes (launchers/gemv.py).
 // Every warp has units (32 * (NT/32 - 1) < U).
-template <class Q>
+//
+// GLU (Act SiluMul or GeluTanhMul, GEMV_ROWS >= 2): W holds 2*n_out rows, the
+// gate's n_out then the up projection's (a stacked gate/up group), and
+// y[r] = Act(gate_r·x, up_r·x): a group's first R/2 rows are gate rows, its
+// last R/2 the matching up rows, so the pair meets in one block's reduction
+// (the separate silu_mul/gelu_tanh_mul launch and its round trip are gone).
+struct NoAct {  // a plain GEMV (never called: GLU is false)
+    __device__ float operator()(float g, float) const { return g; }
+};
+template <class A> struct is_no_act { static constexpr bool value = false; };
+template <> struct is_no_act<NoAct> { static constexpr bool value = true; };
+
+template <class Q, class Act = NoAct>
 __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const float* __restrict__ x, float* y,
                                           const float* add, int n_in, int n_out) {
     constexpr int R = GEMV_ROWS;
+    constexpr bool GLU = !is_no_act<Act>::value;
+    constexpr int H = GLU ? R / 2 : R;  // output rows per group
+    static_assert(!GLU || (R >= 2 && R % 2 == 0), "GLU GEMV needs an even GEMV_ROWS");
     extern __shared__ __align__(16) uint8_t gemv_stage[];
     __shared__ float red[2][GEMV_MAX_WARPS][R];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NT = blockDim.x;
     check_stage_smem((NT / 32) * R * Q::SPAN);
     const size_t row_bytes = (size_t)(n_in / Q::QK) * Q::BYTES;
     const int U = n_in / Q::QK * Q::UPB;  // work units per row
-    const int groups = (n_out + R - 1) / R;
+    const int groups = (n_out + H - 1) / H;
     uint8_t* buf = gemv_stage + warp * (R * Q::SPAN);
     // group g's local row r; rows past n_out (last group) redo row n_out-1
-    auto rows = [=](int g) { return [=](int r) { return W + (size_t)min(g * R + r, n_out - 1) * row_bytes; }; };
+    auto rows = [=](int g) {
+        return [=](int r) {
+            if (GLU) return W + (size_t)((r < H ? 0 : n_out) + min(g * H + r % H, n_out - 1)) * row_bytes;
+            return W + (size_t)min(g * R + r, n_out - 1) * row_bytes;
+        };
+    };
     const int first = warp * 32;
     int g = blockIdx.x, base = first, parity = 0, x_base = -1;
     // The first step's weights are requested before waiting for the previous
@@ -759,11 +779,17 @@ __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const f
                 acc[r] = 0.0f;
             }
             __syncthreads();
-            const int row = g * R + tid;
-            if (tid < R && row < n_out) {
+            const int row = g * H + tid;
+            if (tid < H && row < n_out) {
                 float s = 0.0f;
                 for (int w = 0; w < NT / 32; w++) s += red[parity][w][tid];
-                if (add) s += add[row];
+                if (GLU) {
+                    float u = 0.0f;
+                    for (int w = 0; w < NT / 32; w++) u += red[parity][w][tid + H];
+                    s = Act()(s, u);
+                } else if (add) {
+                    s += add[row];
+                }
                 y[row] = s;
             }
             parity ^= 1;

@@ -10,7 +10,8 @@
 //   moe_route       logits [T, E] -> ids, weights: softmax, top-k (ties to the lower
 //                   id, descending), renormalised; one warp per token
 //   moe_router_f32  one token: the F32 router's logits and moe_route's routing, one launch
-//   moe_glu_<t>     h[t, j] = SiLU(gate[e]·x_t) ⊙ (up[e]·x_t),  e = ids[t, j]
+//   moe_glu_<t>     h[t, j] = act(gate[e]·x_t) ⊙ (up[e]·x_t),  e = ids[t, j]; act SiLU, or
+//                   tanh-GELU compiled with MOE_GELU=1 (gemma4's experts)
 //   moe_gemv_<t>    y[t, j] = W[e]·x_t    (gate and up of different types: then silu_mul)
 //   moe_down_<t>    y[t] = add[t] + sum_j weights[t, j] · down[e]·h[t, j]
 // gate/up: a block per (row group, slot, token), its warps splitting the rows'
@@ -22,6 +23,15 @@
 //
 // Prefill (many tokens) groups the pairs by expert: moe_gemm.cu.
 #include "gemv.cuh"
+
+#ifndef MOE_GELU
+#define MOE_GELU 0
+#endif
+#if MOE_GELU
+typedef GeluTanhMul MoeAct;  // moe_glu's activation (common.cuh)
+#else
+typedef SiluMul MoeAct;
+#endif
 
 #ifndef MOE_MAX_WARPS
 #define MOE_MAX_WARPS 8  // selected experts a block runs side by side; k > 8 loops
@@ -144,7 +154,7 @@ moe_router_f32(const void* W, const float* x, float* logits, int n_in, int n_exp
 // gemv.cu's (warp w takes units [32w, 32w+32) of every row, then +NT, ...):
 // block (g, j, t) computes RH rows of slot j's expert for token t. With GLU
 // its GEMV_ROWS rows are RH gate rows and the same RH up rows, and
-// h = SiLU(gate)·up; otherwise RH = GEMV_ROWS rows of W and h = W·x.
+// h = act(gate)·up; otherwise RH = GEMV_ROWS rows of W and h = W·x.
 // (A warp per slot walking the whole row waited on one memory round trip per
 // 32 units; here a row's units are spread over the block's warps, each warp
 // has all its weights in flight at once, and the k·T·(row groups) blocks fill
@@ -187,7 +197,7 @@ __device__ __forceinline__ void moe_rows_impl(const uint8_t* Wg, const uint8_t* 
             a += red[w][tid];
             if constexpr (GLU) u += red[w][tid + RH];
         }
-        h[((size_t)t * k + j) * n_out + row0 + tid] = GLU ? a / (1.0f + __expf(-a)) * u : a;
+        h[((size_t)t * k + j) * n_out + row0 + tid] = GLU ? MoeAct()(a, u) : a;
     }
 }
 

@@ -74,28 +74,39 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, in
 // block per row; x is the residual stream, updated in place):
 //   a' = RMSNorm(a)·wa, or a if wa == NULL (a post-norm: gemma's
 //                                          post-attention and post-FFN norms)
-//   x  = (x + a')·s                       (s = *scale, when scale != NULL:
+//   x' = RMSNorm(x)·wx, or x if wx == NULL (gemma4's MoE layers: the dense
+//                                          branch's own post-norm)
+//   x  = (x' + a')·s                      (s = *scale, when scale != NULL:
 //                                          gemma4's layer_output_scale)
-//   y  = RMSNorm(x)·w                     (the next sublayer's norm; skipped when
-//                                          y == NULL; w may be NULL)
+//   y0 = RMSNorm(x)·w0                    (the next sublayer's norm; skipped when
+//                                          y0 == NULL; w0 may be NULL)
+//   y1 = RMSNorm(x)·w1, y2 = ...·w2       (more norms of the same x, where y1, y2
+//                                          are not NULL: gemma4's router and
+//                                          expert inputs)
 // Each step rounds as the separate kernels do (rms_norm's reduction, then an
 // add, then a multiply: no fused multiply-add across them), so fusing changes
-// no bit. y must not alias x or a.
-extern "C" __global__ void add_rms_norm(float* x, const float* a, const float* wa, const float* scale,
-                                        const float* w, float* y, int n, float eps) {
+// no bit. No y may alias x or a.
+extern "C" __global__ void add_rms_norm(float* x, const float* a, const float* wa, const float* wx,
+                                        const float* scale, const float* w0, float* y0, const float* w1, float* y1,
+                                        const float* w2, float* y2, int n, float eps) {
     KERNEL_START();
     __shared__ float scratch[32];
     float* xr = x + (size_t)blockIdx.x * n;
     const float* ar = a + (size_t)blockIdx.x * n;
-    const bool vec = vec4_ok(x, a, y, n) && ((reinterpret_cast<size_t>(w) | reinterpret_cast<size_t>(wa)) & 15) == 0;
+    const size_t ptrs = reinterpret_cast<size_t>(w0) | reinterpret_cast<size_t>(wa) | reinterpret_cast<size_t>(wx) |
+                        reinterpret_cast<size_t>(w1) | reinterpret_cast<size_t>(w2) | reinterpret_cast<size_t>(y1) |
+                        reinterpret_cast<size_t>(y2);
+    const bool vec = vec4_ok(x, a, y0, n) && (ptrs & 15) == 0;
     const float sa = wa ? rsqrtf(block_sum(sum_sq(ar, n, vec), scratch) / (float)n + eps) : 1.0f;
+    const float sx = wx ? rsqrtf(block_sum(sum_sq(xr, n, vec), scratch) / (float)n + eps) : 1.0f;
     const float s = scale ? *scale : 1.0f;
-    // a's term as rms_norm writes it: (sa*a)*wa, each product rounded
+    // a's and x's terms as rms_norm writes them: (s*v)*w, each product rounded
     auto term = [&](float v, int i) {
         return wa ? __fmul_rn(__fmul_rn(sa, v), wa[i]) : v;
     };
+    auto own = [&](float v, int i) { return wx ? __fmul_rn(__fmul_rn(sx, v), wx[i]) : v; };
     auto step = [&](float xv, float av, int i) {
-        const float v = __fadd_rn(xv, term(av, i));
+        const float v = __fadd_rn(own(xv, i), term(av, i));
         return scale ? __fmul_rn(v, s) : v;
     };
     float ss = 0.0f;
@@ -119,9 +130,12 @@ extern "C" __global__ void add_rms_norm(float* x, const float* a, const float* w
             ss += v * v;
         }
     }
-    if (!y) return;
+    if (!y0) return;
     // block_sum's __syncthreads also orders each thread's x writes before its
     // own re-reads below (same thread, same indices: no cross-thread hazard).
     const float scale_y = rsqrtf(block_sum(ss, scratch) / (float)n + eps);
-    write_scaled(xr, w, y + (size_t)blockIdx.x * n, n, scale_y, vec);
+    const size_t row = (size_t)blockIdx.x * n;
+    write_scaled(xr, w0, y0 + row, n, scale_y, vec);
+    if (y1) write_scaled(xr, w1, y1 + row, n, scale_y, vec);
+    if (y2) write_scaled(xr, w2, y2 + row, n, scale_y, vec);
 }

@@ -20,6 +20,5 @@ TENSORS = {
 
 
 def gated_hidden(ops, w, m, activation: str):
-    """``act(W_gate·m) ⊙ (W_up·m)``: gate and up as one group of projections."""
-    g, u = ops.matmuls(m, (w.w_gate, w.w_up))
-    return ops.swiglu(g, u) if activation == "silu" else ops.geglu(g, u)
+    """``act(W_gate·m) ⊙ (W_up·m)``: gate and up as one group (ops.glu)."""
+    return ops.glu(m, w.w_gate, w.w_up, activation)

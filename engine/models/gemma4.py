@@ -56,16 +56,18 @@ layer_kinds = attention.every_layer
 def block(ops, cfg, w, il, x, positions, state):
     eps = cfg.rms_eps
     a = attention.self_attention(ops, cfg, w, il, x, positions, state)
-    x, m = ops.add_rms_norm(x, a, w.ffn_norm, eps, a_norm=w.post_attn_norm)  # x = h; m = RMSNorm(h)·ffn_norm
-    f = ops.matmul(ffn.gated_hidden(ops, w, m, cfg.activation), w.w_down)
-    if cfg.moe:
-        f = ops.rms_norm(f, w.post_ffn_norm_1, eps)
-        r = ops.rms_norm(x, w.router_scale, eps)  # the router reads the residual with its own scale
+    if not cfg.moe:
+        x, m = ops.add_rms_norm(x, a, w.ffn_norm, eps, a_norm=w.post_attn_norm)  # x = h; m = RMSNorm(h)·ffn_norm
+        f = ops.matmul(ffn.gated_hidden(ops, w, m, cfg.activation), w.w_down)
+    else:  # the dense MLP's, the router's (its own scale) and the experts' input norms of h
+        x, m, r, m2 = ops.add_rms_norm(x, a, (w.ffn_norm, w.router_scale, w.pre_ffn_norm_2), eps,
+                                       a_norm=w.post_attn_norm)
+        f = ops.matmul(ffn.gated_hidden(ops, w, m, cfg.activation), w.w_down)
         ids, weights_ = ops.moe_route(r, w.router, cfg.moe.n_expert_used, cfg.moe.norm_topk,
                                       scale=1.0 / math.sqrt(cfg.n_embd))
-        e = ops.moe_ffn(ops.rms_norm(x, w.pre_ffn_norm_2, eps), ids, weights_, w.gate_exps, w.up_exps,
-                        w.down_exps, activation=cfg.moe.activation, down_scale=w.down_exps_scale)
-        f = ops.norm_add(f, e, w.post_ffn_norm_2, eps)  # f + RMSNorm(e)·post_ffn_norm_2
+        e = ops.moe_ffn(m2, ids, weights_, w.gate_exps, w.up_exps, w.down_exps, activation=cfg.moe.activation,
+                        down_scale=w.down_exps_scale)
+        f = ops.norm_add(f, e, w.post_ffn_norm_2, eps, x_norm=w.post_ffn_norm_1)  # the two branches, post-normed
     return ops.norm_add(x, f, w.post_ffn_norm, eps, scale=w.out_scale)  # (x + RMSNorm(f)·post_ffn_norm)·out_scale
 
 
@@ -77,17 +79,16 @@ def bytes_per_token(gf, cfg) -> int:
 def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:
     """llama.cpp's names for this block's intermediates (src/models/gemma4.cpp), each as (op, its
     occurrence in the layer, which output), for ``harness diff``. The norms count in block order:
-    attn_norm, V's norm, then (MoE) norm_1, the router's and norm_2. The post-norms run inside the
-    residual adds (add_rms_norm, norm_add), so attn_post_norm, ffn_moe and ffn_post_norm have no
-    engine tensor of their own: attn_out, ffn_moe_combined and l_out show them."""
+    attn_norm, then V's. The post-norms run inside the residual adds (add_rms_norm, norm_add), so
+    attn_post_norm, ffn_mlp, ffn_moe and ffn_post_norm have no engine tensor of their own: attn_out,
+    ffn_moe_combined and l_out show them; the MoE layers' three input norms are add_rms_norm's."""
     names = {"attn_norm": ("rms_norm", 0, 0), "Qcur": ("matmuls", 0, 0), "Kcur": ("matmuls", 0, 1),
              "Vcur_normed": ("rms_norm", 1, 0),
              "Qcur_pos": ("qk_norm_rope", 0, 0), "Kcur_pos": ("qk_norm_rope", 0, 1),
              "kqv_out": ("attention", 0, 0),
              "attn_out": ("add_rms_norm", 0, 0), "ffn_norm_1" if cfg.moe else "ffn_norm": ("add_rms_norm", 0, 1)}
     if cfg.moe:
-        names |= {"ffn_mlp": ("rms_norm", 2, 0), "ffn_norm_2": ("rms_norm", 4, 0),
-                  "ffn_moe_combined": ("norm_add", 0, 0)}
+        names |= {"ffn_norm_2": ("add_rms_norm", 0, 3), "ffn_moe_combined": ("norm_add", 0, 0)}
     else:
         names |= {"ffn_out": ("matmul", 1, 0)}
     names["l_out"] = ("norm_add", 1 if cfg.moe else 0, 0)

@@ -45,6 +45,5 @@ SHARED_TENSORS = {
 
 def shared_expert(ops, w, m):
     """The shared expert's SwiGLU output, scaled per token by sigmoid(shexp_gate · m)."""
-    g, u = ops.matmuls(m, (w.w_gate_shexp, w.w_up_shexp))
-    s = ops.matmul(ops.swiglu(g, u), w.w_down_shexp)
+    s = ops.matmul(ops.glu(m, w.w_gate_shexp, w.w_up_shexp, "silu"), w.w_down_shexp)
     return ops.sigmoid_mul(s, ops.dot(m, w.shexp_gate))

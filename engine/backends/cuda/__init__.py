@@ -36,6 +36,7 @@ GEMV_MAX_TOKENS = 1
 # runs them on NumPy (model.make_backend).
 PENDING_ARCHS: frozenset[str] = frozenset()
 
+CUBLAS_WORKSPACE = 32 << 20  # cuBLAS's scratch on Hopper (its own default there)
 DEFAULT_WORKSPACE_MB = 256  # one micro-batch (model.UBATCH = 512 tokens) of an 8B shape fits
 
 
@@ -170,10 +171,7 @@ class Ops:
         biases = tuple(biases or (None,) * len(weights))
         if x.shape[0] > GEMV_MAX_TOKENS or len(weights) == 1:
             return [self.matmul(x, w, b) for w, b in zip(weights, biases)]
-        key = tuple(w.data.ptr for w in weights)
-        stacked = self.b.stacked.get(key)
-        if stacked is None:
-            stacked = self.b.stacked[key] = _stack(weights, biases)
+        stacked = self._stack(weights, biases)
         if stacked is False:
             return [self.matmul(x, w, b) for w, b in zip(weights, biases)]
         w, bias = stacked
@@ -184,15 +182,40 @@ class Ops:
             start += wi.n_out
         return out
 
-    def add_rms_norm(self, x: DArray, a: DArray, w: DArray, eps: float, a_norm: DArray | None = None):
-        """``x += a`` (or a's post-norm) in place (x is this pass's residual stream), then the norm: one launch."""
-        y = self._empty(x.shape)
-        launchers.norm.add_rms_norm(self.dev, x, a, w, y, eps, a_norm=a_norm)
-        return x, y
+    def glu(self, x: DArray, w_gate: QWeight, w_up: QWeight, activation: str) -> DArray:
+        """Decode with gate and up stacked (one type, back to back, as loaded):
+        one GEMV launch with the GLU in its epilogue. Otherwise the two
+        projections, then the GLU kernel."""
+        if x.shape[0] <= GEMV_MAX_TOKENS:
+            stacked = self._stack((w_gate, w_up), (None, None))
+            if stacked:
+                y = self._empty((x.shape[0], w_gate.n_out))
+                w = stacked[0]
+                launchers.gemv.gemv_glu(self.dev, w.data, w.qtype, x, y, w.n_in, w_gate.n_out, activation)
+                return y
+        g, u = self.matmuls(x, (w_gate, w_up))
+        return self.swiglu(g, u) if activation == "silu" else self.geglu(g, u)
 
-    def norm_add(self, x: DArray, a: DArray, w: DArray, eps: float, scale: DArray | None = None) -> DArray:
-        """``x = (x + RMSNorm(a)·w)·scale`` in place: one launch."""
-        launchers.norm.add_rms_norm(self.dev, x, a, None, None, eps, a_norm=w, scale=scale)
+    def _stack(self, weights, biases):
+        """``_stack``'s answer, kept per group of weights."""
+        key = tuple(w.data.ptr for w in weights)
+        stacked = self.b.stacked.get(key)
+        if stacked is None:
+            stacked = self.b.stacked[key] = _stack(weights, biases)
+        return stacked
+
+    def add_rms_norm(self, x: DArray, a: DArray, w, eps: float, a_norm: DArray | None = None) -> tuple:
+        """``x += a`` (or a's post-norm) in place (x is this pass's residual stream), then the norm
+        (one per weight, if ``w`` is a tuple): one launch."""
+        ws = w if isinstance(w, tuple) else (w,)
+        ys = tuple(self._empty(x.shape) for _ in ws)
+        launchers.norm.add_rms_norm(self.dev, x, a, ws, ys, eps, a_norm=a_norm)
+        return (x, *ys)
+
+    def norm_add(self, x: DArray, a: DArray, w: DArray, eps: float, scale: DArray | None = None,
+                 x_norm: DArray | None = None) -> DArray:
+        """``x = (x + RMSNorm(a)·w)·scale`` in place (x normed first with ``x_norm``): one launch."""
+        launchers.norm.add_rms_norm(self.dev, x, a, None, None, eps, a_norm=w, scale=scale, x_norm=x_norm)
         return x
 
     def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None, add: DArray | None = None) -> DArray:
@@ -367,10 +390,10 @@ class Ops:
         if T <= GEMV_MAX_TOKENS or n_embd % 32 or n_ff % 32:
             # (widths the grouped GEMM cannot tile run token by token: grid.z = T)
             h = self._empty((T, k, n_ff))
-            if gate_exps.qtype == up_exps.qtype and activation == "silu":
+            if gate_exps.qtype == up_exps.qtype:
                 launchers.moe.glu(self.dev, gate_exps.data, up_exps.data, gate_exps.qtype, ids, x, h, n_embd, n_ff,
-                                  n_expert)
-            else:  # no fused kernel for two types or for GeGLU: each projection, then the GLU
+                                  n_expert, activation=activation)
+            else:  # no fused kernel for two types: each projection, then the GLU
                 g, u = self._empty((T, k, n_ff)), self._empty((T, k, n_ff))
                 for w, out in ((gate_exps, g), (up_exps, u)):
                     launchers.moe.gemv(self.dev, w.data, w.qtype, ids, x, out, n_embd, n_ff, n_expert)
@@ -450,6 +473,7 @@ class Backend:
         self.cfg, self.n_ctx, self.kv_f16, self.eager = cfg, n_ctx, kv_f16, eager
         self.dev = device or Device()
         self.cublas = cublas or Cublas(self.dev.stream)
+        self.cublas.set_workspace(self.dev.empty((CUBLAS_WORKSPACE,), np.uint8))
         self.workspace = Workspace(self.dev, workspace_mb << 20 if workspace_mb else workspace_bytes(cfg))
         self.weights: Workspace | None = None  # sized from the file on the first upload
         self.stacked: dict = {}
@@ -461,6 +485,8 @@ class Backend:
         self.graph = None
         self.logits: DArray | None = None  # the decode step's logits: a fixed workspace address, replay after replay
         self._device_state = None  # (token, pos) the buffers hold for the next step
+        # prefill of full micro-batches: static inputs, the captured pass, its logits
+        self.pf_tokens = self.pf_pos = self.pf_graph = self.pf_logits = None
 
     def upload(self, gf: GGUFFile, name: str):
         if self.weights is None:
@@ -488,6 +514,40 @@ class Backend:
 
     def to_host(self, x: DArray) -> np.ndarray:
         return self.dev.download(x)
+
+    # ---- prefill --------------------------------------------------------
+    def prefill(self, model, tokens: np.ndarray, start: int) -> DArray:
+        """A prompt micro-batch's forward pass: the last token's logits.
+
+        A full micro-batch (model.UBATCH tokens: every piece of a long prompt
+        but its last) runs as a CUDA graph, as decode does: captured after its
+        first eager run, then replayed with the tokens and positions written
+        into static buffers. The pass's kernels read positions from device
+        memory and size their grids from shapes alone, so one graph serves
+        every start position; a replay saves the ~20 Python launches per
+        layer that kept the GPU waiting between kernels. Shorter pieces run
+        eagerly (each length would need its own graph)."""
+        from ...model import UBATCH
+
+        T = tokens.size
+        if self.eager or T != UBATCH:
+            return model.run(*self.inputs(tokens, start))
+        if self.pf_tokens is None:
+            self.pf_tokens = self.dev.empty((T,), np.int32)
+            self.pf_pos = self.dev.empty((T,), np.int32)
+        self.dev.upload(tokens.astype(np.int32), self.pf_tokens)
+        self.dev.upload(np.arange(start, start + T, dtype=np.int32), self.pf_pos)
+        if self.pf_graph is not None:
+            self.dev.replay(self.pf_graph)
+            return self.pf_logits
+
+        def body():
+            self.workspace.reset()
+            self.pf_logits = model.run(self.pf_tokens, Positions(self.pf_pos, T))
+
+        body()  # eagerly: compiles, loads and allocates everything the capture will record
+        self.pf_graph = self.dev.capture(body)
+        return self.pf_logits
 
     # ---- decode ---------------------------------------------------------
     def decode_next(self, model, token: int, pos: int) -> int:

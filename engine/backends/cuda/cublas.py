@@ -63,6 +63,12 @@ class Cublas:
         self.lib = lib
         self._one, self._zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
+    def set_workspace(self, buf: DArray) -> None:
+        """cuBLAS's scratch, ours: a GEMM recorded into a CUDA graph (the
+        prefill graph) must not allocate during the capture."""
+        self.lib.cublasSetWorkspace_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        _check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(buf.ptr), buf.nbytes), "cublasSetWorkspace")
+
     def gemm(self, x: DArray, w: DArray, y: DArray, T: int, n_in: int, n_out: int, dtype: str = "bf16") -> None:
         """``y[T, n_out] = x[T, n_in] · w[n_out, n_in]ᵀ``: x and w both of
         ``dtype`` (f32, f16 or bf16), fp32 accumulation and output.

@@ -106,17 +106,17 @@ def scratch(dev: Device, name: str, nbytes: int) -> DArray:
     return buf
 
 
-def counter(dev: Device, name: str) -> DArray:
-    """A per-device uint32 at 0 that the kernels using it return to 0 before
-    they exit (a last-block-done ticket, e.g. moe.cu's moe_router_f32).
-    Allocated and zeroed on first use, like ``scratch``: eagerly, before any
-    graph capture."""
+def counter(dev: Device, name: str, n: int = 1) -> DArray:
+    """``n`` per-device uint32s at 0 that the kernels using them return to 0
+    before they exit (last-block-done tickets: moe.cu's moe_router_f32,
+    attention.cu's split decode). Allocated and zeroed on first use, like
+    ``scratch``: eagerly, before any graph capture."""
     key = f"counter:{name}"
-    fresh = key not in _scratch.get(dev, {})
-    buf = scratch(dev, key, 4)
-    if fresh:
+    old = _scratch.get(dev, {}).get(key)
+    buf = scratch(dev, key, 4 * n)
+    if buf is not old:  # new, or regrown (a regrown buffer is not zeroed)
         dev.fill(buf, 0)
-    return DArray(buf.ptr, (1,), np.dtype(np.uint32), dev)
+    return DArray(buf.ptr, (n,), np.dtype(np.uint32), dev)
 
 
 # ---- the GGUF weight types the kernels read (gemv.cu, dequant.cu) ----------

@@ -30,6 +30,10 @@ class Backend:
     def inputs(self, tokens: np.ndarray, start: int):
         return tokens, np.arange(start, start + tokens.size)
 
+    def prefill(self, model, tokens: np.ndarray, start: int):
+        """A prompt micro-batch at positions ``start``...: the last token's logits."""
+        return model.run(*self.inputs(tokens, start))
+
     def to_host(self, x) -> np.ndarray:
         return x
 

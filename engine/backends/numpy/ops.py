@@ -40,19 +40,20 @@ def matmuls(x: np.ndarray, weights, biases=None) -> list[np.ndarray]:
     return [matmul(x, w, b) for w, b in zip(weights, biases)]
 
 
-def add_rms_norm(x: np.ndarray, a: np.ndarray, w: np.ndarray, eps: float,
-                 a_norm: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The residual add and the next norm: ``x + a`` and ``RMSNorm(x + a)·w``;
-    with ``a_norm``, ``a`` is first post-normed: ``RMSNorm(a)·a_norm``."""
+def add_rms_norm(x: np.ndarray, a: np.ndarray, w, eps: float, a_norm: np.ndarray | None = None) -> tuple:
+    """The residual add and the next norm: ``x + a`` and ``RMSNorm(x + a)·w``
+    (``w`` a tuple: one norm per weight); with ``a_norm``, ``a`` is first
+    post-normed: ``RMSNorm(a)·a_norm``."""
     x = x + (a if a_norm is None else rms_norm(a, a_norm, eps))
-    return x, rms_norm(x, w, eps)
+    return (x, *(rms_norm(x, wi, eps) for wi in (w if isinstance(w, tuple) else (w,))))
 
 
-def norm_add(x: np.ndarray, a: np.ndarray, w: np.ndarray, eps: float,
-             scale: np.ndarray | None = None) -> np.ndarray:
+def norm_add(x: np.ndarray, a: np.ndarray, w: np.ndarray, eps: float, scale: np.ndarray | None = None,
+             x_norm: np.ndarray | None = None) -> np.ndarray:
     """A post-normed residual add: ``(x + RMSNorm(a)·w)·scale`` (``scale`` a
-    ``[1]`` weight or None)."""
-    x = x + rms_norm(a, w, eps)
+    ``[1]`` weight or None); with ``x_norm``, x is first normed too:
+    ``RMSNorm(x)·x_norm``."""
+    x = (x if x_norm is None else rms_norm(x, x_norm, eps)) + rms_norm(a, w, eps)
     return x if scale is None else x * scale
 
 
@@ -143,6 +144,11 @@ def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 def geglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
     return gelu_tanh(g) * u
+
+
+def glu(x: np.ndarray, w_gate, w_up, activation: str) -> np.ndarray:
+    g, u = matmuls(x, (w_gate, w_up))
+    return swiglu(g, u) if activation == "silu" else geglu(g, u)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -124,8 +124,9 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     shared = decode_shared(G, head_dim)
     fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
     if n_splits == 1:
-        part_o = part_ml = launch.null()
+        part_o = part_ml = tickets = launch.null()
     else:
+        tickets = launch.counter(dev, "attention_decode", T * n_head_kv)  # the last split block merges
         n_part = T * n_head * n_splits
         nbytes = 4 * n_part * (head_dim + 2)
         buf = scratch if scratch is not None else launch.scratch(dev, "attention", nbytes)
@@ -133,7 +134,5 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         part_o = DArray(buf.ptr, (n_part, head_dim), np.dtype(np.float32), dev)
         part_ml = DArray(buf.ptr + 4 * n_part * head_dim, (n_part, 2), np.dtype(np.float32), dev)
     dev.launch(fn, (n_splits, n_head_kv, T), (32 * warps,),
-               [q, k_cache, v_cache, out, part_o, part_ml, pos, n_head, n_head_kv] + args_tail, shared=shared)
-    if n_splits > 1:
-        fn = launch.function(dev, "attention.cu", "attention_combine", defines)
-        dev.launch(fn, (n_head, T), (head_dim,), [part_o, part_ml, out, pos, n_head, n_splits, int(window)])
+               [q, k_cache, v_cache, out, part_o, part_ml, tickets, pos, n_head, n_head_kv] + args_tail,
+               shared=shared)

@@ -104,3 +104,32 @@ def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: 
                          shared=plan.shared)
     blocks = min(plan.blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
     dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, launch.null_or(add), n_in, n_out), shared=plan.shared)
+
+
+GLU_KERNELS = {"silu": "gemv_glu_silu", "gelu_tanh": "gemv_glu_gelu"}
+
+
+def gemv_glu(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: int, activation: str,
+             rows: int | None = None, xq: bool | None = None) -> None:
+    """y[r] = act(gate_r·x) * (up_r·x), r < n_out, for a stacked gate/up
+    weight W of 2*n_out rows (the gate's, then the up projection's) of one
+    type: the GEMV and the GLU in one launch. ``activation`` "silu" or
+    "gelu_tanh"; ``rows`` (at least 2) and ``xq`` as for ``gemv``."""
+    qt = launch.weight_type(qtype, "gemv")
+    if activation not in GLU_KERNELS:
+        raise AnvilError(f"CUDA gemv_glu: activation must be one of {sorted(GLU_KERNELS)}, got {activation!r}")
+    plan = gemv_plan(qt, n_in, 2 * n_out, dev.sm_count, rows)
+    if plan.rows < 2:  # a group pairs R/2 gate rows with their R/2 up rows
+        plan = gemv_plan(qt, n_in, 2 * n_out, dev.sm_count, 2)
+    need = 2 * n_out * row_bytes(qt, n_in)
+    if W.nbytes < need or x.size < n_in or y.size < n_out:
+        raise AnvilError(f"CUDA gemv_glu {qt.name} [2 x {n_out} x {n_in}]: W has {W.nbytes} bytes (needs {need}), "
+                         f"x {x.size}, y {y.size} elements")
+    launch.aligned(W, "W")
+    launch.aligned(x, "x")
+    name = f"{GLU_KERNELS[activation]}_{launch.TYPE_SUFFIX[qt]}"
+    fn = launch.function(dev, "gemv.cu", name,
+                         {"GEMV_ROWS": plan.rows, "GEMV_XQ": int(XQ if xq is None else xq), "GEMV_GLU": 1},
+                         shared=plan.shared)
+    blocks = min(plan.blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
+    dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, n_in, n_out), shared=plan.shared)

@@ -129,17 +129,22 @@ def router_route(dev: Device, W: DArray, qtype, x: DArray, logits: DArray, ids: 
                                                launch.counter(dev, "moe_router")), shared=plan.shared)
 
 
-def _expert_fn(dev, kind: str, qt, plan: ExpertPlan):
-    return launch.function(dev, "moe.cu", f"moe_{kind}_{launch.TYPE_SUFFIX[qt]}",
-                           {"GEMV_ROWS": plan.rows, "GEMV_XQ": int(gemv_launcher.XQ)},
-                           shared=plan.shared)
+def _expert_fn(dev, kind: str, qt, plan: ExpertPlan, gelu: bool = False):
+    defines = {"GEMV_ROWS": plan.rows, "GEMV_XQ": int(gemv_launcher.XQ)}
+    if gelu:  # a module of its own: only gemma4's experts need it
+        defines["MOE_GELU"] = 1
+    return launch.function(dev, "moe.cu", f"moe_{kind}_{launch.TYPE_SUFFIX[qt]}", defines, shared=plan.shared)
 
 
 def glu(dev: Device, Wg: DArray, Wu: DArray, qtype, ids: DArray, x: DArray, h: DArray, n_in: int, n_out: int,
-        n_expert: int, rows: int | None = None) -> None:
-    """h[t, j] = SiLU(gate[e]·x[t]) ⊙ (up[e]·x[t]), e = ids[t, j]: gate and up
-    experts of one type, x [T, n_in], h [T, k, n_out]."""
-    _expert_rows(dev, "glu", (Wg, Wu), qtype, ids, x, h, n_in, n_out, n_expert, rows)
+        n_expert: int, rows: int | None = None, activation: str = "silu") -> None:
+    """h[t, j] = act(gate[e]·x[t]) ⊙ (up[e]·x[t]), e = ids[t, j]: gate and up
+    experts of one type, x [T, n_in], h [T, k, n_out]; ``activation`` "silu"
+    or "gelu_tanh"."""
+    if activation not in ("silu", "gelu_tanh"):
+        raise AnvilError(f"CUDA moe_glu: activation must be 'silu' or 'gelu_tanh', got {activation!r}")
+    _expert_rows(dev, "glu", (Wg, Wu), qtype, ids, x, h, n_in, n_out, n_expert, rows,
+                 gelu=activation == "gelu_tanh")
 
 
 def gemv(dev: Device, W: DArray, qtype, ids: DArray, x: DArray, y: DArray, n_in: int, n_out: int,
@@ -148,7 +153,7 @@ def gemv(dev: Device, W: DArray, qtype, ids: DArray, x: DArray, y: DArray, n_in:
     _expert_rows(dev, "gemv", (W,), qtype, ids, x, y, n_in, n_out, n_expert, rows)
 
 
-def _expert_rows(dev, kind: str, Ws: tuple, qtype, ids, x, y, n_in, n_out, n_expert, rows) -> None:
+def _expert_rows(dev, kind: str, Ws: tuple, qtype, ids, x, y, n_in, n_out, n_expert, rows, gelu=False) -> None:
     """moe_glu / moe_gemv: one output row per selected expert and token."""
     what = f"moe_{kind}"
     qt = launch.weight_type(qtype, what)
@@ -160,7 +165,7 @@ def _expert_rows(dev, kind: str, Ws: tuple, qtype, ids, x, y, n_in, n_out, n_exp
     if x.size < T * n_in or y.size < T * k * n_out:
         raise AnvilError(f"CUDA {what}: x {x.shape}, out {y.shape} for {T} tokens x {k} experts [{n_out} x {n_in}]")
     plan = expert_plan(qt, n_in, n_out, k, T, kind, dev.sm_count, rows)
-    dev.launch(_expert_fn(dev, kind, qt, plan), (plan.blocks, k, T), (plan.threads,),
+    dev.launch(_expert_fn(dev, kind, qt, plan, gelu), (plan.blocks, k, T), (plan.threads,),
                (*Ws, ids, x, y, n_in, n_out, eb, k), shared=plan.shared)
 
 
