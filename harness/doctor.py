@@ -191,8 +191,8 @@ _LLAMA_PROBE = ("import json, llama_cpp; print(json.dumps({'version': llama_cpp.
 
 def check_llama_cpp_python() -> Check:
     # in a child: importing llama_cpp here, after NumPy, is what crashes its CUDA build
-    fix = ("pip install -e '.[reference]' (CPU build; a few minutes), or build it with CUDA on the GPU host "
-           "(../shared/gpuhost/build-llamacpp.sh); needed only to regenerate references or benchmark llama.cpp")
+    fix = ("scripts/llamacpp-python.sh (a portable CPU build; a few minutes), or with CUDA on the GPU host "
+           "(scripts/gpu/llamacpp.sh); needed only to regenerate references or benchmark llama.cpp")
     p = subprocess.run([sys.executable, "-c", _LLAMA_PROBE], capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
         err = (p.stderr.strip().splitlines() or ["(no message)"])[-1]

@@ -41,8 +41,8 @@ GPU_SETTINGS = {**CPU_SETTINGS, "n_gpu_layers": -1, "type_k": "f16", "type_v": "
 
 def _import_llama_cpp():
     if llama_cpp is None:
-        raise AnvilError("llama-cpp-python is not installed: pip install -e '.[reference]' "
-                         "(it builds llama.cpp from source; a few minutes)")
+        raise AnvilError("llama-cpp-python is not installed: scripts/llamacpp-python.sh "
+                         "(a portable build of llama.cpp from source; a few minutes)")
     return llama_cpp
 
 

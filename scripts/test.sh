@@ -6,10 +6,10 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh test
 # Debian's chromium for the scoreboard's browser test (which skips, saying why, if it cannot be installed)
 scripts/install-browser.sh || echo "could not install chromium: the browser tests will skip"
-# llama-cpp-python (the `reference` extra) for the tests that run llama.cpp itself: PyPI has only its
-# source, so the first run builds it (4.2 min on 2 cores) and pip caches the wheel for the next
-python -c "import llama_cpp" 2>/dev/null || python -m pip install -q -e ".[reference]" \
-  || echo "could not build llama-cpp-python: the tests that run llama.cpp will skip"
+# llama-cpp-python (the `reference` extra) for the tests that run llama.cpp itself, from a portable
+# wheel built on the first run (scripts/llamacpp-python.sh); a build with AMX compiled in is replaced
+python -c "import llama_cpp, sys; sys.exit(b'AMX' in llama_cpp.llama_print_system_info())" 2>/dev/null \
+  || scripts/llamacpp-python.sh || echo "could not build llama-cpp-python: the tests that run llama.cpp will skip"
 # two workers (pytest-xdist), a file at a time each, in the order tests/conftest.py
 # sets; one BLAS thread each: more threads than cores only spin against each other
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} \

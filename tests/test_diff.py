@@ -60,7 +60,7 @@ def test_rel_error_aligns_rows_from_the_end():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python not installed (pip install -e '.[reference]')")
+                    reason="llama-cpp-python not installed (scripts/llamacpp-python.sh)")
 def test_engine_against_llama_cpp_and_a_mutant_localised(capsys):
     from harness import cli
 

@@ -243,7 +243,7 @@ def test_llama_bench_errors(tmp_path):
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # pynvml notice from engine.bench
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python is not installed (pip install -e '.[reference]')")
+                    reason="llama-cpp-python is not installed (scripts/llamacpp-python.sh)")
 def test_llama_cpp_python_runner(tiny_qwen3, tmp_path):
     runner = make_runner("llama-cpp-python", tmp_path)
     assert isinstance(runner, LlamaCppPythonRunner)

@@ -194,7 +194,7 @@ def test_gpu_references_refuse_a_cpu_only_llama_cpp(monkeypatch):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python not installed (pip install -e '.[reference]')")
+                    reason="llama-cpp-python not installed (scripts/llamacpp-python.sh)")
 def test_llama_cpp_variation_is_measured_like_the_engine(tmp_path, monkeypatch, capsys):
     """`harness reference --variation`: llama.cpp under other settings, held
     against its own reference by the engine's comparison code; the gate it

@@ -204,8 +204,8 @@ class LlamaCppPythonRunner(Runner):
         except RunnerError as e:
             if "No module named 'llama_cpp'" in e.stderr_tail:
                 where = f" in {self.site_dir}" if self.site_dir else ""
-                raise AnvilError(f"llama-cpp-python is not importable{where}: pip install -e '.[reference]' "
-                                 f"(CPU build), or build it with CUDA (../shared/gpuhost/build-llamacpp.sh)") from None
+                raise AnvilError(f"llama-cpp-python is not importable{where}: scripts/llamacpp-python.sh "
+                                 f"(CPU build), or with CUDA on the GPU host (scripts/gpu/llamacpp.sh)") from None
             raise
         probe = parse_json_output(out, cmd, err, what="llama-cpp-python probe")
         if self.site_dir and not Path(probe["file"]).resolve().is_relative_to(self.site_dir):
