@@ -32,6 +32,7 @@ MAX_ELEMENTS = 1 << 62  # far past any real tensor; keeps byte sizes inside int6
 class _Cursor:
     def __init__(self, path: Path, buf):
         self.path, self.buf, self.pos = path, buf, 0
+        self.string_arrays: dict[int, int] = {}  # a string array's offset (its item type) -> its end
 
     def fail(self, what: str):
         raise GGUFError(self.path, what)
@@ -70,6 +71,7 @@ class _Cursor:
         if t == GGUFValueType.STRING:
             return self.string(what)
         # an array: its item type and count, each bounded before anything is read
+        start = self.pos
         itype, count = self.unpack("<IQ", f"the array header of {what}")
         if depth:
             self.fail(f"{what} is an array of arrays (not supported)")
@@ -85,6 +87,7 @@ class _Cursor:
             self.pos += count * least
         elif it == GGUFValueType.STRING:
             self._strings(count, what)
+            self.string_arrays[start] = self.pos
         else:
             for i in range(count):
                 self.value(itype, f"{what}[{i}]", depth + 1)
@@ -110,8 +113,10 @@ class _Cursor:
         self.pos = pos
 
 
-def check_layout(path: Path) -> None:
-    """Raise ``GGUFError`` at the first layout problem of the GGUF at ``path``."""
+def check_layout(path: Path) -> dict[int, int]:
+    """Raise ``GGUFError`` at the first layout problem of the GGUF at ``path``.
+    Returns where each string array (a vocabulary, its merges) ends, by the
+    offset of its header: the reader then skips them without a second walk."""
     with open(path, "rb") as f:
         try:
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -119,7 +124,9 @@ def check_layout(path: Path) -> None:
             raise GGUFError(path, "truncated or corrupt: the file is empty") from None
     view = memoryview(buf)
     try:
-        _check(_Cursor(path, view))
+        cursor = _Cursor(path, view)
+        _check(cursor)
+        return cursor.string_arrays
     finally:
         view.release()  # before the map closes (an error's traceback still holds the cursor)
         buf.close()

@@ -25,13 +25,18 @@ _MISSING = object()
 
 
 class _Reader(GGUFReader):
-    """GGUFReader over a plain ndarray view of its memory map.
+    """GGUFReader over a plain ndarray view of its memory map, with arrays read
+    whole.
 
     The reader slices its map once per metadata item; on an ``np.memmap``
     every slice pays for the subclass's bookkeeping, which makes a 262k-token
     vocabulary take ~15 s to open. A plain view of the same mapping (still not
-    a copy) takes ~2 s.
+    a copy) takes ~2 s, and arrays kept whole (below) a fraction of a second.
     """
+
+    def __init__(self, path: Path, string_arrays: dict[int, int]):
+        self._string_ends = string_arrays  # check_layout's: where each string array ends
+        super().__init__(path, "r")
 
     @property
     def data(self):
@@ -43,35 +48,46 @@ class _Reader(GGUFReader):
         self._plain = mapped.view(np.ndarray)
 
     def _get_field_parts(self, orig_offs: int, raw_type: int):
-        """Arrays of scalars or strings (a vocabulary's tokens, scores and
-        types: 10^5 items each) in one pass, the same parts, indices and
-        types as the reader's own item-by-item recursion (gguf 0.19's
-        layout), which spends seconds on a 262k-token vocabulary.
-        check_layout has bounded every count and length before this runs."""
+        """An array of scalars or strings (a vocabulary's tokens, scores and
+        types: 10^5 items each) as one part, not the reader's two NumPy views
+        an item (~1 s per 262k-token vocabulary, paid by every process that
+        opened such a file): a scalar array's items, whose ``contents()`` is
+        the whole list; a string array's bytes, which ``GGUFFile.get``
+        decodes when asked (``string_items``). check_layout has bounded every
+        count and length, and walked the strings, before this runs."""
         if GGUFValueType(raw_type) != GGUFValueType.ARRAY:
             return super()._get_field_parts(orig_offs, raw_type)
         raw_itype = self._get(orig_offs, np.uint32)
         alen = self._get(orig_offs + 4, np.uint64)
         itype, n = GGUFValueType(int(raw_itype[0])), int(alen[0])
         scalar = self.gguf_scalar_to_np.get(itype)
-        if n == 0 or (scalar is None and itype != GGUFValueType.STRING):
+        types = [GGUFValueType.ARRAY, itype]
+        if itype == GGUFValueType.STRING and n and orig_offs in self._string_ends:
+            end = self._string_ends[orig_offs]
+            return end - orig_offs, [raw_itype, alen, self.data[orig_offs + 12:end]], [2], types
+        if n == 0 or scalar is None:
             return super()._get_field_parts(orig_offs, raw_type)
-        offs, data, order = orig_offs + 12, self.data, self.byte_order
-        parts: list[np.ndarray] = [raw_itype, alen]
-        if itype == GGUFValueType.STRING:
-            u64 = np.dtype(np.uint64).newbyteorder(order)
-            u8 = np.dtype(np.uint8).newbyteorder(order)
-            length = struct.Struct("<Q" if (order == "I") == (sys.byteorder == "little") else ">Q").unpack_from
-            for _ in range(n):
-                (size,) = length(data, offs)
-                parts.append(data[offs:offs + 8].view(u64))
-                parts.append(data[offs + 8:offs + 8 + size].view(u8))
-                offs += 8 + size
-            return offs - orig_offs, parts, list(range(3, 2 * n + 2, 2)), [GGUFValueType.ARRAY, itype]
-        dt = np.dtype(scalar).newbyteorder(order)
-        whole = data[offs:offs + n * dt.itemsize].view(dt)
-        parts += [whole[i:i + 1] for i in range(n)]
-        return n * dt.itemsize + 12, parts, list(range(2, n + 2)), [GGUFValueType.ARRAY, itype]
+        dt = np.dtype(scalar).newbyteorder(self.byte_order)
+        offs = orig_offs + 12
+        return n * dt.itemsize + 12, [raw_itype, alen, self.data[offs:offs + n * dt.itemsize].view(dt)], [2], types
+
+    @staticmethod
+    def kept_whole(field) -> bool:
+        """A string array read as one part: the key's name (2 parts), its type,
+        then the array's item type, count and bytes (``data`` points at those)."""
+        return field.types == [GGUFValueType.ARRAY, GGUFValueType.STRING] and field.data == [5]
+
+    def string_items(self, field) -> list[str]:
+        """The strings of a string-array field read by ``_get_field_parts``."""
+        raw, n = field.parts[-1].tobytes(), int(field.parts[-2][0])
+        little = (self.byte_order == "I") == (sys.byteorder == "little")
+        length = struct.Struct("<Q" if little else ">Q").unpack_from
+        out, pos = [], 0
+        for _ in range(n):
+            (size,) = length(raw, pos)
+            out.append(raw[pos + 8:pos + 8 + size].decode("utf-8"))
+            pos += 8 + size
+        return out
 
 
 class GGUFFile:
@@ -87,9 +103,10 @@ class GGUFFile:
             magic = f.read(4)
         if magic != GGUF_MAGIC:
             raise GGUFError(self.path, f"not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
-        check_layout(self.path)  # bounds, types, UTF-8 and tensor extents, before the reader allocates
+        # bounds, types, UTF-8 and tensor extents, before the reader allocates
+        string_arrays = check_layout(self.path)
         try:
-            self._reader = _Reader(self.path, "r")
+            self._reader = _Reader(self.path, string_arrays)
         except Exception as e:  # the reader raises ValueError/IndexError/struct errors on a cut-off file
             raise GGUFError(self.path, f"truncated or corrupt GGUF ({type(e).__name__}: {e})") from None
         self._tensors = {t.name: t for t in self._reader.tensors}
@@ -115,13 +132,17 @@ class GGUFFile:
             if default is _MISSING:
                 raise GGUFError(self.path, f"missing required key '{key}'")
             return default
+        if self._reader.kept_whole(field):
+            return self._reader.string_items(field)
         return field.contents()
 
     def array_len(self, key: str) -> int | None:
         """Length of an array-valued key without decoding it (a 262k-token
         vocabulary takes a while to turn into Python strings)."""
         field = self._reader.fields.get(key)
-        return None if field is None else len(field.data)
+        if field is None:
+            return None
+        return int(field.parts[4][0]) if field.types[0] == GGUFValueType.ARRAY else len(field.data)
 
     def keys(self) -> list[str]:
         return list(self._reader.fields)

@@ -120,18 +120,27 @@ def _degenerate(free, judged, case: Case, eos) -> str | None:
     return None
 
 
-def compare_case(model, case: Case) -> CaseResult:
+def compare_case(model, case: Case, runs: dict | None = None) -> CaseResult:
+    """The engine's greedy run of ``case``'s prompt against the reference's,
+    teacher-forced from the first differing token. ``runs``: a dict shared by
+    the reference sets of one loaded, unchanged model (their prompts are the
+    same): each prompt's free run is computed once."""
     n = len(case.tokens)
     try:
-        return _compare_case(model, case, n)
+        return _compare_case(model, case, n, runs)
     except NonFiniteLogits as e:  # the engine stops at a NaN logit: a failed case, not a crashed gate
         out = CaseResult(case.prompt, n, e.step or 0, "stopped")
         out.degenerate = f"non-finite logits at step {e.step} (position {e.position})"
         return out
 
 
-def _compare_case(model, case: Case, n: int) -> CaseResult:
-    free = greedy(model, case.prompt_ids, n, keep_logits=True)
+def _compare_case(model, case: Case, n: int, runs: dict | None) -> CaseResult:
+    key = (tuple(case.prompt_ids), n)
+    free = runs.get(key) if runs is not None else None
+    if free is None:
+        free = greedy(model, case.prompt_ids, n, keep_logits=True)
+        if runs is not None:
+            runs[key] = free
     matched = next((i for i, (a, b) in enumerate(zip(free.tokens, case.tokens)) if a != b), n)
     if matched == n:
         judged, mode = free, "exact"

@@ -464,15 +464,16 @@ def run_one(mutant: Mutant, backend: str, pairs: list[tuple[str, str]]) -> dict:
 
     cat = catalog.load()
     tried = []
-    for name, s in pairs:
-        e = catalog.entry(name, cat)
-        with mutant.on():
-            r = validate.run(cat, e, refs.for_entry(e, s), s, backend, quiet=True, first_failure=True)
-        tried.append(f"{name} ({s})")
-        if not r.passed:
-            return {"mutant": mutant.name, "caught": True, "model": name, "references": s,
-                    "checks": sorted({f.check for f in r.failures}),
-                    "first": validate.format_failures([r]).splitlines()[0], "tried": tried}
+    with mutant.on():  # a model's sets share its (mutated) load and free runs
+        loaded = validate.Loaded(cat, backend, quiet=True)
+        for name, s in pairs:
+            e = catalog.entry(name, cat)
+            r = validate.run(cat, e, refs.for_entry(e, s), s, backend, first_failure=True, loaded=loaded)
+            tried.append(f"{name} ({s})")
+            if not r.passed:
+                return {"mutant": mutant.name, "caught": True, "model": name, "references": s,
+                        "checks": sorted({f.check for f in r.failures}),
+                        "first": validate.format_failures([r]).splitlines()[0], "tried": tried}
     return {"mutant": mutant.name, "caught": False, "tried": tried}
 
 

@@ -157,11 +157,12 @@ def judge(i: int, c: CaseResult, gate: catalog.Gate) -> list[Failure]:
 
 def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: str, progress=None,
                    tier: str | None = None, gate: catalog.Gate | None = None,
-                   first_failure: bool = False) -> ModelResult:
+                   first_failure: bool = False, runs: dict | None = None) -> ModelResult:
     """``model`` against ``ref``, the model's references of set ``tier``
     (default: its own tier), judged by ``gate`` (default: the catalog's).
     ``first_failure``: stop after the first prompt that fails (the verdict
-    is already known; `harness mutants` needs no more)."""
+    is already known; `harness mutants` needs no more). ``runs``: shared by
+    the sets of one loaded model (compare.compare_case)."""
     t0 = time.perf_counter()
     tier = tier or entry.tier
     gate = gate or entry.gate(backend, tier)
@@ -169,7 +170,7 @@ def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: st
         raise catalog.AnvilError(f"catalog: {entry.name} has no gate.{entry.gate_key(backend, tier)} thresholds")
     out = ModelResult(entry.name, tier, backend, gate)
     for i, case in enumerate(ref.cases):
-        r = compare_case(model, case)
+        r = compare_case(model, case, runs)
         out.cases.append(r)
         out.failures += judge(i, r, gate)
         if progress:
@@ -180,18 +181,37 @@ def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: st
     return out
 
 
-def run(cat, entry: catalog.Entry, ref: refs.Reference, reference_set: str, backend: str, progress=None,
-        quiet: bool = False, first_failure: bool = False) -> ModelResult:
-    """Load the catalog model on ``backend`` as its references were made (the
-    KV cache type llama.cpp used: F32 on the CPU, F16 with CUDA) and validate it
-    (``first_failure``: as validate_model)."""
-    import engine
+class Loaded:
+    """The catalog models as the validation loads them, the last one kept:
+    consecutive reference sets of one model share the loaded model and its
+    free greedy runs (their prompts are the same: compare.compare_case)."""
 
-    path = catalog.model_path(entry.name, catalog=cat, progress=not quiet)
-    options = {"kv_f16": ref.settings.get("type_k") != "f32"} if backend == "cuda" else {}
-    model = engine.load(path, backend=backend, **options)
+    def __init__(self, cat, backend: str, quiet: bool = False):
+        self.cat, self.backend, self.quiet = cat, backend, quiet
+        self.key = self.model = self.runs = None
+
+    def get(self, entry: catalog.Entry, ref: refs.Reference):
+        """(model, runs) for ``entry`` loaded as ``ref`` was made (the KV cache
+        type llama.cpp used: F32 on the CPU, F16 with CUDA)."""
+        import engine
+
+        options = {"kv_f16": ref.settings.get("type_k") != "f32"} if self.backend == "cuda" else {}
+        key = (entry.name, tuple(sorted(options.items())))
+        if key != self.key:
+            self.key = self.model = None  # one model in memory at a time
+            path = catalog.model_path(entry.name, catalog=self.cat, progress=not self.quiet)
+            self.model, self.runs, self.key = engine.load(path, backend=self.backend, **options), {}, key
+        return self.model, self.runs
+
+
+def run(cat, entry: catalog.Entry, ref: refs.Reference, reference_set: str, backend: str, progress=None,
+        quiet: bool = False, first_failure: bool = False, loaded: Loaded | None = None) -> ModelResult:
+    """Load the catalog model on ``backend`` (through ``loaded``, to share it
+    with the model's other sets) and validate it (``first_failure``: as
+    validate_model)."""
+    model, runs = (loaded or Loaded(cat, backend, quiet)).get(entry, ref)
     return validate_model(model, entry, ref, backend, progress=progress, tier=reference_set,
-                          first_failure=first_failure)
+                          first_failure=first_failure, runs=runs)
 
 
 def _fmt(v: float | None, bound: float | None) -> str:

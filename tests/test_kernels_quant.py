@@ -57,9 +57,9 @@ def test_gemv_compiles(rows, xq):
         assert f"gemv_{suffix(t)}\0".encode() in cubin, f"gemv.cu does not export gemv_{suffix(t)}"
 
 
-@pytest.mark.parametrize("rows", [16, 2])
-def test_gemv_glu_compiles(rows):
-    cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_ROWS": rows, "GEMV_XQ": 1, "GEMV_GLU": 1})
+def test_gemv_glu_compiles():
+    # one GEMV_ROWS (the GLU kernels are gemv_impl's, which test_gemv_compiles builds at every rows value)
+    cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_ROWS": 2, "GEMV_XQ": 1, "GEMV_GLU": 1})
     for t in TYPES:
         for act in ("silu", "gelu"):
             assert f"gemv_glu_{act}_{suffix(t)}\0".encode() in cubin, f"gemv.cu does not export gemv_glu_{act}"

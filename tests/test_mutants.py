@@ -97,7 +97,7 @@ def test_a_failed_child_is_not_judged_not_uncaught():
 def test_kernel_source_mutants_still_apply_and_compile():
     """A CUDA mutant edits a kernel's source: the text it replaces must still
     be there, and the result must compile (NVRTC runs without a GPU)."""
-    for name, file, mark, compiled in (("gelu-erf", "elementwise.cu", "erff(", "elementwise.cu"),
+    for name, file, mark, compiled in (("gelu-erf", "common.cuh", "erff(", "elementwise.cu"),
                                        ("moe-router-sigmoid", "moe.cu", "__expf(-p[i])", "moe.cu"),
                                        ("moe-weights-reversed", "moe.cu", "weights[k - 1 - lane]", "moe.cu"),
                                        ("post-norms-skipped", "norm.cu", "return v;", "norm.cu"),

@@ -44,10 +44,11 @@ def run(args) -> int:
     results = []
     total = sum(len(ref.cases) for _, ref, _ in plan)
     with tqdm(total=total, desc="validate", unit="prompt", disable=args.json or not sys.stderr.isatty()) as bar:
+        loaded = validate.Loaded(cat, backend, quiet=args.json)  # a model's sets one after another: loaded once
         for e, ref, rset in plan:
             bar.set_postfix_str(f"{e.name} ({rset})")
             results.append(validate.run(cat, e, ref, rset, backend, progress=lambda: bar.update(1),
-                                        quiet=args.json))
+                                        quiet=args.json, loaded=loaded))
             if not args.json and not sys.stderr.isatty():
                 r = results[-1]
                 print(f"{e.name} ({rset} references): {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f} s)",
