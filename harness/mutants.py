@@ -419,6 +419,13 @@ MUTANTS += [
            backends=("cuda",)),
     Mutant("xq-q6k-offset-dropped", "int8-activation GEMV: Q6_K's -32 offset left out of the integer sums", _any,
            _kernel_source("gemv.cuh", "xs.s[g] = 32 * __dp4a(", "xs.s[g] = 0 * __dp4a("), backends=("cuda",)),
+    # the decode fusions (reports/notes/fusions-2026-12-01.md): code the NumPy engine does not have
+    Mutant("glu-up-row-shifted", "GLU GEMV: each gate row paired with the previous row's up projection", _any,
+           _kernel_source("gemv.cuh", "(r < H ? 0 : n_out)", "(r < H ? 0 : n_out - 1)"), backends=("cuda",)),
+    Mutant("attn-merge-first-split", "split decode attention: the last block merges only the first split's "
+           "keys (a long context's later keys dropped)", _any,
+           _kernel_source("attention.cu", "for (int u = 0; u < n_active; ++u) {", "for (int u = 0; u < 1; ++u) {"),
+           backends=("cuda",)),
 ]
 BY_NAME = {m.name: m for m in MUTANTS}
 

@@ -98,16 +98,20 @@ def test_kernel_source_mutants_still_apply_and_compile():
     """A CUDA mutant edits a kernel's source: the text it replaces must still
     be there, and the result must compile (NVRTC runs without a GPU; one row
     per GEMV block, the quickest build of the files that take it)."""
-    for name, file, mark, compiled in (("gelu-erf", "common.cuh", "erff(", "elementwise.cu"),
-                                       ("moe-router-sigmoid", "moe.cu", "__expf(-p[i])", "moe.cu"),
-                                       ("moe-weights-reversed", "moe.cu", "weights[k - 1 - lane]", "moe.cu"),
-                                       ("post-norms-skipped", "norm.cu", "return v;", "norm.cu"),
-                                       ("xq-min-sums-swapped", "gemv.cuh", "* hi.s), mhi", "gemv.cu"),
-                                       ("xq-q6k-offset-dropped", "gemv.cuh", "0 * __dp4a(", "gemv.cu")):
+    one = {"GEMV_ROWS": 1}
+    for name, file, mark, compiled, defines in (
+            ("gelu-erf", "common.cuh", "erff(", "elementwise.cu", {}),
+            ("moe-router-sigmoid", "moe.cu", "__expf(-p[i])", "moe.cu", one),
+            ("moe-weights-reversed", "moe.cu", "weights[k - 1 - lane]", "moe.cu", one),
+            ("post-norms-skipped", "norm.cu", "return v;", "norm.cu", {}),
+            ("xq-min-sums-swapped", "gemv.cuh", "* hi.s), mhi", "gemv.cu", one),
+            ("xq-q6k-offset-dropped", "gemv.cuh", "0 * __dp4a(", "gemv.cu", one),
+            ("glu-up-row-shifted", "gemv.cuh", "(r < H ? 0 : n_out - 1)", "gemv.cu", {"GEMV_ROWS": 2, "GEMV_GLU": 1}),
+            ("attn-merge-first-split", "attention.cu", "u < 1; ++u", "attention.cu", {})):
         code = ("from harness.mutants import BY_NAME; from engine.backends.cuda import compile as c\n"
                 f"with BY_NAME[{name!r}].on():\n"
                 f"    assert {mark!r} in (c.KERNELS_DIR / {file!r}).read_text()\n"
-                f"    print(len(c.compile_cubin({compiled!r}, 'sm_90', {{'GEMV_ROWS': 1}})))\n"
+                f"    print(len(c.compile_cubin({compiled!r}, 'sm_90', {defines!r})))\n"
                 f"assert {mark!r} not in (c.KERNELS_DIR / {file!r}).read_text()  # undone on exit\n")
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert p.returncode == 0 and int(p.stdout) > 0, (name, p.stderr[-2000:])
