@@ -17,6 +17,7 @@ import mmap
 import struct
 from pathlib import Path
 
+import numpy as np
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 
 from .errors import GGUFError
@@ -94,22 +95,37 @@ class _Cursor:
         return None
 
     def _strings(self, count: int, what: str) -> None:
-        """An array of strings (a vocabulary: 10^5 of them), checked in one tight loop."""
+        """An array of strings (a vocabulary: 10^5 of them): the lengths walked
+        and bounded in one tight loop, then all of them checked as UTF-8 at
+        once, their 8-byte length fields blanked to ASCII spaces (a character
+        cannot run across a space, so the whole decodes only if each string
+        does); on failure, string by string, to name the bad one."""
         buf, pos, end, unpack = self.buf, self.pos, len(self.buf), struct.Struct("<Q").unpack_from
+        start, heads = pos, []
         for i in range(count):
             if pos + 8 > end:
                 self.pos = pos
                 self.need(8, f"the length of {what}[{i}]")
             (n,) = unpack(buf, pos)
+            heads.append(pos)
             pos += 8
             if n > end - pos:
                 self.pos = pos
                 self.need(n, f"{what}[{i}]")
-            try:
-                str(buf[pos:pos + n], "utf-8")
-            except UnicodeDecodeError as e:
-                self.fail(f"{what}[{i}] is not valid UTF-8 (byte {buf[pos + e.start]:#04x} at position {e.start})")
             pos += n
+        region = np.frombuffer(buf[start:pos], np.uint8).copy()
+        if heads:
+            region[(np.asarray(heads) - start)[:, None] + np.arange(8)] = 0x20
+        try:
+            str(region, "utf-8")
+        except UnicodeDecodeError:
+            for i, h in enumerate(heads):
+                (n,) = unpack(buf, h)
+                try:
+                    str(buf[h + 8:h + 8 + n], "utf-8")
+                except UnicodeDecodeError as e:
+                    self.fail(f"{what}[{i}] is not valid UTF-8 (byte {buf[h + 8 + e.start]:#04x} at position "
+                              f"{e.start})")
         self.pos = pos
 
 

@@ -278,6 +278,33 @@ def test_corrupt_layout_is_one_clear_line(tmp_path, case, marker, skip, fmt, val
     assert_one_line_error(r, str(p), says)
 
 
+@pytest.mark.parametrize("i,patch", [(2, {0: 0xFF}), (1, {-1: 0xC3, "next": 0xA9})],
+                         ids=["bad byte", "a character split across two strings"])
+def test_a_vocabulary_string_that_is_not_utf8_is_named(tmp_path, i, patch):
+    """The vocabulary is UTF-8-checked all at once: a bad string, also one whose
+    last byte starts a character the next string's first byte would finish,
+    is still named."""
+    import struct
+
+    from engine.errors import GGUFError
+    from engine.gguf_check import check_layout
+
+    good = bytearray(write_tiny(tmp_path / "ok.gguf").read_bytes())
+    at = good.index(b"tokenizer.ggml.tokens") + len(b"tokenizer.ggml.tokens") + 4 + 4 + 8  # the first string
+    starts = []
+    for _ in range(i + 2):
+        (n,) = struct.unpack_from("<Q", good, at)
+        starts.append((at + 8, n))
+        at += 8 + n
+    (s0, n0), (s1, _) = starts[i], starts[i + 1]
+    assert n0 >= 1
+    for where, byte in patch.items():
+        good[s1 if where == "next" else (s0 + where if where >= 0 else s0 + n0 + where)] = byte
+    p = _write(tmp_path, bytes(good))
+    with pytest.raises(GGUFError, match=rf"tokenizer\.ggml\.tokens'\[{i}\] is not valid UTF-8"):
+        check_layout(p)
+
+
 def test_layout_check_is_fast_on_a_real_vocabulary(gemma3_path):
     """262k tokenizer strings walked and UTF-8-checked in a fraction of a second."""
     import time
