@@ -524,9 +524,10 @@ class Backend:
         first eager run, then replayed with the tokens and positions written
         into static buffers. The pass's kernels read positions from device
         memory and size their grids from shapes alone, so one graph serves
-        every start position; a replay saves the ~20 Python launches per
-        layer that kept the GPU waiting between kernels. Shorter pieces run
-        eagerly (each length would need its own graph)."""
+        every start position, and a replay issues the pass without Python
+        (at 512 tokens the GEMMs dominate: reports/notes/fusions-2026-12-01.md
+        measured a small gain). Shorter pieces run eagerly (each length would
+        need its own graph)."""
         from ...model import UBATCH
 
         T = tokens.size
