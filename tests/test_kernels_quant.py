@@ -27,7 +27,7 @@ from engine.backends.cuda import gemv_bench
 from engine.backends.cuda import launch
 from engine.backends.cuda.launchers import dequant, gemv
 from engine.errors import AnvilError
-from engine.quants import BLOCK, QType, dequantize, quantize_x, xq_group
+from engine.quants import BLOCK, QType, dequantize, quantize_x, row_bytes, xq_group
 
 SEED = int(os.environ.get("ANVIL_KERNELS_SEED", secrets.randbelow(2**32)))
 TYPES = list(launch.WEIGHT_TYPES)
@@ -55,6 +55,40 @@ def test_gemv_compiles(rows, xq):
     cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_ROWS": rows, "GEMV_XQ": xq})
     for t in TYPES:
         assert f"gemv_{suffix(t)}\0".encode() in cubin, f"gemv.cu does not export gemv_{suffix(t)}"
+
+
+def test_gemv_bulk_compiles():
+    # the bulk-copy ring (sm_90), plain and GLU, at the most passes compiled
+    for defines in ({"GEMV_ROWS": 8, "GEMV_BULK": 1, "GEMV_PASSES": gemv.MAX_PASSES},
+                    {"GEMV_ROWS": 4, "GEMV_BULK": 1, "GEMV_PASSES": 1, "GEMV_GLU": 1}):
+        cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_XQ": 1, **defines})
+        for t in TYPES:
+            name = f"gemv_glu_silu_{suffix(t)}" if "GEMV_GLU" in defines else f"gemv_{suffix(t)}"
+            assert f"{name}\0".encode() in cubin, f"gemv.cu does not export {name} with {defines}"
+
+
+def test_gemv_bulk_plan():
+    """Rows per group, stages and passes of the bulk-copy GEMV: every output
+    row in some group, the ring within the budget, a row's units within reach
+    of the lanes; rows too long for MAX_PASSES go to gemv_impl (None)."""
+    for t in TYPES:
+        for n_in, n_out, glu in [(4096, 151936, False), (14336, 4096, False), (qk(t), 1, False),
+                                 (4096, 1000, False), (5376, 21504, True), (2048, 768, True), (21504, 5376, False)]:
+            p = gemv.bulk_plan(t, n_in, n_out, 132, glu)
+            if p is None:
+                continue
+            h = p.rows // 2 if glu else p.rows
+            assert p.blocks * h >= n_out > (p.blocks - 1) * h
+            assert 1 <= p.stages <= gemv.MAX_STAGES and p.shared <= 227 * 1024
+            units = n_in // (qk(t) if t not in FLOATS else 4 if t == QType.F32 else 8) * gemv._GEMV_UNITS.get(t, (1,))[0]
+            assert units <= p.passes * p.threads <= gemv.MAX_PASSES * gemv.MAX_THREADS
+            assert p.shared == p.stages * (2 * gemv.bulk_part(h * row_bytes(t, n_in)) if glu else gemv.bulk_part(h * row_bytes(t, n_in)))
+    assert gemv.bulk_plan(QType.Q4_K, 40960, 64) is None  # 1280 units: past 4 passes of 256 lanes
+    # the H200 sweep's best (reports/notes/gemv-bulk-2026-12-01.md)
+    p = gemv.bulk_plan(QType.Q4_K, 4096, 4096)
+    assert (p.rows, p.stages, p.passes) == (16, 1, 1)  # 256 groups, 4 blocks per SM: all requested at once
+    p = gemv.bulk_plan(QType.Q6_K, 12288, 4096)
+    assert (p.rows, p.stages, p.passes) == (4, 2, 2)
 
 
 def test_gemv_glu_compiles():
@@ -185,6 +219,8 @@ def gemv_cases(t: QType) -> list[tuple[int, int, int | None, str]]:
         # more row groups than resident blocks: each block streams several groups
         (4 * k, 20011, 1, "bias"),         # one step per row
         (14336, 2999, 2, "residual"),      # several steps per row, the wrap to the next group
+        (21504, 300, None, "bias"),        # bulk: 3 passes (Q4_K) or 4 (Q8_0)
+        (40960, 70, None, "none"),         # bulk: too many units per lane, gemv_impl instead
     ]
     cases += [(2 * 256, 77, r, "bias") for r in gemv.ROW_CHOICES]
     if t in FLOATS:
@@ -193,12 +229,15 @@ def gemv_cases(t: QType) -> list[tuple[int, int, int | None, str]]:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "warp"])
 @pytest.mark.parametrize("xq", [True, False], ids=["x-int8", "x-fp32"])
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
-def test_gemv(dev, t, xq):
+def test_gemv(dev, t, xq, bulk):
     """Both activation paths: int8 x (the default for block types) against
     the exact product with quantize_x's values, fp32 x against the exact
-    product with x; the same tolerance (the kernel's fp32 arithmetic)."""
+    product with x; the same tolerance (the kernel's fp32 arithmetic). Both
+    streamings: bulk copies into a ring (gemv_bulk_impl), per-warp staging
+    (gemv_impl)."""
     if xq and t in FLOATS:
         pytest.skip("float weights always take fp32 activations")
     for n_in, n_out, rows, mode in gemv_cases(t):
@@ -210,12 +249,12 @@ def test_gemv(dev, t, xq):
         W, dx = dev.upload(raw), dev.upload(x)
         if mode == "residual":  # y holds add: the one output that cannot be poisoned
             y = dev.upload(add)
-            gemv.gemv(dev, W, t, dx, y, n_in, n_out, add=y, rows=rows, xq=xq)
+            gemv.gemv(dev, W, t, dx, y, n_in, n_out, add=y, rows=rows, xq=xq, bulk=bulk)
         else:
             y = dev.empty((n_out,), np.float32)
             dev.fill(y, 0xFF)
             d_add = dev.upload(add) if mode == "bias" else None
-            gemv.gemv(dev, W, t, dx, y, n_in, n_out, add=d_add, rows=rows, xq=xq)
+            gemv.gemv(dev, W, t, dx, y, n_in, n_out, add=d_add, rows=rows, xq=xq, bulk=bulk)
         got = y.numpy()
 
         w = dequantize(raw, t, (n_out, n_in)).astype(np.float64)
@@ -238,28 +277,30 @@ def test_gemv(dev, t, xq):
         bad = ~(err <= atol + rtol * np.abs(ref))  # NaN (poison left over) counts as bad
         if bad.any():
             i = int(np.argmax(bad))
-            pytest.fail(f"gemv {t.name} [{n_out} x {n_in}] rows={rows} add={mode} xq={xq} (seed {SEED}): "
+            pytest.fail(f"gemv {t.name} [{n_out} x {n_in}] rows={rows} add={mode} xq={xq} bulk={bulk} (seed {SEED}): "
                         f"{int(bad.sum())} of {n_out} rows off, first row {i}: {got[i]!r} vs {ref[i]!r} "
                         f"(atol {atol[i]:.3g})")
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "warp"])
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
-def test_gemv_glu(dev, t):
+def test_gemv_glu(dev, t, bulk):
     """The GLU GEMV (a stacked gate/up weight, the activation in the
     epilogue) against act(gate·x) ⊙ (up·x) from the exact products, with
     test_gemv's bound on each product carried through the activation
     (|SiLU'|, |GELU_tanh'| < 1.2)."""
     k = qk(t) if t not in FLOATS else 8
     for activation in ("silu", "gelu_tanh"):
-        for n_in, n_ff, rows in [(k, 37, None), (3 * k, 515, 2), (4096, 1000, 16), (14336, 2999, None)]:
+        for n_in, n_ff, rows in [(k, 37, None), (3 * k, 515, 2), (4096, 1000, 16), (14336, 2999, None),
+                                 (21504, 300, None)]:
             g = rng("gemv_glu", t, activation, n_in, n_ff, rows)
             raw = gemv_bench.random_weights(g, t, 2 * n_ff, n_in)  # gate rows, then up rows
             x = g.standard_normal(n_in, dtype=np.float32)
             x[g.integers(0, n_in, max(1, n_in // 50))] *= 30
             y = dev.empty((n_ff,), np.float32)
             dev.fill(y, 0xFF)
-            gemv.gemv_glu(dev, dev.upload(raw), t, dev.upload(x), y, n_in, n_ff, activation, rows=rows)
+            gemv.gemv_glu(dev, dev.upload(raw), t, dev.upload(x), y, n_in, n_ff, activation, rows=rows, bulk=bulk)
             got = y.numpy().astype(np.float64)
 
             xs = quantize_x(x, xq_group(t)) if t not in FLOATS else x.astype(np.float64)
@@ -276,7 +317,7 @@ def test_gemv_glu(dev, t):
             bad = ~(np.abs(got - ref) <= bound)
             if bad.any():
                 i = int(np.argmax(bad))
-                pytest.fail(f"gemv_glu {activation} {t.name} [{n_ff} x {n_in}] rows={rows} (seed {SEED}): "
+                pytest.fail(f"gemv_glu {activation} {t.name} [{n_ff} x {n_in}] rows={rows} bulk={bulk} (seed {SEED}): "
                             f"{int(bad.sum())} of {n_ff} off, first {i}: {got[i]!r} vs {ref[i]!r}")
 
 

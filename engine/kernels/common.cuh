@@ -8,6 +8,7 @@ typedef signed char int8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef int int32_t;
+typedef unsigned long long uint64_t;
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif

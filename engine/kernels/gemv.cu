@@ -12,16 +12,25 @@
 // written, by one thread); y must not alias x. The layout, the types and the
 // per-warp machinery are gemv.cuh's.
 //
-// The streaming and the shared-memory reduction are gemv_impl's (gemv.cuh).
+// The streaming and the shared-memory reduction are gemv_impl's (gemv.cuh),
+// or with GEMV_BULK=1 gemv_bulk_impl's (bulk copies into a ring of stages, sm_90).
 #include "gemv.cuh"
 
 #ifndef GEMV_GLU
 #define GEMV_GLU 0
 #endif
+#ifndef GEMV_BULK
+#define GEMV_BULK 0
+#endif
+#if GEMV_BULK
+#define GEMV_IMPL gemv_bulk_impl
+#else
+#define GEMV_IMPL gemv_impl
+#endif
 
 #if GEMV_GLU
-#define GLU_SILU_CALL(Q) gemv_impl<Q, SiluMul>(static_cast<const uint8_t*>(W), x, y, nullptr, n_in, n_out)
-#define GLU_GELU_CALL(Q) gemv_impl<Q, GeluTanhMul>(static_cast<const uint8_t*>(W), x, y, nullptr, n_in, n_out)
+#define GLU_SILU_CALL(Q) GEMV_IMPL<Q, SiluMul>(static_cast<const uint8_t*>(W), x, y, nullptr, n_in, n_out)
+#define GLU_GELU_CALL(Q) GEMV_IMPL<Q, GeluTanhMul>(static_cast<const uint8_t*>(W), x, y, nullptr, n_in, n_out)
 #define GEMV_GLU_KERNELS(name)                                                                            \
     extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)                                      \
         gemv_glu_silu_##name(const void* W, const float* x, float* y, int n_in, int n_out) {               \
@@ -33,7 +42,7 @@
     }
 FOR_EACH_WEIGHT_TYPE(GEMV_GLU_KERNELS)
 #else
-#define GEMV_CALL(Q) gemv_impl<Q>(static_cast<const uint8_t*>(W), x, y, add, n_in, n_out)
+#define GEMV_CALL(Q) GEMV_IMPL<Q>(static_cast<const uint8_t*>(W), x, y, add, n_in, n_out)
 #define GEMV(name)                                                                                   \
     extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)                                 \
         gemv_##name(const void* W, const float* x, float* y, const float* add, int n_in, int n_out) { \

@@ -798,3 +798,153 @@ __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const f
         base = nb;
     }
 }
+
+// ---- the dense product streamed through bulk copies (sm_90; GEMV_BULK=1) -------------
+//
+// The same work split as gemv_impl (lane = unit of every row of a group, x in
+// registers, the group's sums meet across warps in shared memory), but the
+// weights of a group -- R consecutive rows, i.e. one contiguous byte range (for
+// GLU: the H gate rows and the H up rows, two ranges) -- arrive in one bulk
+// copy (cp.async.bulk, the copy engine of sm_90: one thread issues it and an
+// mbarrier counts its bytes in) into a ring of stages in dynamic shared memory,
+// as many as fit (S = dynamic_smem / stage bytes, at most GEMV_MAX_STAGES).
+// Block b takes groups b, b + gridDim.x, ...; its first S groups are requested
+// before pdl_wait() (the previous kernel still running), and a stage is
+// refilled with the group S further on as soon as the block has summed the
+// group it held. So each block keeps S groups in flight with no warp waiting on
+// its own copies, where gemv_impl's warps each stage, wait, then decode.
+// A row past x's reach (n_in > GEMV_PASSES * blockDim.x units) is not supported
+// here: the launcher picks gemv_impl then.
+#ifndef GEMV_PASSES
+#define GEMV_PASSES 1  // units per lane and row: U <= GEMV_PASSES * blockDim.x
+#endif
+#define GEMV_MAX_STAGES 8
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// the barrier expects `bytes` more from bulk copies, and this thread arrives
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT;\n}\n" ::"r"(
+            smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+// bytes [src, src + bytes) of global memory to dst (both 16-byte aligned, bytes a
+// multiple of 16), completing on bar
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+// Bytes of a stage part holding `len` bytes that start anywhere: the copy runs
+// from the 16-byte floor of the start to the 16-byte ceiling of the end (the
+// extra bytes share a 16-byte granule with wanted ones, so never leave the
+// allocation). launchers/gemv.py bulk_part computes the same.
+__host__ __device__ constexpr size_t bulk_part(size_t len) { return (len + 30) / 16 * 16; }
+// Issue the copy of [src, src + len) into part, counting its bytes on bar; returns the bytes.
+__device__ __forceinline__ uint32_t bulk_span(uint8_t* part, const uint8_t* src, size_t len, uint64_t* bar) {
+    const size_t s = reinterpret_cast<size_t>(src), a0 = s & ~(size_t)15;
+    const uint32_t n = (uint32_t)(((s + len + 15) & ~(size_t)15) - a0);
+    bulk_copy(part, reinterpret_cast<const void*>(a0), n, bar);
+    return n;
+}
+
+template <class Q, class Act = NoAct>
+__device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, const float* __restrict__ x, float* y,
+                                               const float* add, int n_in, int n_out) {
+    constexpr int R = GEMV_ROWS, P = GEMV_PASSES;
+    constexpr bool GLU = !is_no_act<Act>::value;
+    constexpr int H = GLU ? R / 2 : R;  // output rows per group; a part holds H rows
+    constexpr int PARTS = GLU ? 2 : 1;
+    static_assert(!GLU || (R >= 2 && R % 2 == 0), "GLU GEMV needs an even GEMV_ROWS");
+    extern __shared__ __align__(128) uint8_t gemv_ring[];
+    __shared__ __align__(8) uint64_t full[GEMV_MAX_STAGES];
+    __shared__ float red[2][GEMV_MAX_WARPS][R];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NT = blockDim.x;
+    const size_t row_bytes = (size_t)(n_in / Q::QK) * Q::BYTES;
+    const int U = n_in / Q::QK * Q::UPB;
+    const int groups = (n_out + H - 1) / H;
+    const int part = (int)bulk_part((size_t)H * row_bytes), stage = PARTS * part;
+    uint32_t dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const int S = min((int)(dyn / (uint32_t)stage), GEMV_MAX_STAGES);
+    if (S < 1 || U > P * NT) __trap();  // the launcher sized this launch wrongly
+    // part p of group g: its first row, and how many of its rows exist
+    auto part_src = [=](int g, int p) { return W + (size_t)((GLU && p ? n_out : 0) + g * H) * row_bytes; };
+    const auto issue = [&](int k) {  // group k of this block into stage k % S (one thread)
+        const int g = blockIdx.x + k * gridDim.x;
+        const size_t len = (size_t)min(H, n_out - g * H) * row_bytes;
+        uint8_t* st = gemv_ring + (k % S) * stage;
+        uint64_t* bar = &full[k % S];
+        uint32_t bytes = 0;
+        for (int p = 0; p < PARTS; p++) {
+            const size_t s = reinterpret_cast<size_t>(part_src(g, p)), a0 = s & ~(size_t)15;
+            bytes += (uint32_t)(((s + len + 15) & ~(size_t)15) - a0);
+        }
+        mbar_expect_tx(bar, bytes);
+        for (int p = 0; p < PARTS; p++) bulk_span(st + p * part, part_src(g, p), len, bar);
+    };
+    const int mine = groups > (int)blockIdx.x ? (groups - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    if (tid == 0) {
+        for (int s = 0; s < S; s++) mbar_init(&full[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int k = 0; k < min(S, mine); k++) issue(k);  // weights only: before the previous kernel ends
+    }
+    __syncthreads();  // the barriers are initialised
+    pdl_wait();
+    pdl_launch_next();
+    typename Q::Xs xs[P];
+    const int first = warp * 32 + lane;  // this lane's unit in pass 0; pass p adds p*NT
+#pragma unroll
+    for (int p = 0; p < P; p++)
+        if (first + p * NT < U) Q::load_x(xs[p], x, first + p * NT);
+    for (int k = 0; k < mine; k++) {
+        const int g = blockIdx.x + k * gridDim.x, s = k % S;
+        const uint8_t* st = gemv_ring + s * stage;
+        mbar_wait(&full[s], (uint32_t)(k / S) & 1u);
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = 0.0f;
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            const int u = first + p * NT;
+            if (u < U) {
+                const int boff = u / Q::UPB * Q::BYTES, sub = u % Q::UPB;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int pp = GLU && r >= H ? 1 : 0, i = GLU ? r % H : r;
+                    const int off = (int)(reinterpret_cast<size_t>(part_src(g, pp)) & 15) + i * (int)row_bytes;
+                    acc[r] += Q::dot(st + pp * part, off + boff, sub, xs[p]);
+                }
+            }
+        }
+        const int parity = k & 1;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float v = warp_sum(acc[r]);
+            if (lane == 0) red[parity][warp][r] = v;
+        }
+        __syncthreads();  // the stage is read (it may be refilled) and red[parity] is complete
+        if (tid == 0 && k + S < mine) issue(k + S);
+        const int row = g * H + tid;
+        if (tid < H && row < n_out) {
+            float sum = 0.0f;
+            for (int w = 0; w < NT / 32; w++) sum += red[parity][w][tid];
+            if (GLU) {
+                float u = 0.0f;
+                for (int w = 0; w < NT / 32; w++) u += red[parity][w][tid + H];
+                sum = Act()(sum, u);
+            } else if (add) {
+                sum += add[row];
+            }
+            y[row] = sum;
+        }
+    }
+}

@@ -14,7 +14,7 @@ import numpy as np
 from ...quants import BLOCK, QType, row_bytes
 from .device import DArray, Device, check
 from .launch import WEIGHT_TYPES
-from .launchers.gemv import gemv, gemv_plan
+from .launchers.gemv import gemv, gemv_glu, gemv_plan
 
 _F16_FIELDS = {QType.Q4_0: (0,), QType.Q4_1: (0, 2), QType.Q5_0: (0,), QType.Q5_1: (0, 2), QType.Q8_0: (0,),
                QType.Q4_K: (0, 2), QType.Q5_K: (0, 2), QType.Q6_K: (208,)}
@@ -75,11 +75,12 @@ L2_DEFEAT_BYTES = 200 << 20  # H200 L2 is 50 MB: rotate over 4x that so every re
 
 
 def bench_gemv(dev: Device, qtype, n_in: int, n_out: int, iters: int = 50, rows: int | None = None,
-               seed: int = 0, **kw) -> float:
+               seed: int = 0, glu: str | None = None, **kw) -> float:
     """GB/s of weight bytes read by ``gemv`` on [n_out x n_in] ``qtype``: ``iters``
     launches captured in a CUDA graph (no host gaps), timed with CUDA events,
-    cycling over enough copies of W that none is still in L2. ``kw`` goes
-    to ``gemv`` (tuning knobs)."""
+    cycling over enough copies of W that none is still in L2. ``glu`` (an
+    activation) times ``gemv_glu`` over the n_out rows as a stacked gate/up
+    weight instead. ``kw`` goes to the launcher (tuning knobs)."""
     qt = QType(int(qtype))
     rng = np.random.default_rng(seed)
     raw = random_weights(rng, qt, n_out, n_in)
@@ -92,10 +93,16 @@ def bench_gemv(dev: Device, qtype, n_in: int, n_out: int, iters: int = 50, rows:
             check(d.cuMemcpyDtoDAsync(Ws[-1].ptr, Ws[0].ptr, raw.nbytes, dev.stream))
         x = dev.upload(rng.standard_normal(n_in, dtype=np.float32), s.empty((n_in,), np.float32))
         y = s.empty((n_out,), np.float32)
-        gemv(dev, Ws[0], qt, x, y, n_in, n_out, rows=rows, **kw)  # compile, load, opt in
+
+        def run(W):
+            if glu:
+                gemv_glu(dev, W, qt, x, y, n_in, n_out // 2, glu, rows=rows, **kw)
+            else:
+                gemv(dev, W, qt, x, y, n_in, n_out, rows=rows, **kw)
+
+        run(Ws[0])  # compile, load, opt in
         dev.synchronize()
-        graph = dev.capture(lambda: [gemv(dev, Ws[i % copies], qt, x, y, n_in, n_out, rows=rows, **kw)
-                                     for i in range(iters)])
+        graph = dev.capture(lambda: [run(Ws[i % copies]) for i in range(iters)])
         e0, e1 = check(d.cuEventCreate(0)), check(d.cuEventCreate(0))
         try:
             dev.replay(graph)  # warm-up

@@ -28,6 +28,7 @@ class _Kernel(tuple):
 
 class RecordingDevice:
     sm_count = 132  # an H200's
+    arch = "sm_90"
 
     def __init__(self):
         from cuda.bindings import driver

@@ -49,10 +49,12 @@ def gemv_span(upb: int, block_bytes: int) -> int:
 
 @dataclass(frozen=True)
 class GemvPlan:
-    rows: int     # GEMV_ROWS: rows per block
-    threads: int  # per block, a multiple of 32
-    blocks: int   # row groups (the grid is at most what stays resident: gemv.cu streams)
-    shared: int   # dynamic shared memory bytes
+    rows: int        # GEMV_ROWS: rows per block
+    threads: int     # per block, a multiple of 32
+    blocks: int      # row groups (the grid is at most what stays resident: gemv.cu streams)
+    shared: int      # dynamic shared memory bytes
+    stages: int = 0  # bulk-copy ring stages (GEMV_BULK=1; 0: gemv_impl's per-warp staging)
+    passes: int = 1  # GEMV_PASSES: units per lane and row (bulk only)
 
 
 _plans: dict[tuple, GemvPlan] = {}
@@ -84,15 +86,83 @@ def gemv_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, rows: int | Non
     return plan
 
 
+BULK = True  # gemv.cuh gemv_bulk_impl on sm_90+ (bulk copies into a ring of stages)
+BULK_MIN_BYTES = 4 << 20  # smaller matrices stay with gemv_impl (H200: 2.4 MB 2.45 -> 2.79 us with bulk)
+SM_SHARED = 227 * 1024    # shared memory an SM gives its blocks
+WARPS_PER_SM = 16         # what the decode needs resident to keep up with the copies (Q6_K: 8 were too few)
+MAX_STAGES = 8            # gemv.cuh GEMV_MAX_STAGES
+MAX_PASSES = 4            # GEMV_PASSES values compiled (1..4)
+
+
+def bulk_part(nbytes: int) -> int:
+    """Ring bytes of a stage part holding ``nbytes`` that start anywhere (gemv.cuh bulk_part)."""
+    return (nbytes + 30) // 16 * 16
+
+
+def bulk_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, glu: bool = False,
+              rows: int | None = None) -> GemvPlan | None:
+    """The plan of gemv_bulk_impl for [n_out x n_in] (GLU: a stacked weight of
+    2*n_out rows, n_out outputs), or None where it does not apply: a matrix
+    under BULK_MIN_BYTES, a row of more units than MAX_PASSES * MAX_THREADS,
+    or two stages that do not fit. Blocks per SM: enough for WARPS_PER_SM
+    warps (at least 2), each with an equal share of the SM's shared memory
+    for its ring. Rows per group: the most (up to 16, any type) that leave
+    every SM a group and room for 4 groups in flight (over its blocks'
+    rings); then as many stages as fit, but no more than a block has groups.
+    (H200 sweep, reports/notes/gemv-bulk-2026-12-01.md: the most rows win
+    where that much is in flight: Q4_K [4096 x 4096] 3.79 us with 16 rows, 4
+    blocks of one stage per SM, 5.0-5.5 with 4-8 rows.)"""
+    key = ("bulk", qtype, n_in, n_out, sm_count, glu, rows)
+    if key in _plans:
+        return _plans[key]
+    qt = launch.weight_type(qtype, "gemv")
+    upb, qk, nbytes = _gemv_layout(qt, n_in)
+    if n_in <= 0 or n_out <= 0 or n_in % qk:
+        raise AnvilError(f"CUDA gemv: {qt.name} needs n_in a positive multiple of {qk}, got {n_in} (n_out {n_out})")
+    units = n_in // qk * upb
+    passes = -(-units // MAX_THREADS)
+    threads = min(MAX_THREADS, max(32, (-(-units // passes) + 31) // 32 * 32))
+    rb = row_bytes(qt, n_in)
+    per_sm = max(2, WARPS_PER_SM // (threads // 32))
+    budget = SM_SHARED // per_sm - 2048  # less the block's static shared memory and reserve
+    rmin = 2 if glu else 1
+
+    def stage(r):  # ring bytes of one group of r rows (GLU: r/2 gate rows, r/2 up rows)
+        return 2 * bulk_part(r // 2 * rb) if glu else bulk_part(r * rb)
+
+    plan = None
+    if passes <= MAX_PASSES and (2 if glu else 1) * n_out * rb >= BULK_MIN_BYTES:
+        if rows is None:
+            fits = [r for r in ROW_CHOICES if r >= rmin and per_sm * (budget // stage(r)) >= 4]
+            enough = [r for r in fits if -(-n_out // (r // 2 if glu else r)) >= sm_count]
+            rows = (enough or fits[-1:] or [None])[0]
+        elif rows not in ROW_CHOICES or rows < rmin:
+            raise AnvilError(f"CUDA gemv: rows per block must be one of {ROW_CHOICES} (GLU: at least 2), got {rows}")
+        if rows is not None:
+            groups = -(-n_out // (rows // 2 if glu else rows))
+            stages = max(1, min(MAX_STAGES, budget // stage(rows), -(-groups // (per_sm * sm_count))))
+            if stages * stage(rows) <= SM_SHARED - 2048:
+                plan = GemvPlan(rows, threads, groups, stages * stage(rows), stages, passes)
+    _plans[key] = plan
+    return plan
+
+
+def _bulk(dev: Device, bulk: bool | None) -> bool:
+    return (BULK if bulk is None else bulk) and int(dev.arch[3:].rstrip("af")) >= 90
+
+
 def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: int,
-         add: DArray | None = None, rows: int | None = None, xq: bool | None = None) -> None:
+         add: DArray | None = None, rows: int | None = None, xq: bool | None = None,
+         bulk: bool | None = None) -> None:
     """y[r] = sum_c W[r][c] * x[c] (+ add[r]), r < n_out, c < n_in. ``add`` may be
     ``y`` itself (residual add); ``y`` must not alias ``x``. ``rows`` overrides
     the rows per block, ``xq`` False fp32 activations for every type (tests,
-    tuning; default ``XQ``). The grid is at most the blocks that stay resident:
-    gemv.cu's blocks loop over the row groups."""
+    tuning; default ``XQ``), ``bulk`` False gemv_impl's per-warp staging
+    (default ``BULK`` on sm_90+). The grid is at most the blocks that stay
+    resident: gemv.cu's blocks loop over the row groups."""
     qt = launch.weight_type(qtype, "gemv")
-    plan = gemv_plan(qt, n_in, n_out, dev.sm_count, rows)
+    plan = (bulk_plan(qt, n_in, n_out, dev.sm_count, False, rows) if _bulk(dev, bulk) else None) \
+        or gemv_plan(qt, n_in, n_out, dev.sm_count, rows)
     need = n_out * row_bytes(qt, n_in)
     if W.nbytes < need or x.size < n_in or y.size < n_out or (add is not None and add.size < n_out):
         raise AnvilError(f"CUDA gemv {qt.name} [{n_out} x {n_in}]: W has {W.nbytes} bytes (needs {need}), "
@@ -100,27 +170,37 @@ def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: 
     launch.aligned(W, "W")
     launch.aligned(x, "x")
     name = f"gemv_{launch.TYPE_SUFFIX[qt]}"
-    fn = launch.function(dev, "gemv.cu", name, {"GEMV_ROWS": plan.rows, "GEMV_XQ": int(XQ if xq is None else xq)},
-                         shared=plan.shared)
+    fn = launch.function(dev, "gemv.cu", name, _defines(plan, xq), shared=plan.shared)
     blocks = min(plan.blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
     dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, launch.null_or(add), n_in, n_out), shared=plan.shared)
+
+
+def _defines(plan: GemvPlan, xq: bool | None, glu: bool = False) -> dict:
+    d = {"GEMV_ROWS": plan.rows, "GEMV_XQ": int(XQ if xq is None else xq)}
+    if plan.stages:
+        d.update(GEMV_BULK=1, GEMV_PASSES=plan.passes)
+    if glu:
+        d["GEMV_GLU"] = 1
+    return d
 
 
 GLU_KERNELS = {"silu": "gemv_glu_silu", "gelu_tanh": "gemv_glu_gelu"}
 
 
 def gemv_glu(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: int, activation: str,
-             rows: int | None = None, xq: bool | None = None) -> None:
+             rows: int | None = None, xq: bool | None = None, bulk: bool | None = None) -> None:
     """y[r] = act(gate_r·x) * (up_r·x), r < n_out, for a stacked gate/up
     weight W of 2*n_out rows (the gate's, then the up projection's) of one
     type: the GEMV and the GLU in one launch. ``activation`` "silu" or
-    "gelu_tanh"; ``rows`` (at least 2) and ``xq`` as for ``gemv``."""
+    "gelu_tanh"; ``rows`` (at least 2), ``xq`` and ``bulk`` as for ``gemv``."""
     qt = launch.weight_type(qtype, "gemv")
     if activation not in GLU_KERNELS:
         raise AnvilError(f"CUDA gemv_glu: activation must be one of {sorted(GLU_KERNELS)}, got {activation!r}")
-    plan = gemv_plan(qt, n_in, 2 * n_out, dev.sm_count, rows)
-    if plan.rows < 2:  # a group pairs R/2 gate rows with their R/2 up rows
-        plan = gemv_plan(qt, n_in, 2 * n_out, dev.sm_count, 2)
+    plan = bulk_plan(qt, n_in, n_out, dev.sm_count, True, rows) if _bulk(dev, bulk) else None
+    if plan is None:
+        plan = gemv_plan(qt, n_in, 2 * n_out, dev.sm_count, rows)
+        if plan.rows < 2:  # a group pairs R/2 gate rows with their R/2 up rows
+            plan = gemv_plan(qt, n_in, 2 * n_out, dev.sm_count, 2)
     need = 2 * n_out * row_bytes(qt, n_in)
     if W.nbytes < need or x.size < n_in or y.size < n_out:
         raise AnvilError(f"CUDA gemv_glu {qt.name} [2 x {n_out} x {n_in}]: W has {W.nbytes} bytes (needs {need}), "
@@ -128,8 +208,6 @@ def gemv_glu(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_o
     launch.aligned(W, "W")
     launch.aligned(x, "x")
     name = f"{GLU_KERNELS[activation]}_{launch.TYPE_SUFFIX[qt]}"
-    fn = launch.function(dev, "gemv.cu", name,
-                         {"GEMV_ROWS": plan.rows, "GEMV_XQ": int(XQ if xq is None else xq), "GEMV_GLU": 1},
-                         shared=plan.shared)
+    fn = launch.function(dev, "gemv.cu", name, _defines(plan, xq, glu=True), shared=plan.shared)
     blocks = min(plan.blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
     dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, n_in, n_out), shared=plan.shared)
