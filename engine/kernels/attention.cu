@@ -193,6 +193,66 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
     c1 = min(c0 + chunk, qp + 1);
 }
 
+// The last split block's merge of the KV head's G query heads (hq0 = the
+// first one's (token, head) index): out = sum_s O_s e_s / sum_s L_s e_s with
+// e_s = exp(M_s - M), M = max_s M_s, over the n_active splits that had keys.
+// The other blocks' partials are read from L2 (__ldcg). Latency, not work, is
+// its cost (it runs after the slowest split): a warp per head loads the
+// splits' (M, L) at once and keeps e_s and L_s (first 32 splits) in shared
+// memory; then every thread sums its MERGE_PER outputs over the splits, the
+// loads of one split for all its outputs in flight together. The sums run in
+// split order (fma chains), so the result does not depend on the layout.
+constexpr int MERGE_PER = (G * D + DEC_WARPS * 32 - 1) / (DEC_WARPS * 32);  // outputs per thread
+__device__ __forceinline__ void merge_splits(const float* part_o, const float* part_ml, float* out, float* smem,
+                                             size_t hq0, int n_splits, int n_active) {
+    float* e_s = smem;            // [G][32]: e_s of splits < 32
+    float* l_s = smem + G * 32;   // [G][32]: L_s of splits < 32
+    float* hl = smem + 2 * G * 32;  // [G][2]: M, L of each head (smem holds o_s: >= G*D >= 64G floats)
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    __syncthreads();  // smem (o_s) is no longer read by this block's own pass
+    for (int h = w; h < G; h += DEC_WARPS) {
+        const float* ml = part_ml + (hq0 + h) * n_splits * 2;
+        float M = -INFINITY;
+        for (int u = lane; u < n_active; u += 32) M = fmaxf(M, __ldcg(ml + 2 * u));
+        M = warp_max(M);
+        if (lane < n_active) {
+            e_s[h * 32 + lane] = __expf(__ldcg(ml + 2 * lane) - M);
+            l_s[h * 32 + lane] = __ldcg(ml + 2 * lane + 1);
+        }
+        __syncwarp();
+        if (lane == 0) {
+            float L = 0.0f;
+            for (int u = 0; u < n_active; u++) {
+                const float e = u < 32 ? e_s[h * 32 + u] : __expf(__ldcg(ml + 2 * u) - M);
+                L += (u < 32 ? l_s[h * 32 + u] : __ldcg(ml + 2 * u + 1)) * e;
+            }
+            hl[2 * h] = M;
+            hl[2 * h + 1] = L;
+        }
+    }
+    __syncthreads();
+    float O[MERGE_PER];
+#pragma unroll
+    for (int j = 0; j < MERGE_PER; ++j) O[j] = 0.0f;
+#pragma unroll 2
+    for (int u = 0; u < n_active; ++u) {
+#pragma unroll
+        for (int j = 0; j < MERGE_PER; ++j) {
+            const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
+            if (G * D % (DEC_WARPS * 32) == 0 || i < G * D) {
+                const float* ml = part_ml + (hq0 + h) * n_splits * 2;
+                const float e = u < 32 ? e_s[h * 32 + u] : __expf(__ldcg(ml + 2 * u) - hl[2 * h]);
+                O[j] += __ldcg(part_o + ((hq0 + h) * n_splits + u) * D + d) * e;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < MERGE_PER; ++j) {
+        const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
+        if (G * D % (DEC_WARPS * 32) == 0 || i < G * D) out[(hq0 + h) * D + d] = O[j] / hl[2 * h + 1];
+    }
+}
+
 // Shared memory (floats): o_s [DEC_WARPS][HPW][D], p_s [DEC_WARPS][HPW][32],
 // ml_s [DEC_WARPS][HPW][2].
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
@@ -370,19 +430,7 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {  // the other blocks' partials: L2 reads (__ldcg)
-        const int h = i / D, d = i % D;
-        const size_t base = ((size_t)t * n_head + (size_t)g * G + h) * n_splits;
-        float M = -INFINITY;
-        for (int u = 0; u < n_active; ++u) M = fmaxf(M, __ldcg(part_ml + (base + u) * 2));
-        float L = 0.0f, O = 0.0f;
-        for (int u = 0; u < n_active; ++u) {
-            const float e = __expf(__ldcg(part_ml + (base + u) * 2) - M);
-            L += __ldcg(part_ml + (base + u) * 2 + 1) * e;
-            O += __ldcg(part_o + (base + u) * D + d) * e;
-        }
-        out[(base / n_splits) * D + d] = O / L;
-    }
+    merge_splits(part_o, part_ml, out, smem, (size_t)t * n_head + (size_t)g * G, n_splits, n_active);
     if (threadIdx.x == 0) *ticket = 0u;
 }
 
