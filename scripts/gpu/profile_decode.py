@@ -2,13 +2,16 @@
 one N-token prefill), for Nsight Compute.
 
     ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \\
-        --csv --log-file ncu.csv python3 scripts/gpu/profile_decode.py MODEL.gguf [--prefill 512]
+        --csv --log-file ncu.csv python3 scripts/gpu/profile_decode.py MODEL.gguf [--prefill 512] [--depth 4096]
     python3 scripts/gpu/profile_decode.py --summarize ncu.csv
 
 The step runs eagerly (every kernel launched from Python, as before graph
-capture) between cuProfilerStart/Stop, after a short prompt and two warm
-decode steps; the script prints the step's kernel launch count (the captured
-decode graph holds the same kernels, launched once per token).
+capture) between cuProfilerStart/Stop, after a prompt (4 tokens, or
+``--depth`` tokens: decode with that much already in the cache, as
+``llama-bench -d``) and two warm decode steps; the script prints the step's
+kernel launch count (the captured decode graph holds the same kernels,
+launched once per token). The context is the engine's default, or the depth
+plus 4096 where that is more (the decode kernels split the cache by it).
 """
 
 from __future__ import annotations
@@ -20,13 +23,19 @@ import sys
 from collections import defaultdict
 
 
-def profile(path: str, prefill: int = 0) -> None:
+def prompt(n: int) -> list[int]:
+    return [(7 * i) % 1000 + 1 for i in range(n)]
+
+
+def profile(path: str, prefill: int = 0, depth: int = 0) -> None:
     from cuda.bindings import driver
 
     from engine.backends.cuda.device import check
     from engine.model import Model
 
-    m = Model(path, backend="cuda", eager=True)
+    from engine.model import DEFAULT_N_CTX
+
+    m = Model(path, backend="cuda", eager=True, n_ctx=max(DEFAULT_N_CTX, depth + 4096) if depth else None)
     dev = m.backend.dev
     launches = 0
     launch = dev.launch
@@ -36,7 +45,7 @@ def profile(path: str, prefill: int = 0) -> None:
         launches += 1
         return launch(*a, **k)
 
-    tok = int(m.forward([1, 2, 3, 4]).argmax())
+    tok = int(m.forward(prompt(depth) if depth else [1, 2, 3, 4]).argmax())
     for _ in range(2):
         tok = m.decode_next(tok)
     dev.launch = counting
@@ -44,7 +53,7 @@ def profile(path: str, prefill: int = 0) -> None:
     check(driver.cuProfilerStart())
     if prefill:
         m.reset()
-        m.forward([(7 * i) % 1000 + 1 for i in range(prefill)])
+        m.forward(prompt(prefill))
     else:
         tok = m.decode_next(tok)
     dev.synchronize()
@@ -53,7 +62,8 @@ def profile(path: str, prefill: int = 0) -> None:
     if prefill:
         print(f"prefill of {prefill} tokens: {launches} kernel launches")
     else:
-        print(f"decode step: {launches} kernel launches eagerly; one graph launch of as many kernel nodes when captured")
+        print(f"decode step at depth {m.pos - 1}: {launches} kernel launches eagerly; one graph launch of as many "
+              f"kernel nodes when captured")
 
 
 def summarize(csv_path: str, top: int = 30) -> None:
@@ -84,10 +94,11 @@ if __name__ == "__main__":
     ap.add_argument("model", nargs="?")
     ap.add_argument("--summarize", metavar="NCU_CSV")
     ap.add_argument("--prefill", type=int, default=0, metavar="N", help="profile an N-token prefill instead")
+    ap.add_argument("--depth", type=int, default=0, metavar="N", help="decode with N tokens already in the cache")
     a = ap.parse_args()
     if a.summarize:
         summarize(a.summarize)
     elif a.model:
-        profile(a.model, a.prefill)
+        profile(a.model, a.prefill, a.depth)
     else:
         sys.exit("usage: profile_decode.py MODEL.gguf | --summarize NCU_CSV")
