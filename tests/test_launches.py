@@ -63,3 +63,21 @@ def test_glu_runs_inside_the_gemv(name, act):
     counts, n_layer = decode_launches(_path(name))
     assert sum(v for k, v in counts.items() if k.startswith(f"gemv_glu_{act}_")) == n_layer, counts
     assert counts["silu_mul"] == counts["gelu_tanh_mul"] == 0, counts
+
+
+def test_projections_of_one_type_share_a_launch():
+    """Q, K and V in one GEMV launch where they are of one type; where V's
+    type differs (Q4_K_M's Q6_K V in half the layers), Q and K in one and V
+    in another: a launch per run of consecutive types. Then the output
+    projection, the GLU GEMV, the down projection per layer, and the head."""
+    from engine.gguf_file import GGUFFile
+
+    path = _path("tiny-qwen3")
+    counts, n_layer = decode_launches(path)
+    gf = GGUFFile(path)
+    runs = 0
+    for il in range(n_layer):
+        types = [gf.tensor_type(f"blk.{il}.attn_{p}.weight") for p in "qkv"]
+        runs += 1 + sum(a != b for a, b in zip(types, types[1:]))
+    assert n_layer < runs < 3 * n_layer  # the file mixes types in some layers, not all (else this pins nothing)
+    assert sum(v for k, v in counts.items() if k.startswith("gemv_")) == runs + 3 * n_layer + 1, counts

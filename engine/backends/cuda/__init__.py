@@ -165,21 +165,28 @@ class Ops:
         return y
 
     def matmuls(self, x: DArray, weights, biases=None) -> list[DArray]:
-        """Several projections of one input. In decode, weights of one type
-        stored back to back (as loaded) run as a single matrix-vector launch
-        over their stacked rows, and the outputs are views of its result."""
+        """Several projections of one input. In decode, each run of
+        consecutive weights of one type stored back to back (as loaded) runs
+        as a single matrix-vector launch over their stacked rows, and the
+        outputs are views of its result (Q4_K_M's Q6_K V beside Q4_K Q and K:
+        Q and K one launch, V another)."""
         biases = tuple(biases or (None,) * len(weights))
-        if x.shape[0] > GEMV_MAX_TOKENS or len(weights) == 1:
+        if x.shape[0] > GEMV_MAX_TOKENS:
             return [self.matmul(x, w, b) for w, b in zip(weights, biases)]
-        stacked = self._stack(weights, biases)
-        if stacked is False:
-            return [self.matmul(x, w, b) for w, b in zip(weights, biases)]
-        w, bias = stacked
-        y = self.matmul(x, w, bias)
-        out, start = [], 0
-        for wi in weights:
-            out.append(DArray(y.ptr + 4 * start, (1, wi.n_out), y.dtype, y.device))
-            start += wi.n_out
+        out, i = [], 0
+        while i < len(weights):
+            j = len(weights)  # the longest stackable run from i
+            while j > i + 1 and self._stack(weights[i:j], biases[i:j]) is False:
+                j -= 1
+            if j == i + 1:
+                out.append(self.matmul(x, weights[i], biases[i]))
+            else:
+                w, bias = self._stack(weights[i:j], biases[i:j])
+                y, start = self.matmul(x, w, bias), 0
+                for wi in weights[i:j]:
+                    out.append(DArray(y.ptr + 4 * start, (1, wi.n_out), y.dtype, y.device))
+                    start += wi.n_out
+            i = j
         return out
 
     def glu(self, x: DArray, w_gate: QWeight, w_up: QWeight, activation: str) -> DArray:
