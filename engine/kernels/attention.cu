@@ -207,7 +207,7 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
                                              size_t hq0, int n_splits, int n_active) {
     float* e_s = smem;            // [G][32]: e_s of splits < 32
     float* l_s = smem + G * 32;   // [G][32]: L_s of splits < 32
-    float* hl = smem + 2 * G * 32;  // [G][2]: M, L of each head (smem holds o_s: >= G*D >= 64G floats)
+    float* hl = smem + 2 * G * 32;  // [G][2]: M, L of each head (the block's smem: >= G*(D+34) >= 98G floats)
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     __syncthreads();  // smem (o_s) is no longer read by this block's own pass
     for (int h = w; h < G; h += DEC_WARPS) {
