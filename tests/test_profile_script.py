@@ -30,3 +30,85 @@ def test_summarize_ncu_csv(tmp_path):
     assert lines[2].split()[:2] == ["gemv_q6_k", "(9496,"] and "244.6" in head
     assert q4k.split()[-4:] == ["2", "14.8", "7.41", "5.6"]  # two launches, 9.312 + 5.504 us
     assert norm.startswith("rms_norm")
+
+
+def _script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("profile_decode", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_launch_bytes_from_the_launch_arguments():
+    """A GEMV's weight rows (a GLU GEMV's 2*n_out), x and y; the decode
+    attention's K and V rows of the visible positions; activations for the
+    rest; nothing for the kernels whose reads are chosen on the device."""
+    import numpy as np
+
+    from engine.backends.cuda.device import DArray
+    from engine.quants import QType, row_bytes
+
+    prof = _script()
+    f32 = np.dtype(np.float32)
+
+    def arr(*shape, dtype=f32):
+        return DArray(0x1000, shape, np.dtype(dtype), None)
+
+    x, y = arr(4096), arr(12288)
+    W = arr(12288 * row_bytes(QType.Q4_K, 4096), dtype=np.uint8)
+    assert prof.launch_bytes("gemv_q4_k", [W, x, y, None, 4096, 12288], 0) == 12288 * 2304 + 4 * 4096 + 4 * 12288
+    glu = prof.launch_bytes("gemv_glu_silu_q6_k", [W, x, arr(6144), 4096, 6144], 0)
+    assert glu == 2 * 6144 * row_bytes(QType.Q6_K, 4096) + 4 * 4096 + 4 * 6144
+    kc = arr(8192, 8, 128, dtype=np.float16)
+    q, out = arr(1, 32, 128), arr(1, 32 * 128)
+    att = prof.launch_bytes("attention_decode", [q, kc, kc, out, arr(99), arr(99), arr(8), arr(1), 32, 8, 0.1, 0], 4097)
+    assert att == 2 * 4097 * 8 * 128 * 2 + 2 * 4 * 32 * 128
+    assert prof.launch_bytes("rms_norm", [x, arr(4096), arr(4096), 4096, 1e-6], 0) == 3 * 4 * 4096
+    assert prof.launch_bytes("kv_store", [arr(1024), arr(1024), kc, kc, arr(1)], 0) == 2 * 4096 + 2 * 2048 + 4
+    assert prof.launch_bytes("moe_glu_q4_k", [W, x, y], 0) is None
+
+
+def test_summarize_with_bytes(tmp_path):
+    f, js = tmp_path / "ncu.csv", tmp_path / "launches.json"
+    f.write_text(CSV)
+    js.write_text('[["rms_norm", "(1, 1, 1)", 49152], ["gemv_q4_k", "(512, 1, 1)", 9437184], '
+                  '["gemv_q4_k", "(512, 1, 1)", 9437184], ["gemv_q6_k", "(9496, 1, 1)", null]]')
+    out = subprocess.run([sys.executable, str(SCRIPT), "--summarize", str(f), "--launches", str(js)],
+                         capture_output=True, text=True, check=True).stdout
+    q4k = next(ln for ln in out.splitlines() if ln.startswith("gemv_q4_k")).split()
+    assert q4k[-2:] == ["9.437", "1274"]  # 2 x 9.44 MB in 14.816 us
+    assert next(ln for ln in out.splitlines() if ln.startswith("gemv_q6_k")).split()[-2:] == ["-", "-"]
+    js.write_text('[["gemv_q4_k", "(512, 1, 1)", 1]]')  # not the CSV's kernels: refused
+    assert subprocess.run([sys.executable, str(SCRIPT), "--summarize", str(f), "--launches", str(js)],
+                          capture_output=True, text=True).returncode != 0
+
+
+def test_launch_bytes_covers_a_real_decode_step():
+    """Every launch of tiny-qwen3's decode step (on the recording device) gets
+    a byte count but the row gather; its GEMVs read what the family says a
+    token reads (bytes_per_token: the weights), within their x and y."""
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+    from engine.models import family
+    from harness import catalog
+
+    prof = _script()
+    dev = RecordingDevice()
+    m = Model(catalog.model_path("tiny-qwen3", progress=False), backend="cuda", eager=True, device=dev,
+              cublas=RecordingCublas())
+    m.forward([1, 2, 3])
+    launched, launch = [], dev.launch
+
+    def recording(fn, grid, block, args, shared=0):
+        launched.append((fn[1], args))
+        return launch(fn, grid, block, args, shared)
+
+    dev.launch = recording
+    m.decode_next(4)
+    nbytes = {name: prof.launch_bytes(name, args, m.pos) for name, args in launched}
+    assert [n for n, b in nbytes.items() if b is None] == ["get_rows_q6_k"]
+    gemv = sum(prof.launch_bytes(n, a, m.pos) for n, a in launched if n.startswith("gemv_"))
+    weights = family(m.config.arch).bytes_per_token(m.gguf, m.config)
+    assert weights < gemv < 1.05 * weights
