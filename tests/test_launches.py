@@ -81,3 +81,29 @@ def test_projections_of_one_type_share_a_launch():
         runs += 1 + sum(a != b for a, b in zip(types, types[1:]))
     assert n_layer < runs < 3 * n_layer  # the file mixes types in some layers, not all (else this pins nothing)
     assert sum(v for k, v in counts.items() if k.startswith("gemv_")) == runs + 3 * n_layer + 1, counts
+
+
+def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
+    """A prefill GEMM group (Q/K/V, gate/up) rounds its input to bf16 once
+    and dequantises each run of one-type weights stored back to back with one
+    launch: per layer 4 roundings (attention input and output, FFN input and
+    hidden) and a dequant per run, whatever the group's size."""
+    from collections import Counter
+
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.gguf_file import GGUFFile
+    from engine.model import Model
+
+    path = _path("tiny-qwen3")
+    dev = RecordingDevice()
+    m = Model(path, backend="cuda", eager=True, device=dev, cublas=RecordingCublas())
+    m.forward(list(range(1, 65)))
+    counts, n_layer = Counter(name for (_, name), *_ in dev.launches), m.config.n_layer
+    assert counts["f32_to_bf16"] == 4 * n_layer, counts
+    gf = GGUFFile(path)
+    runs = 0
+    for il in range(n_layer):
+        for group in (("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "ffn_up"), ("ffn_down",)):
+            types = [gf.tensor_type(f"blk.{il}.{t}.weight") for t in group]
+            runs += 1 + sum(a != b for a, b in zip(types, types[1:]))
+    assert sum(v for k, v in counts.items() if k.startswith("dequant_")) == runs, counts

@@ -172,7 +172,7 @@ class Ops:
         Q and K one launch, V another)."""
         biases = tuple(biases or (None,) * len(weights))
         if x.shape[0] > GEMV_MAX_TOKENS:
-            return [self.matmul(x, w, b) for w, b in zip(weights, biases)]
+            return self._gemms(x, weights, biases)
         out, i = [], 0
         while i < len(weights):
             j = len(weights)  # the longest stackable run from i
@@ -227,28 +227,59 @@ class Ops:
 
     def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None, add: DArray | None = None) -> DArray:
         T = x.shape[0]
-        y = self._empty((T, w.n_out))
         if T <= GEMV_MAX_TOKENS and (bias is None or add is None):
             # the kernel adds one vector to its output: a bias or the residual
+            y = self._empty((T, w.n_out))
             launchers.gemv.gemv(self.dev, w.data, w.qtype, x, y, w.n_in, w.n_out, add=bias if add is None else add)
             return y
-        if w.qtype == QType.F32:  # the file's own precision: an fp32 GEMM, nothing rounded
-            self.b.cublas.gemm(x, w.data, y, T, w.n_in, w.n_out, "f32")
-        elif w.qtype == QType.F16:  # f16 weights as stored, activations rounded to f16
-            xh = self._empty((T, w.n_in), np.float16)
-            launchers.elementwise.f32_to_f16(self.dev, x, xh)
-            self.b.cublas.gemm(xh, w.data, y, T, w.n_in, w.n_out, "f16")
-        else:  # quantised types dequantised to bf16; BF16 copied through the same path, bit for bit
-            wb = self._bf16_scratch(w.n_out * w.n_in).reshape(w.n_out, w.n_in)
-            launchers.dequant.dequant_bf16(self.dev, w.data, w.qtype, wb, w.n_out, w.n_in)
-            xb = self._empty((T, w.n_in), np.uint16)  # bf16 bits
-            launchers.elementwise.f32_to_bf16(self.dev, x, xb)
-            self.b.cublas.gemm(xb, wb, y, T, w.n_in, w.n_out, "bf16")
-        if bias is not None:
-            launchers.elementwise.bias_add_rows(self.dev, y, bias)
+        y = self._gemms(x, (w,), (bias,))[0]
         if add is not None:
             launchers.elementwise.add(self.dev, y, add, y)
         return y
+
+    def _gemms(self, x: DArray, weights, biases) -> list[DArray]:
+        """Prefill: ``x · W_iᵀ (+ b_i)`` for each weight, cuBLAS GEMMs
+        accumulating in fp32. F32 weights run in fp32 (nothing rounded), F16
+        weights with x rounded to f16; BF16 and quantised weights are copied or
+        dequantised to bf16 first, each run of them of one type stored back to
+        back (a declared group, as loaded) by one launch, and x is rounded to
+        bf16 once for all of them (the same bits as weight by weight)."""
+        T, n_in = x.shape[0], weights[0].n_in  # one input: one n_in
+        out, converted, i = [], {}, 0
+
+        def x_as(kind: str) -> DArray:  # x rounded to f16 or bf16 once
+            if kind not in converted:
+                xr = converted[kind] = self._empty((T, n_in), np.float16 if kind == "f16" else np.uint16)
+                (launchers.elementwise.f32_to_f16 if kind == "f16" else launchers.elementwise.f32_to_bf16)(
+                    self.dev, x, xr)
+            return converted[kind]
+
+        while i < len(weights):
+            w = weights[i]
+            if w.qtype in (QType.F32, QType.F16):
+                y = self._empty((T, w.n_out))
+                kind = "f32" if w.qtype == QType.F32 else "f16"
+                self.b.cublas.gemm(x if kind == "f32" else x_as(kind), w.data, y, T, n_in, w.n_out, kind)
+                out.append(y)
+                i += 1
+                continue
+            j = len(weights)  # the longest run from i that is one stacked matrix
+            while j > i + 1 and _stack(weights[i:j], (None,) * (j - i)) is False:
+                j -= 1
+            run = _stack(weights[i:j], (None,) * (j - i))[0]
+            wb = self._bf16_scratch(run.n_out * n_in).reshape(run.n_out, n_in)
+            launchers.dequant.dequant_bf16(self.dev, run.data, run.qtype, wb, run.n_out, n_in)
+            r0 = 0
+            for wi in weights[i:j]:
+                y = self._empty((T, wi.n_out))
+                self.b.cublas.gemm(x_as("bf16"), wb.rows(r0, r0 + wi.n_out), y, T, n_in, wi.n_out, "bf16")
+                out.append(y)
+                r0 += wi.n_out
+            i = j
+        for y, b in zip(out, biases):
+            if b is not None:
+                launchers.elementwise.bias_add_rows(self.dev, y, b)
+        return out
 
     def _bf16_scratch(self, n: int) -> DArray:
         if self._scratch is None or self._scratch.size < n:
