@@ -524,6 +524,14 @@ def test_attention_decode_8b_shape(dev):
 
 
 @gpu
+def test_attention_decode_many_splits(dev):
+    """More active splits than the merge keeps weights for in shared memory
+    (GQA 16, heads of 64: 48 kept; 105 active): the rest read from L2."""
+    assert attention.decode_splits(dev.sm_count, 1, 1, 16384) >= 105
+    run_attention(dev, rng("dec-many"), 1, 9999, 16384, 1, 16, 64, 1, 0, "decode")
+
+
+@gpu
 def test_attention_decode_merges_again(dev):
     """The split blocks' merge is done by the last block to take a ticket, and
     the ticket returns to 0: launch after launch (a graph's replays) gives the

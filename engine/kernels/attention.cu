@@ -198,16 +198,21 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
 // e_s = exp(M_s - M), M = max_s M_s, over the n_active splits that had keys.
 // The other blocks' partials are read from L2 (__ldcg). Latency, not work, is
 // its cost (it runs after the slowest split): a warp per head loads the
-// splits' (M, L) at once and keeps e_s and L_s (first 32 splits) in shared
-// memory; then every thread sums its MERGE_PER outputs over the splits, the
-// loads of one split for all its outputs in flight together. The sums run in
-// split order (fma chains), so the result does not depend on the layout.
+// splits' (M, L) at once and keeps e_s and L_s of the first MERGE_KEEP splits
+// in shared memory (the block's, free by now: all of them in every decode
+// shape the catalog has); then every thread sums its MERGE_PER outputs over
+// the splits, the loads of one split for all its outputs in flight together.
+// The sums run in split order (fma chains), so the result does not depend on
+// the layout.
 constexpr int MERGE_PER = (G * D + DEC_WARPS * 32 - 1) / (DEC_WARPS * 32);  // outputs per thread
+constexpr int DEC_SMEM = DEC_WARPS * HPW * (D + 32 + 2);                     // floats (launchers/attention.py decode_shared)
+constexpr int MERGE_KEEP = (DEC_SMEM - 2 * G) / (2 * G) < 256 ? (DEC_SMEM - 2 * G) / (2 * G) : 256;
+static_assert(MERGE_KEEP >= 32, "merge: room for 32 splits' weights");
 __device__ __forceinline__ void merge_splits(const float* part_o, const float* part_ml, float* out, float* smem,
                                              size_t hq0, int n_splits, int n_active) {
-    float* e_s = smem;            // [G][32]: e_s of splits < 32
-    float* l_s = smem + G * 32;   // [G][32]: L_s of splits < 32
-    float* hl = smem + 2 * G * 32;  // [G][2]: M, L of each head (the block's smem: >= G*(D+34) >= 98G floats)
+    float* e_s = smem;                       // [G][MERGE_KEEP]: e_s of the first splits
+    float* l_s = smem + G * MERGE_KEEP;      // [G][MERGE_KEEP]: their L_s
+    float* hl = smem + 2 * G * MERGE_KEEP;   // [G][2]: M, L of each head
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     __syncthreads();  // smem (o_s) is no longer read by this block's own pass
     for (int h = w; h < G; h += DEC_WARPS) {
@@ -215,16 +220,17 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
         float M = -INFINITY;
         for (int u = lane; u < n_active; u += 32) M = fmaxf(M, __ldcg(ml + 2 * u));
         M = warp_max(M);
-        if (lane < n_active) {
-            e_s[h * 32 + lane] = __expf(__ldcg(ml + 2 * lane) - M);
-            l_s[h * 32 + lane] = __ldcg(ml + 2 * lane + 1);
+        for (int u = lane; u < min(n_active, MERGE_KEEP); u += 32) {
+            e_s[h * MERGE_KEEP + u] = __expf(__ldcg(ml + 2 * u) - M);
+            l_s[h * MERGE_KEEP + u] = __ldcg(ml + 2 * u + 1);
         }
         __syncwarp();
         if (lane == 0) {
             float L = 0.0f;
             for (int u = 0; u < n_active; u++) {
-                const float e = u < 32 ? e_s[h * 32 + u] : __expf(__ldcg(ml + 2 * u) - M);
-                L += (u < 32 ? l_s[h * 32 + u] : __ldcg(ml + 2 * u + 1)) * e;
+                const bool kept = u < MERGE_KEEP;
+                const float e = kept ? e_s[h * MERGE_KEEP + u] : __expf(__ldcg(ml + 2 * u) - M);
+                L += (kept ? l_s[h * MERGE_KEEP + u] : __ldcg(ml + 2 * u + 1)) * e;
             }
             hl[2 * h] = M;
             hl[2 * h + 1] = L;
@@ -241,7 +247,7 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
             const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
             if (G * D % (DEC_WARPS * 32) == 0 || i < G * D) {
                 const float* ml = part_ml + (hq0 + h) * n_splits * 2;
-                const float e = u < 32 ? e_s[h * 32 + u] : __expf(__ldcg(ml + 2 * u) - hl[2 * h]);
+                const float e = u < MERGE_KEEP ? e_s[h * MERGE_KEEP + u] : __expf(__ldcg(ml + 2 * u) - hl[2 * h]);
                 O[j] += __ldcg(part_o + ((hq0 + h) * n_splits + u) * D + d) * e;
             }
         }
