@@ -63,19 +63,24 @@ _plans: dict[tuple, GemvPlan] = {}
 XQ = True  # gemv.cuh GEMV_XQ: block-type weights meet int8 activations (quants.quantize_x) in dp4a
 
 
+def _lanes(qt: QType, n_in: int, n_out: int) -> tuple[int, int, int, int]:
+    """(units per block, block bytes, passes, threads) of a row of n_in: as
+    few passes over the row's work units as possible, then the fewest warps
+    that cover the row in that many."""
+    upb, qk, nbytes = _gemv_layout(qt, n_in)
+    if n_in <= 0 or n_out <= 0 or n_in % qk:
+        raise AnvilError(f"CUDA gemv: {qt.name} needs n_in a positive multiple of {qk}, got {n_in} (n_out {n_out})")
+    units = n_in // qk * upb
+    passes = -(-units // MAX_THREADS)
+    return upb, nbytes, passes, min(MAX_THREADS, max(32, (-(-units // passes) + 31) // 32 * 32))
+
+
 def gemv_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, rows: int | None = None) -> GemvPlan:
     key = (qtype, n_in, n_out, sm_count, rows)
     plan = _plans.get(key)
     if plan is None:
         qt = launch.weight_type(qtype, "gemv")
-        upb, qk, nbytes = _gemv_layout(qt, n_in)
-        if n_in <= 0 or n_out <= 0 or n_in % qk:
-            raise AnvilError(f"CUDA gemv: {qt.name} needs n_in a positive multiple of {qk}, got {n_in} (n_out {n_out})")
-        units = n_in // qk * upb
-        # as few passes as possible, then the fewest warps that cover a row in that many
-        passes = -(-units // MAX_THREADS)
-        per_pass = -(-units // passes)
-        threads = min(MAX_THREADS, max(32, (per_pass + 31) // 32 * 32))
+        upb, nbytes, _, threads = _lanes(qt, n_in, n_out)
         if rows is None:  # the most rows (up to max_rows) that still give every SM a block
             rows = next((r for r in ROW_CHOICES if r <= max_rows(qt, threads) and -(-n_out // r) >= sm_count), 1)
         elif rows not in ROW_CHOICES:
@@ -104,7 +109,7 @@ def bulk_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, glu: bool = Fal
     """The plan of gemv_bulk_impl for [n_out x n_in] (GLU: a stacked weight of
     2*n_out rows, n_out outputs), or None where it does not apply: a matrix
     under BULK_MIN_BYTES, a row of more units than MAX_PASSES * MAX_THREADS,
-    or two stages that do not fit. Blocks per SM: enough for WARPS_PER_SM
+    or rows too long for 4 groups in flight per SM. Blocks per SM: enough for WARPS_PER_SM
     warps (at least 2), each with an equal share of the SM's shared memory
     for its ring. Rows per group: the most (up to 16, any type) that leave
     every SM a group and room for 4 groups in flight (over its blocks'
@@ -116,12 +121,7 @@ def bulk_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, glu: bool = Fal
     if key in _plans:
         return _plans[key]
     qt = launch.weight_type(qtype, "gemv")
-    upb, qk, nbytes = _gemv_layout(qt, n_in)
-    if n_in <= 0 or n_out <= 0 or n_in % qk:
-        raise AnvilError(f"CUDA gemv: {qt.name} needs n_in a positive multiple of {qk}, got {n_in} (n_out {n_out})")
-    units = n_in // qk * upb
-    passes = -(-units // MAX_THREADS)
-    threads = min(MAX_THREADS, max(32, (-(-units // passes) + 31) // 32 * 32))
+    _, _, passes, threads = _lanes(qt, n_in, n_out)
     rb = row_bytes(qt, n_in)
     per_sm = max(2, WARPS_PER_SM // (threads // 32))
     budget = SM_SHARED // per_sm - 2048  # less the block's static shared memory and reserve
