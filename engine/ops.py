@@ -23,7 +23,8 @@ class Ops(Protocol):
         """``x / sqrt(mean(x², last axis) + eps) · w`` (``w`` None: no weight); any leading shape."""
 
     def matmul(self, x, w, bias=None, add=None):
-        """``x · Wᵀ (+ bias) (+ add)``: ``[T, n_in] → [T, n_out]``; ``add`` is a residual to add to."""
+        """``x · Wᵀ (+ bias) (+ add)``: ``[T, n_in] → [T, n_out]``; ``add`` is a residual to add to (the
+        residual stream: it may be updated in place and returned)."""
 
     def matmuls(self, x, weights, biases=None):
         """Several projections of one input (a declared group: Q/K/V, gate/up): ``[matmul(x, w_i, b_i)]``."""

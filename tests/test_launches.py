@@ -87,7 +87,8 @@ def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
     """A prefill GEMM group (Q/K/V, gate/up) rounds its input to bf16 once
     and dequantises each run of one-type weights stored back to back with one
     launch: per layer 4 roundings (attention input and output, FFN input and
-    hidden) and a dequant per run, whatever the group's size."""
+    hidden) and a dequant per run, whatever the group's size. The down
+    projection adds into the residual stream in its GEMM's epilogue: no add."""
     from collections import Counter
 
     from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
@@ -99,7 +100,7 @@ def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
     m = Model(path, backend="cuda", eager=True, device=dev, cublas=RecordingCublas())
     m.forward(list(range(1, 65)))
     counts, n_layer = Counter(name for (_, name), *_ in dev.launches), m.config.n_layer
-    assert counts["f32_to_bf16"] == 4 * n_layer, counts
+    assert counts["f32_to_bf16"] == 4 * n_layer and counts["add"] == 0, counts
     gf = GGUFFile(path)
     runs = 0
     for il in range(n_layer):

@@ -232,19 +232,23 @@ class Ops:
             y = self._empty((T, w.n_out))
             launchers.gemv.gemv(self.dev, w.data, w.qtype, x, y, w.n_in, w.n_out, add=bias if add is None else add)
             return y
+        if add is not None and bias is None:  # the residual stream, updated in place by the GEMM's epilogue
+            return self._gemms(x, (w,), (None,), into=add)[0]
         y = self._gemms(x, (w,), (bias,))[0]
         if add is not None:
             launchers.elementwise.add(self.dev, y, add, y)
         return y
 
-    def _gemms(self, x: DArray, weights, biases) -> list[DArray]:
+    def _gemms(self, x: DArray, weights, biases, into: DArray | None = None) -> list[DArray]:
         """Prefill: ``x · W_iᵀ (+ b_i)`` for each weight, cuBLAS GEMMs
         accumulating in fp32. F32 weights run in fp32 (nothing rounded), F16
         weights with x rounded to f16; BF16 and quantised weights are copied or
         dequantised to bf16 first, each run of them of one type stored back to
         back (a declared group, as loaded) by one launch, and x is rounded to
-        bf16 once for all of them (the same bits as weight by weight)."""
+        bf16 once for all of them (the same bits as weight by weight). ``into``
+        (one weight): the product is added to it in place (``+=``)."""
         T, n_in = x.shape[0], weights[0].n_in  # one input: one n_in
+        assert into is None or (len(weights) == 1 and (into.ptr >= x.ptr + x.nbytes or x.ptr >= into.ptr + into.nbytes))
         out, converted, i = [], {}, 0
 
         def x_as(kind: str) -> DArray:  # x rounded to f16 or bf16 once
@@ -257,9 +261,10 @@ class Ops:
         while i < len(weights):
             w = weights[i]
             if w.qtype in (QType.F32, QType.F16):
-                y = self._empty((T, w.n_out))
+                y = self._empty((T, w.n_out)) if into is None else into
                 kind = "f32" if w.qtype == QType.F32 else "f16"
-                self.b.cublas.gemm(x if kind == "f32" else x_as(kind), w.data, y, T, n_in, w.n_out, kind)
+                self.b.cublas.gemm(x if kind == "f32" else x_as(kind), w.data, y, T, n_in, w.n_out, kind,
+                                   accumulate=into is not None)
                 out.append(y)
                 i += 1
                 continue
@@ -271,8 +276,9 @@ class Ops:
             launchers.dequant.dequant_bf16(self.dev, run.data, run.qtype, wb, run.n_out, n_in)
             r0 = 0
             for wi in weights[i:j]:
-                y = self._empty((T, wi.n_out))
-                self.b.cublas.gemm(x_as("bf16"), wb.rows(r0, r0 + wi.n_out), y, T, n_in, wi.n_out, "bf16")
+                y = self._empty((T, wi.n_out)) if into is None else into
+                self.b.cublas.gemm(x_as("bf16"), wb.rows(r0, r0 + wi.n_out), y, T, n_in, wi.n_out, "bf16",
+                                   accumulate=into is not None)
                 out.append(y)
                 r0 += wi.n_out
             i = j

@@ -69,9 +69,12 @@ class Cublas:
         self.lib.cublasSetWorkspace_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
         _check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(buf.ptr), buf.nbytes), "cublasSetWorkspace")
 
-    def gemm(self, x: DArray, w: DArray, y: DArray, T: int, n_in: int, n_out: int, dtype: str = "bf16") -> None:
-        """``y[T, n_out] = x[T, n_in] · w[n_out, n_in]ᵀ``: x and w both of
-        ``dtype`` (f32, f16 or bf16), fp32 accumulation and output.
+    def gemm(self, x: DArray, w: DArray, y: DArray, T: int, n_in: int, n_out: int, dtype: str = "bf16",
+             accumulate: bool = False) -> None:
+        """``y[T, n_out] = x[T, n_in] · w[n_out, n_in]ᵀ`` (``+= `` with
+        ``accumulate``: beta 1, y's old values added in the epilogue, one fp32
+        rounding as a separate add): x and w both of ``dtype`` (f32, f16 or
+        bf16), fp32 accumulation and output.
 
         cuBLAS is column-major: row-major ``y`` is column-major ``yᵀ``
         ``[n_out, T] = w · xᵀ``, i.e. op(A)=Wᵀ-as-stored (A = w, lda = n_in,
@@ -82,5 +85,5 @@ class Cublas:
             self.handle, CUBLAS_OP_T, CUBLAS_OP_N, n_out, T, n_in,
             ctypes.byref(self._one), ctypes.c_void_p(w.ptr), t, n_in,
             ctypes.c_void_p(x.ptr), t, n_in,
-            ctypes.byref(self._zero), ctypes.c_void_p(y.ptr), CUDA_R_32F, n_out,
+            ctypes.byref(self._one if accumulate else self._zero), ctypes.c_void_p(y.ptr), CUDA_R_32F, n_out,
             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), f"cublasGemmEx ({dtype})")
