@@ -105,3 +105,25 @@ def test_gated_attention_pieces(dev):
         got = poisoned(dev, piece.shape)
         elementwise.copy_cols(dev, dx, got, T, piece.shape[1], x.shape[1], int(off))
         np.testing.assert_array_equal(got.numpy(), piece)
+
+
+@gpu
+def test_l2_norm_is_one_launch_of_the_same_bits(dev):
+    """Ops.l2_norm (the norm with a weight of 1/√S) gives the bits of the
+    two launches it replaces (RMSNorm with eps/S, then the scaling), and
+    llama.cpp's values (the NumPy reference) to fp32 rounding."""
+    from engine.backends.cuda import Backend, Ops
+    from engine.backends.cuda.device import Workspace
+    from engine.backends.cuda.launchers import norm
+
+    b = SimpleNamespace(dev=dev, workspace=Workspace(dev, 16 << 20), constants={})
+    b.constant = lambda n, v: Backend.constant(b, n, v)
+    cuda_ops = Ops(b)
+    for T, H, S in ((1, 16, 128), (37, 4, 128), (5, 2, 64)):
+        x = (rng("l2", T, H, S).standard_normal((T, H, S)) * 3).astype(np.float32)
+        got = cuda_ops.l2_norm(dev.upload(x), 1e-6).numpy()
+        two = poisoned(dev, (T, H, S))
+        norm.rms_norm(dev, dev.upload(x), None, two, 1e-6 / S)
+        elementwise.scale(dev, two, float(np.float32(1.0 / np.sqrt(S))))
+        np.testing.assert_array_equal(got.view(np.uint32), two.numpy().view(np.uint32), err_msg=f"l2_norm {T}x{H}x{S}")
+        assert_close(got, ops.l2_norm(x, 1e-6), 1e-7, 1e-6, f"l2_norm {T}x{H}x{S}")

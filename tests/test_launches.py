@@ -108,3 +108,10 @@ def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
             types = [gf.tensor_type(f"blk.{il}.{t}.weight") for t in group]
             runs += 1 + sum(a != b for a, b in zip(types, types[1:]))
     assert sum(v for k, v in counts.items() if k.startswith("dequant_")) == runs, counts
+
+
+def test_deltanet_l2_norms_are_one_launch_each():
+    """Q's and K's L2 norms: one norm launch each (the 1/√S factor as its
+    weight), no separate scaling."""
+    counts, n_layer = decode_launches(_path("tiny-qwen35"))
+    assert counts["scale"] == 0, counts

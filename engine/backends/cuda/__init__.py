@@ -382,11 +382,12 @@ class Ops:
         return y
 
     def l2_norm(self, x: DArray, eps: float) -> DArray:
-        """As llama.cpp: RMSNorm with ``eps/S``, then ``·1/√S``."""
+        """As llama.cpp: RMSNorm with ``eps/S``, then ``·1/√S``. One launch:
+        the factor is the norm's weight (a vector of 1/√S), which rounds as a
+        separate scaling does."""
         S = x.shape[-1]
         y = self._empty(x.shape)
-        launchers.norm.rms_norm(self.dev, x, None, y, eps / S)
-        launchers.elementwise.scale(self.dev, y, float(np.float32(1.0 / np.sqrt(S))))
+        launchers.norm.rms_norm(self.dev, x, self.b.constant(S, float(np.float32(1.0 / np.sqrt(S)))), y, eps / S)
         return y
 
     def delta_rule(self, q: DArray, k: DArray, v: DArray, g: DArray, beta: DArray, state: RecurrentLayer) -> DArray:
@@ -521,6 +522,7 @@ class Backend:
         self.workspace = Workspace(self.dev, workspace_mb << 20 if workspace_mb else workspace_bytes(cfg))
         self.weights: Workspace | None = None  # sized from the file on the first upload
         self.stacked: dict = {}
+        self.constants: dict[tuple[int, float], DArray] = {}
         self.ops = Ops(self)
         # decode state: static device buffers the captured graph reads
         self.token = self.dev.empty((1,), np.int32)
@@ -555,6 +557,14 @@ class Backend:
         self.dev.upload(tokens.astype(np.int32), tok)
         self.dev.upload(np.arange(start, start + tokens.size, dtype=np.int32), pos)
         return tok, Positions(pos, tokens.size)
+
+    def constant(self, n: int, value: float) -> DArray:
+        """A device vector of ``n`` float32 ``value``s, made on first use
+        (an eager pass: an upload cannot be captured) and kept."""
+        key = (n, value)
+        if key not in self.constants:
+            self.constants[key] = self.dev.upload(np.full(n, value, np.float32))
+        return self.constants[key]
 
     def to_host(self, x: DArray) -> np.ndarray:
         return self.dev.download(x)
