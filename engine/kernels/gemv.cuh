@@ -722,6 +722,36 @@ struct NoAct {  // a plain GEMV (never called: GLU is false)
 template <class A> struct is_no_act { static constexpr bool value = false; };
 template <> struct is_no_act<NoAct> { static constexpr bool value = true; };
 
+// The end of a group (both streamings): each warp's per-row sums into red
+// [warps][R] (acc cleared), then, after the caller's __syncthreads, thread tid
+// < H writes row g*H + tid: the sum over the warps in warp order (GLU: Act of
+// the gate row's and the up row's sums), plus add[row] where given.
+template <int R>
+__device__ __forceinline__ void group_sums(float (*red)[R], float* acc, int warp, int lane) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0) red[warp][r] = v;
+        acc[r] = 0.0f;
+    }
+}
+template <class Act, int R, int H>
+__device__ __forceinline__ void group_out(const float (*red)[R], int g, int n_warps, float* y, const float* add,
+                                          int n_out) {
+    const int tid = threadIdx.x, row = g * H + tid;
+    if (tid >= H || row >= n_out) return;
+    float s = 0.0f;
+    for (int w = 0; w < n_warps; w++) s += red[w][tid];
+    if constexpr (!is_no_act<Act>::value) {
+        float u = 0.0f;
+        for (int w = 0; w < n_warps; w++) u += red[w][tid + H];
+        s = Act()(s, u);
+    } else if (add) {
+        s += add[row];
+    }
+    y[row] = s;
+}
+
 template <class Q, class Act = NoAct>
 __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const float* __restrict__ x, float* y,
                                           const float* add, int n_in, int n_out) {
@@ -772,26 +802,9 @@ __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const f
         }
         if (ng < groups) stage_rows<Q>(buf, rows(ng), nb, U, lane);
         if (nb == first) {  // group g is done: sum it across the block's warps
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const float v = warp_sum(acc[r]);
-                if (lane == 0) red[parity][warp][r] = v;
-                acc[r] = 0.0f;
-            }
+            group_sums<R>(red[parity], acc, warp, lane);
             __syncthreads();
-            const int row = g * H + tid;
-            if (tid < H && row < n_out) {
-                float s = 0.0f;
-                for (int w = 0; w < NT / 32; w++) s += red[parity][w][tid];
-                if (GLU) {
-                    float u = 0.0f;
-                    for (int w = 0; w < NT / 32; w++) u += red[parity][w][tid + H];
-                    s = Act()(s, u);
-                } else if (add) {
-                    s += add[row];
-                }
-                y[row] = s;
-            }
+            group_out<Act, R, H>(red[parity], g, NT / 32, y, add, n_out);
             parity ^= 1;
         }
         g = ng;
@@ -926,25 +939,9 @@ __device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, co
             }
         }
         const int parity = k & 1;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float v = warp_sum(acc[r]);
-            if (lane == 0) red[parity][warp][r] = v;
-        }
+        group_sums<R>(red[parity], acc, warp, lane);
         __syncthreads();  // the stage is read (it may be refilled) and red[parity] is complete
         if (tid == 0 && k + S < mine) issue(k + S);
-        const int row = g * H + tid;
-        if (tid < H && row < n_out) {
-            float sum = 0.0f;
-            for (int w = 0; w < NT / 32; w++) sum += red[parity][w][tid];
-            if (GLU) {
-                float u = 0.0f;
-                for (int w = 0; w < NT / 32; w++) u += red[parity][w][tid + H];
-                sum = Act()(sum, u);
-            } else if (add) {
-                sum += add[row];
-            }
-            y[row] = sum;
-        }
+        group_out<Act, R, H>(red[parity], g, NT / 32, y, add, n_out);
     }
 }
