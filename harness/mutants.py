@@ -422,6 +422,11 @@ MUTANTS += [
     # the decode fusions (reports/notes/fusions-2026-12-01.md): code the NumPy engine does not have
     Mutant("glu-up-row-shifted", "GLU GEMV: each gate row paired with the previous row's up projection", _any,
            _kernel_source("gemv.cuh", "(r < H ? 0 : n_out)", "(r < H ? 0 : n_out - 1)"), backends=("cuda",)),
+    Mutant("bulk-glu-up-row-shifted", "bulk-copy GLU GEMV (matrices of 4 MB and more): each gate row paired "
+           "with the previous row's up projection", _any,
+           _kernel_source("gemv.cuh", "(GLU && p ? n_out : 0)", "(GLU && p ? n_out - 1 : 0)"), backends=("cuda",),
+           # the tiny models' matrices are under the bulk kernel's 4 MB: a real shape shows it
+           first=("qwen3-8b",)),
     Mutant("attn-merge-first-split", "split decode attention: the last block merges only the first split's "
            "keys (a long context's later keys dropped)", _any,
            _kernel_source("attention.cu", "for (int u = 0; u < n_active; ++u) {", "for (int u = 0; u < 1; ++u) {"),

@@ -107,6 +107,8 @@ def test_kernel_source_mutants_still_apply_and_compile():
             ("xq-min-sums-swapped", "gemv.cuh", "* hi.s), mhi", "gemv.cu", one),
             ("xq-q6k-offset-dropped", "gemv.cuh", "0 * __dp4a(", "gemv.cu", one),
             ("glu-up-row-shifted", "gemv.cuh", "(r < H ? 0 : n_out - 1)", "gemv.cu", {"GEMV_ROWS": 2, "GEMV_GLU": 1}),
+            ("bulk-glu-up-row-shifted", "gemv.cuh", "(GLU && p ? n_out - 1 : 0)", "gemv.cu",
+             {"GEMV_ROWS": 2, "GEMV_GLU": 1, "GEMV_BULK": 1}),
             ("attn-merge-first-split", "attention.cu", "u < 1; ++u", "attention.cu", {})):
         code = ("from harness.mutants import BY_NAME; from engine.backends.cuda import compile as c\n"
                 f"with BY_NAME[{name!r}].on():\n"
