@@ -3,8 +3,9 @@
 Weights are uploaded in their GGUF block form and read directly by the
 matrix-vector kernels (decode); prefill multiplies all prompt tokens at once
 with cuBLAS: float weights as stored (F32 in fp32, F16 with f16 activations),
-quantised ones dequantised one at a time to bf16 into a scratch buffer for
-the tensor cores, so no dequantised copy of the model is kept.
+quantised ones dequantised to bf16 into a scratch buffer for the tensor
+cores, a group of projections stored back to back at once, so no
+dequantised copy of the model is kept.
 
 Decode runs as one CUDA graph per sequence step: the token id, its position
 and the KV length live in device memory, the graph's last kernel advances
