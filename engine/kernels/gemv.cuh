@@ -861,12 +861,16 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 // extra bytes share a 16-byte granule with wanted ones, so never leave the
 // allocation). launchers/gemv.py bulk_part computes the same.
 __host__ __device__ constexpr size_t bulk_part(size_t len) { return (len + 30) / 16 * 16; }
-// Issue the copy of [src, src + len) into part, counting its bytes on bar; returns the bytes.
-__device__ __forceinline__ uint32_t bulk_span(uint8_t* part, const uint8_t* src, size_t len, uint64_t* bar) {
-    const size_t s = reinterpret_cast<size_t>(src), a0 = s & ~(size_t)15;
-    const uint32_t n = (uint32_t)(((s + len + 15) & ~(size_t)15) - a0);
-    bulk_copy(part, reinterpret_cast<const void*>(a0), n, bar);
-    return n;
+// The bytes the copy of [src, src + len) moves: from the 16-byte floor of src
+// to the 16-byte ceiling of its end.
+__device__ __forceinline__ uint32_t bulk_bytes(const uint8_t* src, size_t len) {
+    const size_t s = reinterpret_cast<size_t>(src);
+    return (uint32_t)(((s + len + 15) & ~(size_t)15) - (s & ~(size_t)15));
+}
+// Issue that copy into part, counting its bytes on bar.
+__device__ __forceinline__ void bulk_span(uint8_t* part, const uint8_t* src, size_t len, uint64_t* bar) {
+    bulk_copy(part, reinterpret_cast<const void*>(reinterpret_cast<size_t>(src) & ~(size_t)15), bulk_bytes(src, len),
+              bar);
 }
 
 template <class Q, class Act = NoAct>
@@ -896,11 +900,8 @@ __device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, co
         const size_t len = (size_t)min(H, n_out - g * H) * row_bytes;
         uint8_t* st = gemv_ring + (k % S) * stage;
         uint64_t* bar = &full[k % S];
-        uint32_t bytes = 0;
-        for (int p = 0; p < PARTS; p++) {
-            const size_t s = reinterpret_cast<size_t>(part_src(g, p)), a0 = s & ~(size_t)15;
-            bytes += (uint32_t)(((s + len + 15) & ~(size_t)15) - a0);
-        }
+        uint32_t bytes = 0;  // expected before the copies start
+        for (int p = 0; p < PARTS; p++) bytes += bulk_bytes(part_src(g, p), len);
         mbar_expect_tx(bar, bytes);
         for (int p = 0; p < PARTS; p++) bulk_span(st + p * part, part_src(g, p), len, bar);
     };
