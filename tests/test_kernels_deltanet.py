@@ -21,15 +21,16 @@ gpu = pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("K", [4, 2])
 def test_causal_conv_carries_its_inputs(dev, K):
-    """Three calls (5 tokens, 1, 9) against one NumPy pass over all 15: the
-    outputs and, after each call, the carried inputs."""
+    """Four calls (5 tokens, 1, 9, 45: several tiles of CONV_TT) against one
+    NumPy pass over all 60: the outputs and, after each call, the carried
+    inputs."""
     r = rng("conv", K)
     C = 1000
-    x = r.standard_normal((15, C)).astype(np.float32)
+    x = r.standard_normal((60, C)).astype(np.float32)
     w = r.standard_normal((C, K)).astype(np.float32)
     ref_state = SimpleNamespace(conv=r.standard_normal((K - 1, C)).astype(np.float32))
     d_state, d_w = dev.upload(ref_state.conv.copy()), dev.upload(w)
-    for a, b in ((0, 5), (5, 6), (6, 15)):
+    for a, b in ((0, 5), (5, 6), (6, 15), (15, 60)):
         want = ops.causal_conv(x[a:b], w, ref_state)
         y = poisoned(dev, (b - a, C))
         deltanet.causal_conv(dev, dev.upload(x[a:b]), d_w, d_state, y)

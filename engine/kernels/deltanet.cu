@@ -7,7 +7,7 @@
 //   decay_gates   beta = sigmoid(b), g = softplus(a + dt_bias) * ssm_a, per token and value head
 //   delta_rule    per value head h (key head h mod H_k), state S [S_k, S_v]:
 //                 S <- e^g S;  S <- S + k (beta (v - S^T k))^T;  o = S^T q / sqrt(S_v)
-//                 token by token (decode; prefill runs the same loop for now)
+//                 token by token (decode); delta_rule_chunked: DR_C tokens at a time (prefill)
 #include "common.cuh"
 
 #ifndef CONV_K
@@ -16,22 +16,33 @@
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
 
-// One thread per channel c, walking the T tokens with the window of the last
-// K-1 inputs in registers: y[t, c] = SiLU(sum_j win[t + j, c] * w[c, j]), taps
-// summed in order j = 0..K-1 (tap K-1 on the current token). Coalesced: the
-// threads of a warp read consecutive channels of a row.
+// grid (ceil(C / 128), ceil(T / CONV_TT)), block 128: thread (c, tile) computes
+// channel c over the tile's CONV_TT tokens, its window of the K-1 inputs before
+// the tile taken from x (or, before token 0, from the carried inputs) into
+// registers: y[t, c] = SiLU(sum_j win[t + j, c] * w[c, j]), taps summed in order
+// j = 0..K-1 (tap K-1 on the current token). Coalesced: the threads of a warp
+// read consecutive channels of a row. Tiles run in parallel (a prefill's conv
+// was a token walk of C threads). Only tile 0 reaches back before token 0
+// (CONV_TT >= K-1), so its thread of channel c is the only reader of c's carried
+// inputs, and it replaces them once it has read them.
+#ifndef CONV_TT
+#define CONV_TT 16  // launchers/deltanet.py passes its CONV_TT
+#endif
+static_assert(CONV_TT >= CONV_K - 1, "only tile 0 reads the carried inputs");
 extern "C" __global__ void causal_conv(const float* x, const float* w, float* state, float* y, int T, int C) {
     KERNEL_START();
     constexpr int K = CONV_K;
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, t0 = blockIdx.y * CONV_TT;
     if (c >= C) return;
     float win[K], wc[K];  // win[K-1]: the current token
 #pragma unroll
     for (int j = 0; j < K; j++) {
         wc[j] = w[(size_t)c * K + j];
-        if (j < K - 1) win[j] = state[(size_t)j * C + c];
+        const int t = t0 - (K - 1) + j;  // state row i holds the input of token i - (K-1)
+        if (j < K - 1) win[j] = t >= 0 ? x[(size_t)t * C + c] : state[(size_t)(t + K - 1) * C + c];
     }
-    for (int t = 0; t < T; t++) {
+    const int t1 = min(t0 + CONV_TT, T);
+    for (int t = t0; t < t1; t++) {
         win[K - 1] = x[(size_t)t * C + c];
         float s = 0.0f;
 #pragma unroll
@@ -40,8 +51,15 @@ extern "C" __global__ void causal_conv(const float* x, const float* w, float* st
 #pragma unroll
         for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
     }
+    if (blockIdx.y == 0) {
+        // the new carried inputs: those of tokens T-(K-1)..T-1; before token 0 (T < K-1)
+        // the old row T + j, above row j, so not yet replaced in this ascending walk
 #pragma unroll
-    for (int j = 0; j < K - 1; j++) state[(size_t)j * C + c] = win[j];
+        for (int j = 0; j < K - 1; j++) {
+            const int t = T - (K - 1) + j;
+            state[(size_t)j * C + c] = t >= 0 ? x[(size_t)t * C + c] : state[(size_t)(t + K - 1) * C + c];
+        }
+    }
 }
 
 // n = T * H gates; head of gate i: i % H.
@@ -140,6 +158,7 @@ delta_rule(const float* q, const float* k, const float* v, const float* g, const
 // (launchers/deltanet.py chunked_smem()).
 #define DR_C 64
 constexpr int DRK = HEAD_K + 1, DRV = 33, DRA = DR_C + 1;
+static_assert(DR_C == 64 && DR_WARPS == 8, "A and P: 16 x 16 threads, each 4 x 4 pairs");
 
 extern "C" __global__ void __launch_bounds__(32 * DR_WARPS)
 delta_rule_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta, float* S,
@@ -175,57 +194,96 @@ delta_rule_chunked(const float* q, const float* k, const float* v, const float* 
             const int t = i / 32, cc = i % 32;
             Ds[t * DRV + cc] = (t < n && j0 + cc < S_v) ? v[((size_t)(t0 + t) * H_v + h) * S_v + j0 + cc] : 0.0f;
         }
-        if (tid == 0) {
-            float G = 0.0f;
-            for (int t = 0; t < DR_C; t++) {
-                if (t < n) {
-                    G += g[(size_t)(t0 + t) * H_v + h];
-                    Bs[t] = beta[(size_t)(t0 + t) * H_v + h];
-                } else {
-                    Bs[t] = 0.0f;
-                }
-                Gs[t] = G;  // past n: the last G (those rows are zero anyway)
-            }
+        if (tid < DR_C) {  // past n: no decay and no beta (rows zero anyway)
+            Gs[tid] = tid < n ? g[(size_t)(t0 + tid) * H_v + h] : 0.0f;
+            Bs[tid] = tid < n ? beta[(size_t)(t0 + tid) * H_v + h] : 0.0f;
         }
         __syncthreads();
-        // A (strictly lower) and P (lower, diagonal included)
-        for (int i = tid; i < DR_C * DR_C; i += NT) {
-            const int r = i / DR_C, s = i % DR_C;
-            float a = 0.0f, p = 0.0f;
-            if (s <= r && r < n) {
-                float kk = 0.0f, qk = 0.0f;
-#pragma unroll 8
-                for (int d = 0; d < HEAD_K; d++) {
-                    const float ks = Ks[s * DRK + d];
-                    kk += Ks[r * DRK + d] * ks;
-                    qk += Qs[r * DRK + d] * ks;
-                }
-                const float e = __expf(Gs[r] - Gs[s]);
-                if (s < r) a = Bs[r] * e * kk;
-                p = e * qk;
-            }
-            As[r * DRA + s] = a;
-            Ps[r * DRA + s] = p;
+        if (tid == 0) {  // G: the running sums, in token order
+            float G = 0.0f;
+#pragma unroll
+            for (int t = 0; t < DR_C; t++) Gs[t] = G += Gs[t];
         }
-        // rhs = beta (V - Gamma K S0) and Q S0, for the rows t = warp + 8m
-        for (int t = warp; t < DR_C; t += DR_WARPS) {
-            float ks = 0.0f, qs = 0.0f;
-#pragma unroll 8
+        __syncthreads();
+        // A (strictly lower) and P (lower, diagonal included). Thread (tr, ts) takes rows
+        // r = tr + 16a and columns s = ts + 16b (a, b < 4), so a warp reads 16 distinct rows of
+        // K in one access; b > a lies above the diagonal: only the 10 pairs b <= a are summed.
+        // Each pair sums d = 0..HEAD_K-1 in order.
+        {
+            const int tr = tid >> 4, ts = tid & 15;
+            float kk[4][4], qk[4][4];
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int b = 0; b <= a; b++) kk[a][b] = qk[a][b] = 0.0f;
+#pragma unroll 4
+            for (int d = 0; d < HEAD_K; d++) {
+                float kr[4], qr[4], ks[4];
+#pragma unroll
+                for (int a = 0; a < 4; a++) {
+                    kr[a] = Ks[(tr + 16 * a) * DRK + d];
+                    qr[a] = Qs[(tr + 16 * a) * DRK + d];
+                    ks[a] = Ks[(ts + 16 * a) * DRK + d];
+                }
+#pragma unroll
+                for (int a = 0; a < 4; a++)
+#pragma unroll
+                    for (int b = 0; b <= a; b++) {
+                        kk[a][b] += kr[a] * ks[b];
+                        qk[a][b] += qr[a] * ks[b];
+                    }
+            }
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int b = 0; b < 4; b++) {
+                    const int r = tr + 16 * a, s = ts + 16 * b;
+                    float av = 0.0f, pv = 0.0f;
+                    if (b <= a && s <= r && r < n) {
+                        const float e = __expf(Gs[r] - Gs[s]);
+                        if (s < r) av = Bs[r] * e * kk[a][b];
+                        pv = e * qk[a][b];
+                    }
+                    As[r * DRA + s] = av;
+                    Ps[r * DRA + s] = pv;
+                }
+        }
+        // rhs = beta (V - Gamma K S0) and Q S0 for the warp's rows t = warp + 8m, each
+        // state element read once for all of them
+        {
+            constexpr int RM = DR_C / DR_WARPS;
+            float ks[RM], qs[RM];
+#pragma unroll
+            for (int m = 0; m < RM; m++) ks[m] = qs[m] = 0.0f;
+#pragma unroll 4
             for (int d = 0; d < HEAD_K; d++) {
                 const float sd = Ss[d * 32 + c];
-                ks += Ks[t * DRK + d] * sd;
-                qs += Qs[t * DRK + d] * sd;
+#pragma unroll
+                for (int m = 0; m < RM; m++) {
+                    const int t = warp + DR_WARPS * m;
+                    ks[m] += Ks[t * DRK + d] * sd;
+                    qs[m] += Qs[t * DRK + d] * sd;
+                }
             }
-            const float gam = __expf(Gs[t]);
-            Ds[t * DRV + c] = Bs[t] * (Ds[t * DRV + c] - gam * ks);
-            Os[t * DRV + c] = gam * qs;
+#pragma unroll
+            for (int m = 0; m < RM; m++) {
+                const int t = warp + DR_WARPS * m;
+                const float gam = __expf(Gs[t]);
+                Ds[t * DRV + c] = Bs[t] * (Ds[t * DRV + c] - gam * ks[m]);
+                Os[t * DRV + c] = gam * qs[m];
+            }
         }
         __syncthreads();
-        // Delta: forward substitution through I + A (warp 0, lane = column)
+        // Delta: forward substitution through I + A (warp 0, lane = column), the solved rows
+        // in registers; every row, as past n both A and the rhs are zero
         if (warp == 0) {
-            for (int r = 1; r < n; r++) {
+            float dl[DR_C];
+#pragma unroll
+            for (int r = 0; r < DR_C; r++) {
                 float acc = Ds[r * DRV + c];
-                for (int s = 0; s < r; s++) acc -= As[r * DRA + s] * Ds[s * DRV + c];
+#pragma unroll
+                for (int s = 0; s < r; s++) acc -= As[r * DRA + s] * dl[s];
+                dl[r] = acc;
                 Ds[r * DRV + c] = acc;
             }
         }
@@ -236,12 +294,24 @@ delta_rule_chunked(const float* q, const float* k, const float* v, const float* 
             for (int s = 0; s <= t; s++) o += Ps[t * DRA + s] * Ds[s * DRV + c];
             if (col) out[((size_t)(t0 + t) * H_v + h) * S_v + j0 + c] = o * inv_sqrt;
         }
-        // the state after the chunk: S = Gamma_n S0 + sum_j e^{G_n - G_j} k_j Delta_j^T
-        const float Gn = Gs[n - 1], gam_n = __expf(Gn);
-        for (int d = warp; d < HEAD_K; d += DR_WARPS) {
-            float acc = 0.0f;
-            for (int s = 0; s < n; s++) acc += __expf(Gn - Gs[s]) * Ks[s * DRK + d] * Ds[s * DRV + c];
-            Ss[d * 32 + c] = gam_n * Ss[d * 32 + c] + acc;
+        // the state after the chunk: S = Gamma_n S0 + sum_j e^{G_n - G_j} k_j Delta_j^T, the
+        // warp's rows d = warp + 8m together (each token's decay and Delta read once)
+        {
+            constexpr int DM = HEAD_K / DR_WARPS;
+            const float Gn = Gs[n - 1], gam_n = __expf(Gn);
+            float acc[DM];
+#pragma unroll
+            for (int m = 0; m < DM; m++) acc[m] = 0.0f;
+            for (int s = 0; s < n; s++) {
+                const float e = __expf(Gn - Gs[s]), ds = Ds[s * DRV + c];
+#pragma unroll
+                for (int m = 0; m < DM; m++) acc[m] += e * Ks[s * DRK + warp + DR_WARPS * m] * ds;
+            }
+#pragma unroll
+            for (int m = 0; m < DM; m++) {
+                const int d = warp + DR_WARPS * m;
+                Ss[d * 32 + c] = gam_n * Ss[d * 32 + c] + acc[m];
+            }
         }
     }
     __syncthreads();

@@ -9,6 +9,7 @@ from ..device import DArray, Device
 
 DR_WARPS = 8       # deltanet.cu: warps per delta_rule block (S_k rows split among them)
 DR_C = 64          # deltanet.cu: tokens per chunk of delta_rule_chunked
+CONV_TT = 16       # deltanet.cu: tokens per causal_conv thread
 CHUNKED_MIN_T = 16  # from this many tokens on, the chunked form
 
 
@@ -20,8 +21,8 @@ def causal_conv(dev: Device, x: DArray, w: DArray, state: DArray, y: DArray) -> 
     K = w.size // C
     if w.size != C * K or not 1 <= K <= 16 or state.size != (K - 1) * C or y.size != T * C:
         raise AnvilError(f"CUDA causal_conv: x {x.shape}, w {w.shape}, state {state.shape}, y {y.shape}")
-    fn = launch.function(dev, "deltanet.cu", "causal_conv", {"CONV_K": K})
-    dev.launch(fn, (launch.ceil_div(C, 128),), (128,), [x, w, state, y, T, C])
+    fn = launch.function(dev, "deltanet.cu", "causal_conv", {"CONV_K": K, "CONV_TT": CONV_TT})
+    dev.launch(fn, (launch.ceil_div(C, 128), max(1, launch.ceil_div(T, CONV_TT))), (128,), [x, w, state, y, T, C])
 
 
 def decay_gates(dev: Device, b: DArray, a: DArray, dt_bias: DArray, ssm_a: DArray, beta: DArray, g: DArray) -> None:
