@@ -301,33 +301,35 @@ def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int, p
     return rec
 
 
-BENCH_FIELDS = ("model", "engine", "build", "test", "n_prompt", "n_gen", "n_depth", "tok_s_mean", "tok_s_sd",
-                "gb_s", "vs_llamacpp", "record")
+BENCH_FIELDS = ("model", "engine", "build", "test", "n_prompt", "n_gen", "n_depth", "tok_s_median", "tok_s_mean",
+                "tok_s_sd", "gb_s", "vs_llamacpp", "record")
 
 
 def bench_rows(rows) -> list[dict]:
     """One row per (model, engine, test), llama-bench's columns plus the
-    ratio to the llama.cpp arm when there is one (rows: [(model, [engine
-    rec, llama.cpp rec?])]); ``record``: where the record was saved, if it was."""
+    ratio of the medians to the llama.cpp arm when there is one (rows:
+    [(model, [engine rec, llama.cpp rec?])]; results.throughput says why the
+    median); ``record``: where the record was saved, if it was."""
     out = []
     for model, recs in rows:
-        base = {r["test"]: r["tok_s_mean"] for r in recs[1]["results"]} if len(recs) > 1 else {}
+        base = {r["test"]: results.throughput(r) for r in recs[1]["results"]} if len(recs) > 1 else {}
         for rec in recs:
             s = rec.get("settings", {})
             for r in rec["results"]:
-                ratio = r["tok_s_mean"] / base[r["test"]] if rec is recs[0] and r["test"] in base else None
+                ratio = results.throughput(r) / base[r["test"]] if rec is recs[0] and base.get(r["test"]) else None
                 pp = r["test"].startswith("pp")
                 out.append({"model": model, "engine": rec.get("engine", "?"), "build": rec.get("build"),
                             "test": r["test"], "n_prompt": s.get("n_prompt", 0) if pp else 0,
                             "n_gen": 0 if pp else s.get("n_gen", 0), "n_depth": s.get("n_depth", 0),
-                            "tok_s_mean": r["tok_s_mean"], "tok_s_sd": r["tok_s_sd"], "gb_s": r.get("gb_s"),
+                            "tok_s_median": results.throughput(r), "tok_s_mean": r["tok_s_mean"],
+                            "tok_s_sd": r["tok_s_sd"], "gb_s": r.get("gb_s"),
                             "vs_llamacpp": ratio, "record": rec.get("path")})
     return out
 
 
 def format_bench(rows, fmt: str = "md") -> str:
     """The rows of ``bench_rows`` as llama-bench's ``-o`` formats: md (t/s as
-    mean ± sd, GB/s, the ratio to llama.cpp), json (a list), jsonl, csv."""
+    median ± sd, GB/s, the ratio to llama.cpp), json (a list), jsonl, csv."""
     table = bench_rows(rows)
     if fmt == "json":
         return json.dumps(table, indent=1)
@@ -343,6 +345,6 @@ def format_bench(rows, fmt: str = "md") -> str:
         w.writerows({k: "" if v is None else v for k, v in r.items()} for r in table)
         return buf.getvalue().rstrip("\n")
     return markdown(["model", "engine", "test", "t/s", "GB/s", "vs llama.cpp"],
-                    [[r["model"], r["engine"], r["test"], f"{r['tok_s_mean']:.2f} ± {r['tok_s_sd']:.2f}",
+                    [[r["model"], r["engine"], r["test"], f"{r['tok_s_median']:.2f} ± {r['tok_s_sd']:.2f}",
                       f"{r['gb_s']:.0f}" if r["gb_s"] else "",
                       f"{r['vs_llamacpp']:.2f}x" if r["vs_llamacpp"] is not None else ""] for r in table])

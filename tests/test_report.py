@@ -156,6 +156,26 @@ def row(rep, model, test):
     return r
 
 
+def test_the_ratio_is_of_medians_a_cold_first_repetition_moves_nothing(tmp_path):
+    """llama-bench's first timed prefill repetition runs ~20% slow after its
+    warm-up: the scoreboard and ``bench`` take the median of the repetitions
+    (a mean of 3 would flatter Anvil's ratio by ~7%)."""
+    d = tmp_path / "results"
+    date = "2026-11-20T10:00:00Z"
+    lc = bench("llama.cpp", "alpha-8b", date, 8300.0, 250.0)
+    lc["results"][0].update(samples_tok_s=[6500.0, 8300.0, 8400.0], tok_s_mean=7733.3)
+    a = bench("anvil", "alpha-8b", date, 10000.0, 240.0)
+    a["results"][0].update(samples_tok_s=[9900.0, 10000.0, 10100.0, 10200.0], tok_s_mean=10050.0)
+    results.save(a, "bench", d)
+    results.save(lc, "bench", d)
+    r = row(build_report(results.load_all(d)), "alpha-8b", "pp512")
+    assert (r.anvil.tok_s, r.llamacpp.tok_s) == (10050.0, 8300.0)  # an even count: the mean of the middle two
+    assert r.ratio == pytest.approx(10050 / 8300)
+    pp = next(x for x in ab.bench_rows([("alpha-8b", [a, lc])]) if x["engine"] == "anvil" and x["test"] == "pp512")
+    assert pp["vs_llamacpp"] == pytest.approx(10050 / 8300)
+    assert results.throughput({"tok_s_mean": 5.0}) == 5.0  # a record without samples: its mean
+
+
 def test_scoreboard_numbers_ratios_and_rooflines(store):
     rep = build_report(results.load_all(store))
     assert [m.name for m in rep.models] == ["alpha-8b", "beta-3b"]

@@ -334,8 +334,8 @@ def _trace_figure(name: str, title: str, trace: dict, power_limit, window: dict 
 def _bench_measures(rec: dict, facts: dict, figures: dict) -> list[tuple[dict, Measure]]:
     out = []
     for r in rec.get("results") or []:
-        test, tok = r.get("test"), r.get("tok_s_mean")
-        if not test or not isinstance(tok, (int, float)):
+        test, tok = r.get("test"), results.throughput(r)
+        if not test or tok is None:
             continue
         rt = _rate(rec, test, float(tok), facts, r.get("gb_s"))
         summary, trace = _nvml_for(rec, r)

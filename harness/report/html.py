@@ -29,14 +29,15 @@ def fmt_tok(v: float | None) -> str:
 
 
 def fmt_measure(m) -> str:
-    """mean ± sd, the sd to the mean's decimals: "17804 ± 132", "240.0 ± 0.8"."""
+    """median ± sd of the repetitions, the sd to the median's decimals:
+    "17804 ± 132", "240.0 ± 0.8"."""
     if m is None:
         return "—"
-    mean = fmt_tok(m.tok_s)
+    center = fmt_tok(m.tok_s)
     if m.tok_s_sd is None:
-        return mean
-    decimals = len(mean.split(".")[1]) if "." in mean else 0
-    return f"{mean} ± {m.tok_s_sd:.{decimals}f}"
+        return center
+    decimals = len(center.split(".")[1]) if "." in center else 0
+    return f"{center} ± {m.tok_s_sd:.{decimals}f}"
 
 
 def fmt_build(b: str) -> str:
@@ -173,7 +174,9 @@ record{{ '' if r.sources|length == 1 else 's' }} (latest {{ r.latest_date or 'no
 
 <section id="scoreboard"><h2>Scoreboard</h2>
 <p class="muted">Latest record of each engine per model, test, GPU and benchmark spec; the ratio is taken only
-between records of the same spec on the same GPU. Decode is shown against the measured HBM bandwidth
+between records of the same spec on the same GPU. t/s: the median of a test's repetitions ± their sd
+(llama-bench's first timed prefill repetition runs slow even after its warm-up; a mean would carry it into
+the ratio). Decode is shown against the measured HBM bandwidth
 ({{ hbm }} GB/s), prefill against the measured bf16 tensor-core peak ({{ bf16 }} TFLOP/s, at 2 × parameters
 FLOPs per token).</p>
 {% for m in r.models if m.rows %}
