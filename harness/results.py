@@ -279,6 +279,25 @@ def spec(record: dict, test: str) -> dict:
             "kv": s.get("kv") or record.get("kv") or s.get("type_k")}
 
 
+SITTING_S = 900  # records without a sitting id: saved this close together count as one sitting
+
+
+def same_sitting(rec_a: dict, rec_b: dict) -> bool:
+    """Whether two bench records were measured in one sitting: one ``harness
+    bench`` call (the ``sitting`` id it gives all its records), or, for
+    records from before the id, saved within SITTING_S of each other. A
+    ratio between sittings would mix clocks, drivers and builds of the other
+    engine that nobody compared."""
+    if rec_a.get("sitting") or rec_b.get("sitting"):
+        return rec_a.get("sitting") == rec_b.get("sitting")
+    try:
+        ta, tb = (datetime.datetime.fromisoformat(str(r.get("date") or r.get("saved_at")).replace("Z", "+00:00"))
+                  for r in (rec_a, rec_b))
+    except ValueError:
+        return False
+    return abs((ta - tb).total_seconds()) <= SITTING_S
+
+
 def throughput(r: dict) -> float | None:
     """A bench test's tokens/s: the median of its repetitions (the mean
     where a record kept no samples); the scoreboard and ``bench`` compare

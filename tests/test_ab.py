@@ -169,13 +169,17 @@ def test_records_enter_the_store_only_when_asked(monkeypatch, tmp_path, capsys, 
     flag = ["--save"] if save else []
     _fake(monkeypatch, FakeRunner("A", lambda n: 100.0, sha="a" * 64), FakeRunner("B", lambda n: 100.0, sha="b" * 64))
     assert cli.main(["ab", "a.whl", "b.whl", "--rounds", "4", *flag]) == 0
-    bench = iter([FakeRunner("C", lambda n: 100.0, sha="c" * 64)])
+    bench = iter([FakeRunner("C", lambda n: 100.0, sha="c" * 64), FakeRunner("D", lambda n: 90.0, sha="d" * 64)])
     monkeypatch.setattr(runners, "make_runner", lambda spec, workdir: next(bench))
-    assert cli.main(["bench", "--model", "m", "-p", "8", "-n", "4", "-r", "2", *flag]) == 0
+    assert cli.main(["bench", "--model", "m", "-p", "8", "-n", "4", "-r", "2", "--llamacpp", "llama-bench:x",
+                     *flag]) == 0
     err = capsys.readouterr().err
     saved = sorted(p.name.split("-")[0] for p in store.glob("*.json")) if store.exists() else []
-    assert saved == (["ab", "bench"] if save else [])
-    assert err.count("saved ") == (2 if save else 0) and (err.count("not saved: --save") == (0 if save else 2))
+    assert saved == (["ab", "bench", "bench"] if save else [])
+    assert err.count("saved ") == (3 if save else 0) and (err.count("not saved: --save") == (0 if save else 2))
+    if save:  # one call, one sitting: the scoreboard's ratios pair only such records (results.same_sitting)
+        a, b = (json.loads(p.read_text()) for p in sorted(store.glob("bench-*.json")))
+        assert a["sitting"] and a["sitting"] == b["sitting"] and results.same_sitting(a, b)
 
 
 def test_bench_depth_sweep_and_output_formats(model_path, capsys):

@@ -236,7 +236,7 @@ def test_history_first_to_latest(store):
 
 def test_incomparable_records_are_never_compared(tmp_path):
     d = tmp_path / "r"
-    results.save(bench("anvil", "alpha-8b", "2026-11-02T00:00:00Z", 18000.0, 240.0), "bench", d)
+    results.save(bench("anvil", "alpha-8b", "2026-11-01T00:05:00Z", 18000.0, 240.0), "bench", d)
     results.save(bench("llama.cpp", "alpha-8b", "2026-11-01T00:00:00Z", 9000.0, 250.0), "bench", d)
     # newer, but another KV type (spec) and another GPU: must not displace the comparable one
     results.save(bench("llama.cpp", "alpha-8b", "2026-11-03T00:00:00Z", 1.0, 1.0, kv="f32"), "bench", d)
@@ -253,6 +253,29 @@ def test_incomparable_records_are_never_compared(tmp_path):
                                                                        "tg128")}
     assert row(rep, "gamma-1b", "tg128").ratio is None
     assert "no comparable pair" in render_html(rep)
+
+
+def test_ratios_only_within_one_sitting(tmp_path):
+    """A ratio pairs records of one ``harness bench`` call (its sitting id),
+    or, before the id, records saved within results.SITTING_S: a later
+    Anvil-only run does not borrow an old llama.cpp number. The row keeps the
+    newest such pair; the later run is in the history."""
+    d = tmp_path / "r"
+    results.save(bench("anvil", "alpha-8b", "2026-11-01T00:00:10Z", 18000.0, 240.0), "bench", d)
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-01T00:00:20Z", 9000.0, 250.0), "bench", d)
+    results.save(bench("anvil", "alpha-8b", "2026-11-05T00:00:00Z", 30000.0, 300.0), "bench", d)
+    rep = build_report(results.load_all(d))
+    r = row(rep, "alpha-8b", "tg128")
+    assert (r.anvil.tok_s, r.llamacpp.tok_s, r.ratio) == (240.0, 250.0, pytest.approx(240 / 250))
+    (h,) = [h for h in rep.history if (h.model, h.test, h.engine) == ("alpha-8b", "tg128", "anvil")]
+    assert h.latest.tok_s == 300.0
+    # ids decide where they exist: minutes apart but two calls is two sittings, one call is one
+    e = tmp_path / "s"
+    results.save(bench("anvil", "alpha-8b", "2026-11-01T00:00:10Z", 18000.0, 240.0, sitting="one"), "bench", e)
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-01T00:00:20Z", 9000.0, 250.0, sitting="two"), "bench", e)
+    assert row(build_report(results.load_all(e)), "alpha-8b", "tg128").ratio is None
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-01T00:30:00Z", 9000.0, 260.0, sitting="one"), "bench", e)
+    assert row(build_report(results.load_all(e)), "alpha-8b", "tg128").ratio == pytest.approx(240 / 260)
 
 
 def test_parity_latest_validate_per_model(store):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import uuid
 
 from engine.errors import count_int, positive_int
 
@@ -42,6 +43,7 @@ def run(args) -> int:
     for runner in arms:
         runner.prepare()
     rows = []
+    sitting = uuid.uuid4().hex[:16]  # the scoreboard takes ratios only within one sitting (results.same_sitting)
     for name in args.model:
         path, identity = common.model(name)
         for depth in args.n_depth:  # one record per engine and depth, as llama-bench's rows
@@ -49,7 +51,7 @@ def run(args) -> int:
             for runner in arms:
                 rec = ab.bench_record(runner, path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
                                       pp_reps=args.pp_repetitions, depth=depth)
-                rec.update(identity)
+                rec.update(identity, sitting=sitting)
                 if common.saving(args):
                     rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench",
                                                    args.results_dir))

@@ -362,8 +362,10 @@ def _bench_measures(rec: dict, facts: dict, figures: dict) -> list[tuple[dict, M
 
 
 def _rows_and_history(measures: list[tuple[dict, Measure]]):
-    """Group by (model, test, GPU, spec); the latest of each engine is the
-    scoreboard row, first -> latest of each engine the history."""
+    """Group by (model, test, GPU, spec); the scoreboard row is the newest
+    pair of the two engines measured in one sitting (results.same_sitting),
+    with their ratio, or, where no such pair exists, the latest of each engine
+    and no ratio; first -> latest of each engine is the history."""
     groups: dict[tuple, dict[str, list]] = {}
     for rec, m in measures:
         key = (model_name(rec), m.test, m.gpu or "", results.spec_hash(rec, m.test))
@@ -374,10 +376,14 @@ def _rows_and_history(measures: list[tuple[dict, Measure]]):
         for eng in by_engine:
             by_engine[eng].sort(key=lambda rm: _order(rm[0]))
         latest = {eng: v[-1] for eng, v in by_engine.items()}
-        a, l = latest.get(ANVIL), latest.get(LLAMACPP)
-        ratio = None
-        if a and l and l[1].tok_s > 0 and results.comparable(a[0], l[0], test):  # the key says so; double-check
+        pairs = [(a, l) for a in by_engine.get(ANVIL, []) for l in by_engine.get(LLAMACPP, [])
+                 if l[1].tok_s > 0 and results.same_sitting(a[0], l[0])
+                 and results.comparable(a[0], l[0], test)]  # the key says so; double-check
+        if pairs:
+            a, l = max(pairs, key=lambda p: (_order(p[0][0]), _order(p[1][0])))
             ratio = a[1].tok_s / l[1].tok_s
+        else:
+            a, l, ratio = latest.get(ANVIL), latest.get(LLAMACPP), None
         any_rec = next(iter(latest.values()))[0]
         spec_text = ", ".join(f"{k}={v}" for k, v in results.spec(any_rec, test).items())
         rows.append(Row(model, test, gpu or None, spec, spec_text, a[1] if a else None, l[1] if l else None, ratio))

@@ -173,8 +173,9 @@ record{{ '' if r.sources|length == 1 else 's' }} (latest {{ r.latest_date or 'no
 </header>
 
 <section id="scoreboard"><h2>Scoreboard</h2>
-<p class="muted">Latest record of each engine per model, test, GPU and benchmark spec; the ratio is taken only
-between records of the same spec on the same GPU. t/s: the median of a test's repetitions ± their sd
+<p class="muted">Per model, test, GPU and benchmark spec: the newest pair of records of the two engines measured in
+one sitting (one <code>harness bench</code> call), and their ratio; where there is no such pair, the latest record
+of each engine and no ratio. t/s: the median of a test's repetitions ± their sd
 (llama-bench's first timed prefill repetition runs slow even after its warm-up; a mean would carry it into
 the ratio). Decode is shown against the measured HBM bandwidth
 ({{ hbm }} GB/s), prefill against the measured bf16 tensor-core peak ({{ bf16 }} TFLOP/s, at 2 × parameters
@@ -190,7 +191,7 @@ FLOPs per token).</p>
 <tr><td title="spec {{ row.spec }}: {{ row.spec_text }}">{{ row.test }}</td>
 {% for x in (row.anvil, row.llamacpp) %}<td class="num"{% if x %} title="{{ x.provenance }}"{% endif %}>{{ x|measure }}</td>{% endfor %}
 <td class="num {{ 'win' if row.ratio and row.ratio > 1 else 'loss' if row.ratio else '' }}"
- title="{{ 'same spec ' ~ row.spec ~ ' on ' ~ row.gpu if row.ratio else 'no comparable pair (same spec, same GPU)' }}">{{ row.ratio|ratio }}</td>
+ title="{{ 'one sitting, same spec ' ~ row.spec ~ ' on ' ~ row.gpu if row.ratio else 'no comparable pair (same spec, same GPU, one sitting)' }}">{{ row.ratio|ratio }}</td>
 {% for x in (row.anvil, row.llamacpp) %}<td class="rate"{% if x %} title="{{ x.rate.note }}"{% endif %}>{{ x|achieved }}{% if x and x.rate.roofline is not none %}<span class="meter"><span style="width: {{ [100, (x.rate.roofline * 100)|round(1)]|min }}%"></span></span>{% endif %}</td>{% endfor %}
 <td class="num" title="{{ (row.anvil or row.llamacpp).energy_note if (row.anvil or row.llamacpp) else '' }}">{{ row.anvil|energy }} · {{ row.llamacpp|energy }}</td>
 <td class="num" title="what the engine allocated on the device: weights, KV cache, workspace">{{ row.anvil|memory }}</td>
