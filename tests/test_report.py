@@ -749,6 +749,9 @@ def test_the_readme_speed_table_is_what_the_records_say():
         "README.md's speed table is stale: run `harness report --readme`"
     table = html.render_readme_table(rep)
     assert "| qwen3-8b | tg128 |" in table and table.count("| qwen3-8b | tg128 |") == 1  # the newest pair only
+    row = next(r for r in rep.rows if (r.model, r.test) == ("qwen3-8b", "tg128") and r.ratio is not None
+               and r.anvil.file in table)
+    assert f"| {row.anvil.n} / {row.llamacpp.n} |" in table  # the repetitions each side ran
     with pytest.raises(ValueError, match="no speed-table block"):
         html.update_readme("# a README without the block\n", table)
 

@@ -379,10 +379,11 @@ def render_readme_table(report) -> str:
         if row.ratio is not None and row.gpu and (key not in newest or row.anvil.date > newest[key].anvil.date):
             newest[key] = row
     rows = [[row.model, row.test, fmt_measure(row.anvil), fmt_measure(row.llamacpp), fmt_ratio(row.ratio),
-             row.anvil.date[:10], fmt_short_build(row.anvil.build), f"`{row.anvil.file}`, `{row.llamacpp.file}`"]
+             f"{row.anvil.n} / {row.llamacpp.n}", row.anvil.date[:10], fmt_short_build(row.anvil.build),
+             f"`{row.anvil.file}`, `{row.llamacpp.file}`"]
             for row in report.rows if newest.get((row.model, row.test, row.gpu)) is row]
-    return markdown(["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "date", "Anvil build",
-                     "records (reports/results)"], rows, "No paired GPU records yet.")
+    return markdown(["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "repetitions", "date",
+                     "Anvil build", "records (reports/results)"], rows, "No paired GPU records yet.")
 
 
 def update_readme(text: str, table: str) -> str:
