@@ -372,7 +372,8 @@ MUTANTS = [
            _moe_weights_reversed),
     Mutant("deltanet-conv-state-dropped", "the DeltaNet conv's carried inputs zeroed on every call", _deltanet,
            _wrap("causal_conv", _conv_state_dropped, _kernel_source(
-               "deltanet.cu", "if (j < K - 1) win[j] = state[(size_t)j * C + c];", "if (j < K - 1) win[j] = 0.0f;"))),
+               "deltanet.cu", "if (j < K - 1) win[j] = t >= 0 ? x[(size_t)t * C + c] : state[(size_t)(t + K - 1) * C + c];",
+               "if (j < K - 1) win[j] = t >= 0 ? x[(size_t)t * C + c] : 0.0f;"))),
     Mutant("deltanet-decay-sign", "DeltaNet's log-decay g with the wrong sign (the state grows)", _deltanet,
            _wrap("decay_gates", _decay_sign, _kernel_source("deltanet.cu", "g[i] = sp * ssm_a[h];",
                                                             "g[i] = -sp * ssm_a[h];"))),
