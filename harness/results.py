@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import re
+import statistics
 import tempfile
 import time
 import warnings
@@ -293,9 +294,9 @@ def same_sitting(rec_a: dict, rec_b: dict) -> bool:
     try:
         ta, tb = (datetime.datetime.fromisoformat(str(r.get("date") or r.get("saved_at")).replace("Z", "+00:00"))
                   for r in (rec_a, rec_b))
-    except ValueError:
+        return abs((ta - tb).total_seconds()) <= SITTING_S
+    except (ValueError, TypeError):  # no date, or one with a time zone and one without
         return False
-    return abs((ta - tb).total_seconds()) <= SITTING_S
 
 
 def throughput(r: dict) -> float | None:
@@ -306,9 +307,7 @@ def throughput(r: dict) -> float | None:
     of 3 would carry that into the ratio, in Anvil's favour."""
     samples = [float(x) for x in r.get("samples_tok_s") or [] if isinstance(x, (int, float)) and x > 0]
     if samples:
-        samples.sort()
-        mid = len(samples) // 2
-        return samples[mid] if len(samples) % 2 else (samples[mid - 1] + samples[mid]) / 2
+        return float(statistics.median(samples))
     tok = r.get("tok_s_mean")
     return float(tok) if isinstance(tok, (int, float)) else None
 
