@@ -237,7 +237,7 @@ def assert_close(got, ref, atol, rtol, what):
     if bad.any():
         i = np.unravel_index(np.argmax(np.where(bad, np.nan_to_num(err, nan=np.inf), -1)), bad.shape)
         raise AssertionError(
-            f"{what}: {int(bad.sum())}/{bad.size} outside {atol:g} + {rtol:g}*|ref|; worst at {i}: "
+            f"{what}: {int(bad.sum())}/{bad.size} outside {np.max(atol):g} + {rtol:g}*|ref|; worst at {i}: "
             f"gpu {got[i]!r} ref {ref[i]!r} (seed {SEED}, replay with ANVIL_KERNELS_SEED={SEED})")
 
 

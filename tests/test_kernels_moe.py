@@ -165,7 +165,6 @@ def test_route(dev, T, E, k, norm):
 
 
 @gpu
-@gpu
 @pytest.mark.parametrize("E,k,D,scale", [(128, 8, 2048, 1.0), (8, 2, 256, 1.0), (40, 3, 260, 0.5), (512, 8, 64, 1.0)])
 def test_router_route(dev, E, k, D, scale):
     """The fused router (logits and routing in one launch) routes as the NumPy

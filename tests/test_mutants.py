@@ -109,7 +109,11 @@ def test_kernel_source_mutants_still_apply_and_compile():
             ("glu-up-row-shifted", "gemv.cuh", "(r < H ? 0 : n_out - 1)", "gemv.cu", {"GEMV_ROWS": 2, "GEMV_GLU": 1}),
             ("bulk-glu-up-row-shifted", "gemv.cuh", "(GLU && p ? n_out - 1 : 0)", "gemv.cu",
              {"GEMV_ROWS": 2, "GEMV_GLU": 1, "GEMV_BULK": 1}),
-            ("attn-merge-first-split", "attention.cu", "u < 1; ++u", "attention.cu", {})):
+            ("attn-merge-first-split", "attention.cu", "u < 1; ++u", "attention.cu", {}),
+            ("gelu-quick", "common.cuh", "tanhf(0.851f * g)", "elementwise.cu", {}),
+            ("deltanet-conv-state-dropped", "deltanet.cu", "t * C + c] : 0.0f;", "deltanet.cu", {}),
+            ("deltanet-decay-sign", "deltanet.cu", "g[i] = -sp * ssm_a[h];", "deltanet.cu", {}),
+            ("deltanet-key-heads-grouped", "deltanet.cu", "hk = h / (H_v / H_k);", "deltanet.cu", {})):
         code = ("from harness.mutants import BY_NAME; from engine.backends.cuda import compile as c\n"
                 f"with BY_NAME[{name!r}].on():\n"
                 f"    assert {mark!r} in (c.KERNELS_DIR / {file!r}).read_text()\n"

@@ -165,7 +165,7 @@ def test_the_ratio_is_of_medians_a_cold_first_repetition_moves_nothing(tmp_path)
     lc = bench("llama.cpp", "alpha-8b", date, 8300.0, 250.0)
     lc["results"][0].update(samples_tok_s=[6500.0, 8300.0, 8400.0], tok_s_mean=7733.3)
     a = bench("anvil", "alpha-8b", date, 10000.0, 240.0)
-    a["results"][0].update(samples_tok_s=[9900.0, 10000.0, 10100.0, 10200.0], tok_s_mean=10050.0)
+    a["results"][0].update(samples_tok_s=[9000.0, 10000.0, 10100.0, 10200.0], tok_s_mean=9825.0)
     results.save(a, "bench", d)
     results.save(lc, "bench", d)
     r = row(build_report(results.load_all(d)), "alpha-8b", "pp512")
@@ -238,10 +238,12 @@ def test_incomparable_records_are_never_compared(tmp_path):
     d = tmp_path / "r"
     results.save(bench("anvil", "alpha-8b", "2026-11-01T00:05:00Z", 18000.0, 240.0), "bench", d)
     results.save(bench("llama.cpp", "alpha-8b", "2026-11-01T00:00:00Z", 9000.0, 250.0), "bench", d)
-    # newer, but another KV type (spec) and another GPU: must not displace the comparable one
-    results.save(bench("llama.cpp", "alpha-8b", "2026-11-03T00:00:00Z", 1.0, 1.0, kv="f32"), "bench", d)
-    results.save(bench("llama.cpp", "alpha-8b", "2026-11-04T00:00:00Z", 2.0, 2.0, gpu="NVIDIA A100"), "bench", d)
+    # newer and in the same sitting, but another KV type (spec) and another GPU: never paired with the anvil record
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-01T00:06:00Z", 1.0, 1.0, kv="f32"), "bench", d)
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-01T00:07:00Z", 2.0, 2.0, gpu="NVIDIA A100"), "bench", d)
     results.save(bench("anvil", "gamma-1b", "2026-11-04T00:00:00Z", 500.0, 50.0, model_sha256="sha-other"), "bench", d)
+    results.save(bench("llama.cpp", "gamma-1b", "2026-11-04T00:00:10Z", 400.0, 40.0, model_sha256="sha-third"),
+                 "bench", d)  # the same name, another file
     rep = build_report(results.load_all(d))
     tg = [r for r in rep.rows if (r.model, r.test) == ("alpha-8b", "tg128")]
     assert len(tg) == 3  # same spec on the H200, f32 KV, the A100
@@ -251,7 +253,8 @@ def test_incomparable_records_are_never_compared(tmp_path):
     assert {r.spec for r in tg if r.gpu == H200} == {results.spec_hash(bench("anvil", "alpha-8b", "", 1, 1), "tg128"),
                                                      results.spec_hash(bench("anvil", "alpha-8b", "", 1, 1, kv="f32"),
                                                                        "tg128")}
-    assert row(rep, "gamma-1b", "tg128").ratio is None
+    gamma = [r for r in rep.rows if (r.model, r.test) == ("gamma-1b", "tg128")]
+    assert len(gamma) == 2 and all(r.ratio is None for r in gamma)  # one row per file, each of one engine
     assert "no comparable pair" in render_html(rep)
 
 
@@ -276,6 +279,12 @@ def test_ratios_only_within_one_sitting(tmp_path):
     assert row(build_report(results.load_all(e)), "alpha-8b", "tg128").ratio is None
     results.save(bench("llama.cpp", "alpha-8b", "2026-11-01T00:30:00Z", 9000.0, 260.0, sitting="one"), "bench", e)
     assert row(build_report(results.load_all(e)), "alpha-8b", "tg128").ratio == pytest.approx(240 / 260)
+    # an id beside none is two sittings however close; a date without a time zone pairs with nothing
+    d0 = "2026-11-01T00:00:00Z"
+    assert not results.same_sitting({"sitting": "one", "date": d0}, {"date": d0})
+    assert not results.same_sitting({"date": d0}, {"date": "2026-11-01T00:00:00"})
+    assert results.same_sitting({"date": d0}, {"date": "2026-11-01T00:14:59Z"})
+    assert not results.same_sitting({"date": d0}, {"date": "2026-11-01T00:15:01Z"})
 
 
 def test_parity_latest_validate_per_model(store):
@@ -396,9 +405,12 @@ def test_real_committed_records():
     rep = build_report(recs)
     html = render_html(rep)
     assert {s[0] for s in rep.sources} == {Path(r["_path"]).name for r in recs}
+    by_file = {Path(r["_path"]).name: r for r in recs}
     for r in rep.rows:
-        if r.anvil and r.llamacpp:
+        if r.ratio is not None:  # a pair of one sitting, same spec, same GPU
+            a, lc = by_file[r.anvil.file], by_file[r.llamacpp.file]
             assert r.ratio == pytest.approx(r.anvil.tok_s / r.llamacpp.tok_s)
+            assert results.same_sitting(a, lc) and results.comparable(a, lc, r.test), (r.anvil.file, r.llamacpp.file)
         for m in (r.anvil, r.llamacpp):
             if m is not None:
                 assert m.file in html and (m.gpu or "unknown GPU") in m.provenance
@@ -751,7 +763,8 @@ def test_the_readme_speed_table_is_what_the_records_say():
     assert "| qwen3-8b | tg128 |" in table and table.count("| qwen3-8b | tg128 |") == 1  # the newest pair only
     row = next(r for r in rep.rows if (r.model, r.test) == ("qwen3-8b", "tg128") and r.ratio is not None
                and r.anvil.file in table)
-    assert f"| {row.anvil.n} / {row.llamacpp.n} |" in table  # the repetitions each side ran
+    (line,) = [ln for ln in table.splitlines() if row.anvil.file in ln and "| tg128 |" in ln]
+    assert f"| {row.anvil.n} / {row.llamacpp.n} |" in line  # the repetitions each side ran
     with pytest.raises(ValueError, match="no speed-table block"):
         html.update_readme("# a README without the block\n", table)
 
