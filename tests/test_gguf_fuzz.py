@@ -26,7 +26,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 from engine import cli
 
 ARCHS = {"llama": "tiny-llama", "qwen2": "tiny-qwen2", "qwen3": "tiny-qwen3", "qwen3moe": "tiny-qwen3moe",
-         "gemma3": "tiny-gemma3"}
+         "gemma3": "tiny-gemma3", "qwen35": "tiny-qwen35", "qwen35moe": "tiny-qwen35moe", "gemma4": "tiny-gemma4moe"}
 SECONDS = 10.0  # per case, in process (a clean error takes well under one)
 PEAK_BYTES = 1 << 30  # Python/NumPy allocations of one case; a declared 2^40-item array must not get near
 
@@ -51,6 +51,11 @@ class Layout:
                                     "data": int(t.data_offset), "nbytes": int(t.n_bytes),
                                     "shape": [int(d) for d in t.shape], "qtype": t.tensor_type}
         self.order = [t.name for t in r.tensors]
+        # the layers with softmax attention (a hybrid's are every 4th): names the renames use
+        attn = sorted({int(n.split(".")[1]) for n in self.order if n.endswith(".attn_k.weight")})
+        a0, a1 = attn[0], attn[1] if len(attn) > 1 else attn[0]
+        self.names = {"k0": f"blk.{a0}.attn_k.weight", "q0": f"blk.{a0}.attn_q.weight",
+                      "k1": f"blk.{a1}.attn_k.weight", "x1": f"blk.{a1}.attn_x.weight"}
 
 
 def put(buf: bytearray, at: int, fmt: str, value) -> None:
@@ -61,9 +66,11 @@ def norm_tensor(lay: Layout) -> str:
     return next(n for n in lay.order if n.endswith("attn_norm.weight"))
 
 
-def ffn_up(lay: Layout) -> str:
-    """The first FFN up-projection: a dense one, or a MoE's 3-D expert stack."""
-    return next(n for n in lay.order if n.endswith(("ffn_up.weight", "ffn_up_exps.weight")))
+def ffn_up(lay: Layout, *, square_ok: bool = True) -> str:
+    """The first FFN up-projection: a dense one, or a MoE's 3-D expert stack
+    (not square: one whose swapped dimensions differ)."""
+    return next(n for n in lay.order if n.endswith(("ffn_up.weight", "ffn_up_exps.weight"))
+                and (square_ok or len(set(lay.tensors[n]["shape"])) > 1))
 
 
 # Each mutation: (id, function(buf, layout, arch) -> bytes, what the one line must say). In the
@@ -104,8 +111,16 @@ def _first_byte_of_string(key: str, byte: int):
 
 def _array_count(key: str, count: int):
     def mutate(buf, lay, arch):
-        _, value_at = lay.kv[key]
+        _, value_at = lay.kv[key.format(arch=arch)]
         put(buf, value_at + 4, "<Q", count)  # after the item type
+        return bytes(buf)
+    return mutate
+
+
+def _array_first(key: str, fmt: str, value):
+    def mutate(buf, lay, arch):
+        _, value_at = lay.kv[key.format(arch=arch)]
+        put(buf, value_at + 12, fmt, value)  # after the item type and the count
         return bytes(buf)
     return mutate
 
@@ -137,9 +152,10 @@ def _swap_dims(pick):
     return mutate
 
 
-def _rename_tensor(old: str, new: str):
-    """Rename a tensor in place (names of the same length)."""
+def _rename_tensor(old_: str, new_: str):
+    """Rename a tensor in place (names of the same length; {k0} etc.: Layout.names)."""
     def mutate(buf, lay, arch):
+        old, new = (n.format(**lay.names) for n in (old_, new_))
         assert len(old) == len(new)
         at = lay.tensors[old]["ndims"] - len(old)
         buf[at:at + len(old)] = new.encode()
@@ -201,23 +217,51 @@ MUTATIONS = [
     ("norm overlaps the first tensor", _tensor_field(norm_tensor, "offset", "<Q", _overlap), "overlaps"),
     ("norm offset wraps past 2^64", _tensor_field(norm_tensor, "offset", "<Q", lambda t, l: (1 << 64) - 32),
      "truncated or corrupt"),
-    ("ffn_up dimensions swapped", _swap_dims(ffn_up), "ffn_up"),
-    ("a tensor listed twice", _rename_tensor("blk.0.attn_k.weight", "blk.0.attn_q.weight"),
-     "tensor 'blk.0.attn_q.weight' appears twice"),
-    ("a layer's tensor missing", _rename_tensor("blk.1.attn_k.weight", "blk.1.attn_x.weight"),
-     "blk.1.attn_k.weight"),
+    ("ffn_up dimensions swapped", _swap_dims(lambda lay: ffn_up(lay, square_ok=False)), "ffn_up"),
+    ("a tensor listed twice", _rename_tensor("{k0}", "{q0}"), "tensor '{q0}' appears twice"),
+    ("a layer's tensor missing", _rename_tensor("{k1}", "{x1}"), "{k1}"),
     # -- the tensor data
     ("NaN in a norm", _tensor_value(norm_tensor, math.nan), "non-finite"),
     ("+Inf in the output norm", _tensor_value(lambda lay: "output_norm.weight", math.inf), "non-finite"),
 ]
-# the keys only one architecture reads
-ARCH_MUTATIONS = {"qwen3moe": [
+# the keys only some architectures read
+_MOE = [
     ("more experts used than exist", _kv_value("{arch}.expert_used_count", "<I", 9),
-     "key 'qwen3moe.expert_used_count' (9) exceeds expert_count (8)"),
-    ("no experts", _kv_value("{arch}.expert_count", "<I", 0), "key 'qwen3moe.expert_count' must be a positive integer"),
-    ("expert width off by one", _kv_value("{arch}.expert_feed_forward_length", "<I", 255), "ffn_gate_exps.weight"),
-]}
-CASES = [(arch, *m) for arch in ARCHS for m in MUTATIONS + ARCH_MUTATIONS.get(arch, [])]
+     "key '{arch}.expert_used_count' (9) exceeds expert_count (8)"),
+    ("no experts", _kv_value("{arch}.expert_count", "<I", 0), "key '{arch}.expert_count' must be a positive integer"),
+]
+_HYBRID = [  # Gated DeltaNet layers (qwen35, qwen35moe)
+    ("conv kernel 0", _kv_value("{arch}.ssm.conv_kernel", "<I", 0),
+     "key '{arch}.ssm.conv_kernel' must be a positive integer, got 0"),
+    ("no full-attention layers", _kv_value("{arch}.full_attention_interval", "<I", 0),
+     "key '{arch}.full_attention_interval' must be a positive integer, got 0"),
+    ("state size off by one", _kv_value("{arch}.ssm.state_size", "<I", 33),
+     "value head width 32 (ssm.inner_size / time_step_rank) != key head width 33 (key '{arch}.ssm.state_size')"),
+    ("inner size off by one", _kv_value("{arch}.ssm.inner_size", "<I", 127),
+     "key '{arch}.ssm.inner_size' (127) must be a multiple of time_step_rank (4)"),
+    ("key groups not dividing the value heads", _kv_value("{arch}.ssm.group_count", "<I", 3),
+     "and that of group_count (3)"),
+    ("M-RoPE sections of 2^40 items", _array_count("{arch}.rope.dimension_sections", 1 << 40),
+     "declares 1099511627776 items"),
+    ("NaN in ssm_a", _tensor_value(lambda lay: "blk.0.ssm_a", math.nan), "non-finite"),
+]
+ARCH_MUTATIONS = {
+    "qwen3moe": _MOE + [
+        ("expert width off by one", _kv_value("{arch}.expert_feed_forward_length", "<I", 255), "ffn_gate_exps.weight")],
+    "qwen35": _HYBRID,
+    "qwen35moe": _HYBRID + _MOE,
+    "gemma4": _MOE + [
+        ("head_count_kv of layer 0: 3", _array_first("{arch}.attention.head_count_kv", "<i", 3),
+         "is not a multiple of head_count_kv (3)"),
+        ("final softcap NaN", _kv_value("{arch}.final_logit_softcapping", "<f", math.nan),
+         "'{arch}.final_logit_softcapping' must be finite and >= 0, got nan"),
+        ("NaN in the router's input scale", _tensor_value(lambda lay: "blk.0.ffn_gate_inp.scale", math.nan),
+         "non-finite"),
+    ],
+}
+# gemma4's head_count_kv is per layer (an array): its first item is patched above instead
+SKIP = {("gemma4", "head_count_kv 3")}
+CASES = [(arch, *m) for arch in ARCHS for m in MUTATIONS + ARCH_MUTATIONS.get(arch, []) if (arch, m[0]) not in SKIP]
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +324,7 @@ def test_mutation_is_one_clear_line(intact, tmp_path, arch, case, mutate, says):
     rc, err, seconds, peak = run_engine(p)
     lines = err.strip().splitlines()
     assert rc == 1 and len(lines) == 1, err[-2000:]
-    assert lines[0].startswith(f"error: {p}: ") and says.format(arch=arch) in lines[0], lines[0]
+    assert lines[0].startswith(f"error: {p}: ") and says.format(arch=arch, **lay.names) in lines[0], lines[0]
     if "stored as float32" in case:
         assert lines[0].endswith("(stored as float)"), lines[0]
     assert seconds < SECONDS and peak < PEAK_BYTES, (seconds, peak)
