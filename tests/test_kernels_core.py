@@ -69,7 +69,7 @@ def test_attention_compiles(kv_f16, head_dim, gqa):
     cubin = nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": kv_f16, "HEAD_DIM": head_dim, "GQA": gqa})
     for fn in ATTN_KERNELS:
         assert exports(cubin, fn), f"attention.cu does not export {fn}"
-    # the tensor-core prefill: f16 caches, heads of 64 or 128
+    # the tensor-core prefill: f16 caches, heads of 64, 128 or 256
     assert exports(cubin, "attention_prefill_tc") == (kv_f16 == 1 and head_dim in attention.TC_HEAD_DIMS)
     # kv_store is launched from the module built with KV_F16 alone (defaults for the rest)
     assert exports(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": kv_f16}), "kv_store")
@@ -571,7 +571,7 @@ def test_attention_prefill(dev, kv_f16, T, p0, D, G, window, path):
     if path == "decode" and T > 64:
         pytest.skip("decode kernel on long prompts: covered by the short cases")
     if path == "prefill_tc" and not (kv_f16 and D in attention.TC_HEAD_DIMS):
-        pytest.skip("the tensor-core prefill reads f16 caches with heads of 64 or 128")
+        pytest.skip("the tensor-core prefill reads f16 caches with heads of 64, 128 or 256")
     run_attention(dev, rng("pf", kv_f16, T, p0, D, G, window, path), T, p0, p0 + T + 40, 2, G, D, kv_f16, window, path)
 
 

@@ -201,7 +201,9 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
 // splits' (M, L) at once and keeps e_s and L_s of the first MERGE_KEEP splits
 // in shared memory (the block's, free by now: all of them in every decode
 // shape the catalog has); then every thread sums its MERGE_PER outputs over
-// the splits, the loads of one split for all its outputs in flight together.
+// the splits, the loads of 8 splits for all its outputs in flight together
+// (an L2 round trip per 8 splits: at depth 4096 a KV head's 65 splits were
+// 33 round trips in a row, two splits at a time).
 // The sums run in split order (fma chains), so the result does not depend on
 // the layout.
 constexpr int MERGE_PER = (G * D + DEC_WARPS * 32 - 1) / (DEC_WARPS * 32);  // outputs per thread
@@ -240,7 +242,7 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
     float O[MERGE_PER];
 #pragma unroll
     for (int j = 0; j < MERGE_PER; ++j) O[j] = 0.0f;
-#pragma unroll 2
+#pragma unroll 8
     for (int u = 0; u < n_active; ++u) {
 #pragma unroll
         for (int j = 0; j < MERGE_PER; ++j) {
@@ -624,24 +626,28 @@ attention_prefill(const float* q, const kv_t* k_cache, const kv_t* v_cache, floa
 }
 
 // ---------------------------------------------------------------------------
-// Prefill on the tensor cores (f16 K/V cache, HEAD_DIM 64 or 128): flash
+// Prefill on the tensor cores (f16 K/V cache, HEAD_DIM 64, 128 or 256): flash
 // attention 2's layout with mma.sync m16n8k16 (f16 in, fp32 accumulate).
 //
 // grid (ceil(T/TQ), n_head), block TC_THREADS (4 warps); warp w owns query
 // rows 16w..16w+15 of the block's TQ. Per TK-key tile of the visible range
 // [klo, khi] (as attention_prefill finds it):
 //   K, V tiles -> shared memory (16-byte loads; rows past khi zero);
-//   S = Q·Kᵀ: Q's A fragments in registers (rounded to f16 once), K's B
-//       fragments by ldmatrix: TK/8 n-tiles, D/16 k-steps;
+//   S = Q·Kᵀ: Q's A fragments (rounded to f16 once) in registers, or with
+//       heads of 256 read from shared memory per k-step (their 64 registers
+//       would spill beside O's 128), K's B fragments by ldmatrix: TK/8
+//       n-tiles, D/16 k-steps;
 //   mask, online softmax in fp32 on the accumulators (a row's values sit in
 //       the 4 lanes of a quad: two xor shuffles), P rounded to f16 and reused
 //       in registers as the A fragments of O += P·V (an m16n8 accumulator
 //       pair is an m16k16 A fragment), V's B fragments by ldmatrix.trans.
 // Q and P are rounded to f16 as llama.cpp's own tensor-core attention does;
-// scores, the softmax and O stay fp32. Shared memory: 3 * TQ * LDH halves
-// (D=128: 52 KB; launch.function raises the limit).
-#if KV_F16 && (HEAD_DIM == 64 || HEAD_DIM == 128)
-constexpr int TQ = 64, TK = 64, TC_THREADS = 128;
+// scores, the softmax and O stay fp32. Shared memory: (TQ + 2 TK) * LDH halves
+// (D=128: 52 KB, D=256: 66 KB; launch.function raises the limit).
+#if KV_F16 && (HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256)
+constexpr int TQ = 64, TC_THREADS = 128;
+constexpr int TK = D <= 128 ? 64 : 32;  // keys a tile (launchers/attention.py tc_keys): D=256 keeps S and P small
+constexpr bool QA_REGS = D <= 128;      // Q's A fragments held in registers for the whole pass
 constexpr int LDH = D + 8;   // f16 row pitch: rows 16 B apart mod 128 B, so ldmatrix hits every bank once
 constexpr int NKS = D / 16;  // k-steps of S = Q·Kᵀ
 constexpr int NDT = D / 8;   // 8-dim n-tiles of O
@@ -714,10 +720,12 @@ attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, f
 
     // This warp's 16 query rows as A fragments, one per k-step: ldmatrix's four
     // 8x8 matrices are rows 0-7 / 8-15 by dims 0-7 / 8-15 of the step.
-    unsigned qa[NKS][4];
+    const __half* qrow = Qs + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDH + (lane >> 4) * 8;
+    unsigned qa[QA_REGS ? NKS : 1][4];
+    if constexpr (QA_REGS) {
 #pragma unroll
-    for (int ks = 0; ks < NKS; ++ks)
-        ldsm_x4(qa[ks], Qs + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDH + ks * 16 + (lane >> 4) * 8);
+        for (int ks = 0; ks < NKS; ++ks) ldsm_x4(qa[ks], qrow + ks * 16);
+    }
 
     float o[NDT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's columns only
 #pragma unroll
@@ -746,12 +754,23 @@ attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, f
         for (int nt = 0; nt < TK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
         for (int ks = 0; ks < NKS; ks += 2) {
+            unsigned a0[4], a1[4];
+            if constexpr (QA_REGS) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    a0[i] = qa[ks][i];
+                    a1[i] = qa[ks + 1][i];
+                }
+            } else {
+                ldsm_x4(a0, qrow + ks * 16);
+                ldsm_x4(a1, qrow + (ks + 1) * 16);
+            }
 #pragma unroll
             for (int nt = 0; nt < TK / 8; ++nt) {
                 unsigned b[4];
                 ldsm_x4(b, Ks + (nt * 8 + (lane & 7)) * LDH + ks * 16 + (lane >> 3) * 8);
-                mma_16816(s[nt], qa[ks], b[0], b[1]);
-                mma_16816(s[nt], qa[ks + 1], b[2], b[3]);
+                mma_16816(s[nt], a0, b[0], b[1]);
+                mma_16816(s[nt], a1, b[2], b[3]);
             }
         }
 

@@ -16,9 +16,15 @@ SPLIT_MIN_KEYS = 128    # decode splits: never more than n_ctx / SPLIT_MIN_KEYS
 DEC_BLOCKS_PER_SM = 4   # split so decode fills ~4 blocks per SM at full context
 PF_BQ = 32              # attention.cu: queries per prefill block
 TC_TQ, TC_THREADS = 64, 128  # attention.cu: queries and threads per tensor-core prefill block
-TC_HEAD_DIMS = (64, 128)     # attention.cu: head sizes of the tensor-core prefill (f16 caches)
+TC_HEAD_DIMS = (64, 128, 256)  # attention.cu: head sizes of the tensor-core prefill (f16 caches)
 KV_STORE_THREADS = 256  # attention.cu: kv_store's block
 KV_STORE_SPAN = 1024    # attention.cu: elements of a row per kv_store block (4 per thread)
+
+
+def tc_keys(head_dim: int) -> int:
+    """attention.cu's TK: keys per tile of the tensor-core prefill (heads of
+    256 take 32: O alone is 128 registers a lane)."""
+    return 64 if head_dim <= 128 else 32
 
 
 def _kv_f16(cache: DArray) -> int:
@@ -105,7 +111,7 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
 
     if path == "prefill_tc":
         assert tc, (k_cache.dtype, head_dim)
-        shared = 2 * 3 * TC_TQ * (head_dim + 8)  # Q, K, V tiles of f16 rows padded by 8
+        shared = 2 * (TC_TQ + 2 * tc_keys(head_dim)) * (head_dim + 8)  # Q, K, V tiles of f16 rows padded by 8
         fn = launch.function(dev, "attention.cu", "attention_prefill_tc", defines, shared)
         dev.launch(fn, (launch.ceil_div(T, TC_TQ), n_head), (TC_THREADS,),
                    [q, k_cache, v_cache, out, pos, T, n_head, n_head_kv] + args_tail, shared=shared)
