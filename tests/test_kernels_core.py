@@ -126,7 +126,7 @@ def test_launchers_match_kernels():
     for rt in (ROPE_NEOX, ROPE_NORM):
         rope.qk_norm_rope(fd, fd.empty((T, H, D)), fd.empty((T, Hkv, D)), pos, rt, D // 2, 1e6, 1.0, None,
                           fd.empty((D,)), fd.empty((D,)), 1e-6)
-    for dt, hd in ((f16, 128), (f32, 256), (f16, 64), (f16, 512)):
+    for dt, hd in ((f16, 128), (f32, 256), (f16, 64), (f16, 512), (f16, 256)):
         kc, vc = fd.empty((4096, Hkv, hd), dt), fd.empty((4096, Hkv, hd), dt)
         attention.kv_store(fd, fd.empty((T, Hkv * hd)), fd.empty((T, Hkv * hd)), kc, vc, pos)
         tc = ((T, "prefill_tc"),) if dt == f16 and hd in attention.TC_HEAD_DIMS else ()
