@@ -509,11 +509,14 @@ def run_attention(dev, r, T, p0, n_ctx, Hkv, G, D, kv_f16, window, path, q_gain=
 @gpu
 @pytest.mark.parametrize("kv_f16", [1, 0])
 @pytest.mark.parametrize("D,G", [(64, 1), (128, 2), (128, 4), (128, 8), (128, 9), (64, 16), (256, 4), (512, 8)])
-@pytest.mark.parametrize("L", [1, 37, 1000, 2049])
+@pytest.mark.parametrize("L", [1, 37, 100, 150, 1000, 2049])
 @pytest.mark.parametrize("window", [0, 8])
 def test_attention_decode(dev, kv_f16, D, G, L, window):
     """T=1 at L cached positions (the query's own K/V included); n_ctx 4096,
-    so the split count is that of a real 4k-context decode graph."""
+    so the split count is that of a real 4k-context decode graph. Chunks are
+    at least 32 keys: L=1 has one active split (it writes the output), 37,
+    100 and 150 a few (merged in one round trip up to MERGE_FEW, 2 to 8 by
+    the shape; 150's 5 are more than GQA 8's 4), 1000 and 2049 many."""
     run_attention(dev, rng("dec", kv_f16, D, G, L, window), 1, L - 1, 4096, 2, G, D, kv_f16, window, "decode")
 
 

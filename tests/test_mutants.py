@@ -110,6 +110,7 @@ def test_kernel_source_mutants_still_apply_and_compile():
             ("bulk-glu-up-row-shifted", "gemv.cuh", "(GLU && p ? n_out - 1 : 0)", "gemv.cu",
              {"GEMV_ROWS": 2, "GEMV_GLU": 1, "GEMV_BULK": 1}),
             ("attn-merge-first-split", "attention.cu", "u < 1; ++u", "attention.cu", {}),
+            ("attn-merge-few-last-split", "attention.cu", "u < n_active - 1) {", "attention.cu", {}),
             ("gelu-quick", "common.cuh", "tanhf(0.851f * g)", "elementwise.cu", {}),
             ("deltanet-conv-state-dropped", "deltanet.cu", "t * C + c] : 0.0f;", "deltanet.cu", {}),
             ("deltanet-decay-sign", "deltanet.cu", "g[i] = -sp * ssm_a[h];", "deltanet.cu", {}),

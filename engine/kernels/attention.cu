@@ -166,7 +166,8 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 //           2 rows), all 32/RPW loads of the tile issued together; the RPW
 //           row groups are summed with shuffles once per split, not per tile.
 // The DEC_WT warps of a head are merged through shared memory at the end;
-// with one split the block writes the normalised output, else unnormalised
+// a split that is the only one with keys (one split, or a context of at most
+// a chunk: every split past it exits at once) writes the normalised output, else unnormalised
 // partial O plus (max, sum), and the last of the KV head's active split
 // blocks to finish (a device ticket per (token, KV head), returned to 0 for
 // the next launch and graph replay) merges them: out = sum_s O_s e^(M_s-M) /
@@ -210,8 +211,48 @@ constexpr int MERGE_PER = (G * D + DEC_WARPS * 32 - 1) / (DEC_WARPS * 32);  // o
 constexpr int DEC_SMEM = DEC_WARPS * HPW * (D + 32 + 2);                     // floats (launchers/attention.py decode_shared)
 constexpr int MERGE_KEEP = (DEC_SMEM - 2 * G) / (2 * G) < 256 ? (DEC_SMEM - 2 * G) / (2 * G) : 256;
 static_assert(MERGE_KEEP >= 32, "merge: room for 32 splits' weights");
+// A short context has few splits (tg128: at most 5). Up to MERGE_FEW of them
+// (16 loads a thread; 32 spilled at GQA 8), each thread loads (M_s, L_s) and
+// O_s of every split for all its outputs at once, one L2 round trip instead
+// of two, and forms the same sums in the same order as below.
+constexpr int MERGE_FEW = 16 / MERGE_PER < 8 ? (16 / MERGE_PER < 2 ? 2 : 16 / MERGE_PER) : 8;
+__device__ __forceinline__ void merge_few(const float* part_o, const float* part_ml, float* out, size_t hq0,
+                                          int n_splits, int n_active) {
+    float2 ml[MERGE_PER][MERGE_FEW];
+    float o[MERGE_PER][MERGE_FEW];
+#pragma unroll
+    for (int j = 0; j < MERGE_PER; ++j) {
+        const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
+#pragma unroll
+        for (int u = 0; u < MERGE_FEW; ++u) {
+            const bool live = u < n_active && (G * D % (DEC_WARPS * 32) == 0 || i < G * D);
+            const size_t ps = (hq0 + h) * n_splits + u;
+            ml[j][u] = live ? __ldcg(reinterpret_cast<const float2*>(part_ml) + ps) : make_float2(-INFINITY, 0.0f);
+            o[j][u] = live ? __ldcg(part_o + ps * D + d) : 0.0f;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < MERGE_PER; ++j) {
+        const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < MERGE_FEW; ++u) M = fmaxf(M, ml[j][u].x);
+        float L = 0.0f, O = 0.0f;
+#pragma unroll
+        for (int u = 0; u < MERGE_FEW; ++u) {
+            if (u < n_active) {
+                const float e = __expf(ml[j][u].x - M);
+                L += ml[j][u].y * e;
+                O += o[j][u] * e;
+            }
+        }
+        if (G * D % (DEC_WARPS * 32) == 0 || i < G * D) out[(hq0 + h) * D + d] = O / L;
+    }
+}
+
 __device__ __forceinline__ void merge_splits(const float* part_o, const float* part_ml, float* out, float* smem,
                                              size_t hq0, int n_splits, int n_active) {
+    if (n_active <= MERGE_FEW) return merge_few(part_o, part_ml, out, hq0, n_splits, n_active);
     float* e_s = smem;                       // [G][MERGE_KEEP]: e_s of the first splits
     float* l_s = smem + G * MERGE_KEEP;      // [G][MERGE_KEEP]: their L_s
     float* hl = smem + 2 * G * MERGE_KEEP;   // [G][2]: M, L of each head
@@ -418,7 +459,7 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
             O += o_s[k * D + d] * e;
         }
         const size_t hq = (size_t)t * n_head + (size_t)g * G + h;  // (token, query head)
-        if (n_splits == 1) {
+        if (n_active == 1) {  // the only split with keys (one split, or a short context): no merge
             out[hq * D + d] = O / L;
         } else {
             const size_t ps = hq * n_splits + s;
@@ -429,7 +470,7 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
             }
         }
     }
-    if (n_splits == 1) return;
+    if (n_active == 1) return;
     __shared__ bool last;
     __threadfence();  // this block's partials, before its ticket
     __syncthreads();
