@@ -21,6 +21,20 @@ def test_every_kernel_compiles_for_sm90(name):
     assert len(nvrtc.compile_cubin(name, "sm_90", defines)) > 0
 
 
+def test_decode_attention_tile_warps_override(monkeypatch):
+    """A sweep's decode layout (launchers/attention.py TILE_WARPS): the launcher
+    and attention.cu agree on the block, and more than 8 warps is refused."""
+    from engine.backends.cuda.launchers import attention
+    from engine.errors import AnvilError
+
+    assert attention.decode_layout(4) == (4, 1)  # the default: a warp per head at GQA 4
+    monkeypatch.setattr(attention, "TILE_WARPS", 2)
+    assert attention.decode_layout(4) == (8, 1)
+    with pytest.raises(AnvilError, match="over 8"):
+        attention.decode_layout(8)
+    assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 4, "DEC_TILE_WARPS": 2})) > 0
+
+
 def test_cache_key_covers_defines_arch_and_headers(tmp_path, monkeypatch):
     base = nvrtc.cache_key("decode.cu", "sm_90")
     assert nvrtc.cache_key("decode.cu", "sm_90", {"X": 1}) != base

@@ -521,6 +521,16 @@ def test_attention_decode(dev, kv_f16, D, G, L, window):
 
 
 @gpu
+@pytest.mark.parametrize("tile_warps", [2])
+@pytest.mark.parametrize("L", [37, 1000, 4096])
+def test_attention_decode_tile_warps(dev, monkeypatch, tile_warps, L):
+    """The layouts scripts/gpu/attention_decode_sweep.py times (two warps per
+    head at GQA 4, splits of 64 keys and more) compute the same attention."""
+    monkeypatch.setattr(attention, "TILE_WARPS", tile_warps)
+    run_attention(dev, rng("dec-tw", tile_warps, L), 1, L - 1, 8192, 8, 4, 128, 1, 0, "decode")
+
+
+@gpu
 def test_attention_decode_8b_shape(dev):
     """Llama/Qwen-8B layer: 32 heads, 8 KV heads, D 128, f16, 1500 cached."""
     run_attention(dev, rng("dec8b"), 1, 1499, 8192, 8, 4, 128, 1, 0, "decode")

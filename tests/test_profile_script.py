@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "profile_decode.py"
 
 CSV = '''==PROF== Connected to process 581 (/usr/bin/python3.12)
@@ -112,3 +114,18 @@ def test_launch_bytes_covers_a_real_decode_step():
     gemv = sum(prof.launch_bytes(n, a, m.pos) for n, a in launched if n.startswith("gemv_"))
     weights = family(m.config.arch).bytes_per_token(m.gguf, m.config)
     assert weights < gemv < 1.05 * weights
+
+
+SWEEP = SCRIPT.parent / "attention_decode_sweep.py"
+
+
+@pytest.mark.gpu
+def test_attention_decode_sweep_times_and_compares_layouts():
+    """One shape, one depth, the default layout and two warps per head: a
+    row each, both timed, the second's output as the first's (other sums)."""
+    out = subprocess.run([sys.executable, str(SWEEP), "--shape", "qwen3-8b", "--depth", "1024", "--blocks-per-sm", "4",
+                          "--tile-warps", "0", "2"], capture_output=True, text=True, check=True).stdout
+    rows = [ln.split("|")[1:-1] for ln in out.splitlines() if ln.startswith("| qwen3-8b")]
+    assert [r[3].strip() for r in rows] == ["default", "2"]
+    for r in rows:
+        assert float(r[5]) > 0 and float(r[7]) < 1e-5, r

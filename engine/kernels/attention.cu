@@ -174,7 +174,11 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 // sum_s L_s e^(M_s-M). (A separate combine kernel was a launch per layer.)
 constexpr int HPW = (G + 7) / 8;                    // query heads per warp
 constexpr int NHG = (G + HPW - 1) / HPW;            // warps across the heads
+#ifdef DEC_TILE_WARPS                               // launchers/attention.py TILE_WARPS (a sweep's)
+constexpr int DEC_WT = DEC_TILE_WARPS;
+#else
 constexpr int DEC_WT = NHG >= 4 ? 1 : 4 / NHG;      // warps across the tiles of a head
+#endif
 constexpr int DEC_WARPS = NHG * DEC_WT;             // launchers/attention.py decode_warps()
 constexpr int DEC_MIN_CHUNK = 32 * DEC_WT;          // below that some warps idle anyway
 constexpr int EPL = KCH > D / 32 ? KCH : D / 32;    // K/V elements per lane per row (16 B, or 32 B for f32 D=256)

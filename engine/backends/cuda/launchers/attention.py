@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....errors import AnvilError
 from .. import launch
 from ..device import DArray, Device
 
@@ -14,6 +15,7 @@ from ..device import DArray, Device
 DECODE_MAX_T = 4        # up to this many queries use the split-K decode kernel
 SPLIT_MIN_KEYS = 128    # decode splits: never more than n_ctx / SPLIT_MIN_KEYS
 DEC_BLOCKS_PER_SM = 4   # split so decode fills ~4 blocks per SM at full context
+TILE_WARPS = None       # decode warps across a head's key tiles; None: attention.cu's default (a sweep sets it)
 PF_BQ = 32              # attention.cu: queries per prefill block
 TC_TQ, TC_THREADS = 64, 128  # attention.cu: queries and threads per tensor-core prefill block
 TC_HEAD_DIMS = (64, 128, 256)  # attention.cu: head sizes of the tensor-core prefill (f16 caches)
@@ -69,7 +71,10 @@ def decode_layout(gqa: int) -> tuple[int, int]:
     then over the key tiles, up to 4 warps."""
     hpw = (gqa + 7) // 8
     nhg = launch.ceil_div(gqa, hpw)
-    return nhg * (1 if nhg >= 4 else 4 // nhg), hpw
+    tile_warps = TILE_WARPS or (1 if nhg >= 4 else 4 // nhg)
+    if nhg * tile_warps > 8:
+        raise AnvilError(f"CUDA attention: {tile_warps} tile warps x {nhg} head warps is over 8 (GQA {gqa})")
+    return nhg * tile_warps, hpw
 
 
 def decode_shared(gqa: int, head_dim: int) -> int:
@@ -126,6 +131,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
 
     n_splits = decode_splits(dev.sm_count, T, n_head_kv, n_ctx)
     G = defines["GQA"]
+    if TILE_WARPS:
+        defines["DEC_TILE_WARPS"] = TILE_WARPS
     warps, _ = decode_layout(G)
     shared = decode_shared(G, head_dim)
     fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
