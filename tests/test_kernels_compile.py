@@ -22,8 +22,9 @@ def test_every_kernel_compiles_for_sm90(name):
 
 
 def test_decode_attention_tile_warps_override(monkeypatch):
-    """A sweep's decode layout (launchers/attention.py TILE_WARPS): the launcher
-    and attention.cu agree on the block, and more than 8 warps is refused."""
+    """A sweep's decode layouts (launchers/attention.py TILE_WARPS, V_EARLY):
+    the launcher and attention.cu agree on the block, more than 8 warps is
+    refused, and V requested early compiles."""
     from engine.backends.cuda.launchers import attention
     from engine.errors import AnvilError
 
@@ -33,6 +34,7 @@ def test_decode_attention_tile_warps_override(monkeypatch):
     with pytest.raises(AnvilError, match="over 8"):
         attention.decode_layout(8)
     assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 4, "DEC_TILE_WARPS": 2})) > 0
+    assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 8, "DEC_V_EARLY": 1})) > 0
 
 
 def test_cache_key_covers_defines_arch_and_headers(tmp_path, monkeypatch):

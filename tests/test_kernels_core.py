@@ -29,6 +29,7 @@ from engine.backends.cuda.launchers import argmax, attention, deltanet, elementw
 from engine.backends.cuda.recording import RecordingDevice
 from engine.backends.numpy import ops
 from engine.config import ROPE_NEOX, ROPE_NORM
+from engine.errors import AnvilError
 
 SEED = int(os.environ.get("ANVIL_KERNELS_SEED", secrets.randbelow(2**32)))
 
@@ -521,13 +522,20 @@ def test_attention_decode(dev, kv_f16, D, G, L, window):
 
 
 @gpu
-@pytest.mark.parametrize("tile_warps", [2])
+@pytest.mark.parametrize("tile_warps,v_early", [(2, False), (None, True), (2, True)])
 @pytest.mark.parametrize("L", [37, 1000, 4096])
-def test_attention_decode_tile_warps(dev, monkeypatch, tile_warps, L):
+@pytest.mark.parametrize("G,D", [(4, 128), (8, 128), (4, 64)])
+def test_attention_decode_sweep_layouts(dev, monkeypatch, tile_warps, v_early, L, G, D):
     """The layouts scripts/gpu/attention_decode_sweep.py times (two warps per
-    head at GQA 4, splits of 64 keys and more) compute the same attention."""
+    head; V requested with K) compute the same attention; GQA 8 with two
+    tile warps is over 8 warps, refused."""
     monkeypatch.setattr(attention, "TILE_WARPS", tile_warps)
-    run_attention(dev, rng("dec-tw", tile_warps, L), 1, L - 1, 8192, 8, 4, 128, 1, 0, "decode")
+    monkeypatch.setattr(attention, "V_EARLY", v_early)
+    if tile_warps and G * tile_warps > 8:
+        with pytest.raises(AnvilError, match="over 8"):
+            run_attention(dev, rng("dec-tw"), 1, L - 1, 8192, 8, G, D, 1, 0, "decode")
+        return
+    run_attention(dev, rng("dec-tw", tile_warps, v_early, L, G, D), 1, L - 1, 8192, 8, G, D, 1, 0, "decode")
 
 
 @gpu

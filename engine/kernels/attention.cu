@@ -186,6 +186,29 @@ constexpr int LPR = D / EPL;                        // lanes per K/V row
 constexpr int RPW = 32 / LPR;                       // K/V rows per warp step
 static_assert(DEC_WARPS <= 8 && NHG * HPW >= G, "decode warp layout");
 
+// DEC_V_EARLY=1 (launchers/attention.py V_EARLY, a sweep's): a tile's V rows
+// are requested with its K rows, not after the scores (V does not wait on
+// them), twice the bytes in flight; where a lane's V rows of a tile fit 64
+// registers (f16, heads up to 128).
+#ifndef DEC_V_EARLY
+#define DEC_V_EARLY 0
+#endif
+struct __align__(16) RawRow { uint4 u[EPL * (int)sizeof(kv_t) / 16]; };  // a lane's EPL elements of a row, as stored
+constexpr bool V_EARLY = DEC_V_EARLY && (32 / RPW) * (int)sizeof(RawRow) <= 256;
+__device__ __forceinline__ void raw_to_float(const RawRow& r, float* out) {
+    const kv_t* e = reinterpret_cast<const kv_t*>(&r);
+#pragma unroll
+    for (int i = 0; i < EPL; i += 2) {
+#if KV_F16
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(e + i));
+#else
+        const float2 f = make_float2(e[i], e[i + 1]);
+#endif
+        out[i] = f.x;
+        out[i + 1] = f.y;
+    }
+}
+
 // Visible keys of query position qp and split s's share [c0, c1).
 __device__ __forceinline__ void split_range(int qp, int window, int n_splits, int s, int& c0, int& c1,
                                             int& n_active) {
@@ -353,6 +376,15 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
 
     for (int kb = c0 + wt * 32; kb < c1; kb += DEC_WT * 32) {
         const int nv = min(32, c1 - kb);  // >= 1: key 0 (lane 0's) always exists
+        RawRow vraw[V_EARLY ? 32 / RPW : 1];
+        if constexpr (V_EARLY) {
+            const kv_t* v0 = v_cache + (size_t)kb * row + (size_t)g * D + dl;
+#pragma unroll
+            for (int k = 0; k < 32 / RPW; ++k) {
+                const int j = rl + RPW * k;
+                vraw[k] = j < nv ? *reinterpret_cast<const RawRow*>(v0 + (size_t)j * row) : RawRow{};
+            }
+        }
         // Scores, with K read as V is: LPR lanes per row, RPW rows per load,
         // every load of the tile in flight at once (rows past nv: zeros). Each
         // lane's partial dot products over its EPL dims, one per row it read,
@@ -412,7 +444,9 @@ attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float
         for (int k = 0; k < 32 / RPW; ++k) {
             const int j = rl + RPW * k;
             float vf[EPL];
-            if (j < nv) {
+            if constexpr (V_EARLY) {
+                raw_to_float(vraw[k], vf);
+            } else if (j < nv) {
                 load_kv<EPL>(vr + (size_t)j * row, vf);
             } else {
 #pragma unroll

@@ -16,6 +16,7 @@ DECODE_MAX_T = 4        # up to this many queries use the split-K decode kernel
 SPLIT_MIN_KEYS = 128    # decode splits: never more than n_ctx / SPLIT_MIN_KEYS
 DEC_BLOCKS_PER_SM = 4   # split so decode fills ~4 blocks per SM at full context
 TILE_WARPS = None       # decode warps across a head's key tiles; None: attention.cu's default (a sweep sets it)
+V_EARLY = False         # attention.cu DEC_V_EARLY: a tile's V loads issued with its K loads (a sweep sets it)
 PF_BQ = 32              # attention.cu: queries per prefill block
 TC_TQ, TC_THREADS = 64, 128  # attention.cu: queries and threads per tensor-core prefill block
 TC_HEAD_DIMS = (64, 128, 256)  # attention.cu: head sizes of the tensor-core prefill (f16 caches)
@@ -133,6 +134,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     G = defines["GQA"]
     if TILE_WARPS:
         defines["DEC_TILE_WARPS"] = TILE_WARPS
+    if V_EARLY:
+        defines["DEC_V_EARLY"] = 1
     warps, _ = decode_layout(G)
     shared = decode_shared(G, head_dim)
     fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
