@@ -287,6 +287,33 @@ def test_ratios_only_within_one_sitting(tmp_path):
     assert not results.same_sitting({"date": d0}, {"date": "2026-11-01T00:15:01Z"})
 
 
+def test_run_to_run_spread_of_a_build_over_its_sittings(tmp_path):
+    """Anvil's row says how far one build's results moved between separate
+    ``harness bench`` calls: (max - min) / median over one value a sitting
+    (the newest of each); another build's and llama.cpp's runs do not count,
+    and one sitting shows none."""
+    d = tmp_path / "r"
+    results.save(bench("anvil", "alpha-8b", "2026-11-01T00:00:10Z", 18000.0, 240.0, sitting="a"), "bench", d)
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-01T00:00:20Z", 9000.0, 250.0, sitting="a"), "bench", d)
+    rep = build_report(results.load_all(d))
+    assert row(rep, "alpha-8b", "pp512").anvil_spread is None and "run to run" in render_md(rep)
+    results.save(bench("anvil", "alpha-8b", "2026-11-01T01:00:00Z", 19000.0, 240.0, sitting="b"), "bench", d)
+    results.save(bench("anvil", "alpha-8b", "2026-11-01T02:00:00Z", 17000.0, 240.0, sitting="c"), "bench", d)
+    results.save(bench("anvil", "alpha-8b", "2026-11-01T02:00:30Z", 18500.0, 240.0, sitting="c"), "bench", d)  # c's newest
+    results.save(bench("anvil", "alpha-8b", "2026-11-01T03:00:00Z", 30000.0, 300.0, sitting="d", build="b1"), "bench", d)
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-01T03:00:10Z", 5000.0, 250.0, sitting="d"), "bench", d)
+    rep = build_report(results.load_all(d))
+    r = row(rep, "alpha-8b", "pp512")
+    assert r.anvil.build == "b1" and r.anvil_spread is None  # the newest pair's build ran once
+    results.save(bench("anvil", "alpha-8b", "2026-11-01T04:00:00Z", 30600.0, 300.0, sitting="e", build="b1"), "bench", d)
+    rep = build_report(results.load_all(d))
+    assert row(rep, "alpha-8b", "pp512").anvil_spread == (pytest.approx(600 / 30300), 2)
+    assert "spread 2.0% over 2 sittings" in render_html(rep)
+    # build b0 alone: its three sittings 18000, 19000, 18500 (c's newest)
+    old = build_report([r for r in results.load_all(d) if r.get("sitting") in ("a", "b", "c")])
+    assert row(old, "alpha-8b", "pp512").anvil_spread == (pytest.approx(1000 / 18500), 3)
+
+
 def test_parity_latest_validate_per_model(store):
     rep = build_report(results.load_all(store))
     by = {p.model: p for p in rep.parity}

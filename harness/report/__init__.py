@@ -82,6 +82,7 @@ class Row:
     anvil: Measure | None
     llamacpp: Measure | None
     ratio: float | None  # anvil / llama.cpp; None unless both exist and are comparable
+    anvil_spread: tuple[float, int] | None = None  # run-to-run spread of Anvil's build: (spread, sittings)
 
 
 @dataclass(frozen=True)
@@ -386,12 +387,28 @@ def _rows_and_history(measures: list[tuple[dict, Measure]]):
             a, l, ratio = latest.get(ANVIL), latest.get(LLAMACPP), None
         any_rec = next(iter(latest.values()))[0]
         spec_text = ", ".join(f"{k}={v}" for k, v in results.spec(any_rec, test).items())
-        rows.append(Row(model, test, gpu or None, spec, spec_text, a[1] if a else None, l[1] if l else None, ratio))
+        spread = _spread(by_engine.get(ANVIL, []), a[1].build) if a and a[1].engine == ANVIL else None
+        rows.append(Row(model, test, gpu or None, spec, spec_text, a[1] if a else None, l[1] if l else None, ratio,
+                        spread))
         for eng in sorted(by_engine, key=lambda e: (e != ANVIL, e != LLAMACPP, e)):
             v = by_engine[eng]
             hist.append(History(model, test, eng, gpu or None, spec, v[0][1], v[-1][1], len(v),
                                 tuple(m for _, m in v)))
     return rows, hist
+
+
+def _spread(measured: list[tuple[dict, Measure]], build: str) -> tuple[float, int] | None:
+    """Run to run: (max - min) / median of one build's results over its
+    sittings (one value a sitting, the newest record of each: separate
+    ``harness bench`` calls), and how many sittings; None under two."""
+    by_sitting: dict[str, float] = {}
+    for rec, m in sorted(measured, key=lambda rm: _order(rm[0])):
+        if m.build == build and m.tok_s > 0:
+            by_sitting[rec.get("sitting") or _file(rec)] = m.tok_s
+    if len(by_sitting) < 2:
+        return None
+    v = sorted(by_sitting.values())
+    return (v[-1] - v[0]) / statistics.median(v), len(v)
 
 
 def _validate_entries(rec: dict) -> list[dict]:

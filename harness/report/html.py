@@ -40,6 +40,11 @@ def fmt_measure(m) -> str:
     return f"{center} ± {m.tok_s_sd:.{decimals}f}"
 
 
+def fmt_spread(s) -> str:
+    """A build's run-to-run spread over its sittings: "spread 1.2% over 3 sittings"."""
+    return "" if s is None else f"spread {100 * s[0]:.1f}% over {s[1]} sittings"
+
+
 def fmt_build(b: str) -> str:
     """A hex build hash to 12 characters; a version string whole."""
     return b[:12] if re.fullmatch(r"[0-9a-f]{13,}", b) else b
@@ -189,7 +194,7 @@ FLOPs per token).</p>
 <th>Anvil vs roofline</th><th>llama.cpp vs roofline</th><th>J / token<br><small>Anvil · llama.cpp</small></th><th>peak device memory<br><small>Anvil</small></th><th>Anvil diagnosis</th><th>provenance</th></tr></thead><tbody>
 {% for row in m.rows %}
 <tr><td title="spec {{ row.spec }}: {{ row.spec_text }}">{{ row.test }}</td>
-{% for x in (row.anvil, row.llamacpp) %}<td class="num"{% if x %} title="{{ x.provenance }}"{% endif %}>{{ x|measure }}</td>{% endfor %}
+{% for x in (row.anvil, row.llamacpp) %}<td class="num"{% if x %} title="{{ x.provenance }}"{% endif %}>{{ x|measure }}{% if loop.first and row.anvil_spread %}<br><small title="this build's results in separate sittings (harness bench calls): (max - min) / median">{{ row.anvil_spread|spread }}</small>{% endif %}</td>{% endfor %}
 <td class="num {{ 'win' if row.ratio and row.ratio > 1 else 'loss' if row.ratio else '' }}"
  title="{{ 'one sitting, same spec ' ~ row.spec ~ ' on ' ~ row.gpu if row.ratio else 'no comparable pair (same spec, same GPU, one sitting)' }}">{{ row.ratio|ratio }}</td>
 {% for x in (row.anvil, row.llamacpp) %}<td class="rate"{% if x %} title="{{ x.rate.note }}"{% endif %}>{{ x|achieved }}{% if x and x.rate.roofline is not none %}<span class="meter"><span style="width: {{ [100, (x.rate.roofline * 100)|round(1)]|min }}%"></span></span>{% endif %}</td>{% endfor %}
@@ -318,7 +323,7 @@ their content <code>{{ r.digest }}</code>).</p>
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    env.filters.update(build=fmt_build, short_build=fmt_short_build, engine=fmt_engine, tok=fmt_tok, measure=fmt_measure, pct=fmt_pct, ratio=fmt_ratio, achieved=fmt_achieved,
+    env.filters.update(spread=fmt_spread, build=fmt_build, short_build=fmt_short_build, engine=fmt_engine, tok=fmt_tok, measure=fmt_measure, pct=fmt_pct, ratio=fmt_ratio, achieved=fmt_achieved,
                        energy=fmt_energy, memory=fmt_memory, slug=slug)
     return env
 
@@ -403,10 +408,11 @@ def render_md(report) -> str:
              f"`{r.digest[:16]}`). Rooflines: {diagnose.MEASURED_HBM_GBS:.0f} GB/s HBM copy and "
              f"{diagnose.MEASURED_BF16_TFLOPS:.0f} TFLOP/s bf16, measured on the H200.", "", "## Scoreboard", ""]
     lines += _md_table(
-        ["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "Anvil achieved", "llama.cpp achieved",
-         "Anvil J/token", "llama.cpp J/token", "Anvil peak memory", "Anvil diagnosis", "GPU", "provenance"],
+        ["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "Anvil run to run", "Anvil achieved",
+         "llama.cpp achieved", "Anvil J/token", "llama.cpp J/token", "Anvil peak memory", "Anvil diagnosis", "GPU",
+         "provenance"],
         [[row.model, row.test, fmt_measure(row.anvil), fmt_measure(row.llamacpp), fmt_ratio(row.ratio),
-          fmt_achieved(row.anvil), fmt_achieved(row.llamacpp), fmt_energy(row.anvil), fmt_energy(row.llamacpp),
+          fmt_spread(row.anvil_spread) or "—", fmt_achieved(row.anvil), fmt_achieved(row.llamacpp), fmt_energy(row.anvil), fmt_energy(row.llamacpp),
           fmt_memory(row.anvil),
           row.anvil.diagnosis.label if row.anvil else "—",
           row.gpu or "?", "; ".join(p for p in (_md_prov(row.anvil), _md_prov(row.llamacpp)) if p)]
