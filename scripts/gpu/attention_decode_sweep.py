@@ -47,7 +47,7 @@ def prepare(dev, shape, depth, n_ctx):
                DArray(v.ptr + i * depth * row, (n_ctx, Hkv, D), v.dtype, dev)) for i in range(copies)]
     q = dev.upload(r.standard_normal((1, Hkv * G, D)).astype(np.float32))
     pos = dev.upload(np.array([depth - 1], np.int32))
-    return caches, q, pos, dev.empty((1, Hkv * G * D)), (k, v)
+    return caches, q, pos, dev.empty((1, Hkv * G * D)), (k, v)  # (k, v): the buffers the views point into
 
 
 def run(dev, shape, depth, bps, tile_warps, v_early, prepared, launches=40, reps=10):
