@@ -432,6 +432,9 @@ MUTANTS += [
            "keys (a long context's later keys dropped)", _any,
            _kernel_source("attention.cu", "for (int u = 0; u < n_active; ++u) {", "for (int u = 0; u < 1; ++u) {"),
            backends=("cuda",)),
+    Mutant("attn-store-head0-key", "decode attention storing the step's K/V rows: every KV head stores "
+           "head 0's key", _any,
+           _kernel_source("attention.cu", "to_kv(k_new[g * D + i])", "to_kv(k_new[i])"), backends=("cuda",)),
     Mutant("attn-merge-few-last-split", "split decode attention at a short context (a few splits, merged in "
            "one round trip): the last split's keys, the newest, dropped", _any,
            _kernel_source("attention.cu", "if (u < n_active) {", "if (u < n_active - 1) {"), backends=("cuda",),

@@ -522,6 +522,37 @@ def test_attention_decode(dev, kv_f16, D, G, L, window):
 
 
 @gpu
+@pytest.mark.parametrize("kv_f16", [1, 0])
+@pytest.mark.parametrize("G,D", [(4, 128), (8, 128), (2, 256), (8, 512)])
+@pytest.mark.parametrize("L", [1, 37, 1000])
+@pytest.mark.parametrize("window", [0, 8])
+def test_attention_decode_stores_the_step_row(dev, kv_f16, G, D, L, window):
+    """Decode with the step's own K/V rows (k_new, v_new): the cache row at
+    the query's position starts as NaN and the kernel stores it, rounded as
+    kv_store rounds it, before reading it; the output is attention over all
+    L keys, and no other row is written."""
+    r = rng("dec-store", kv_f16, G, D, L, window)
+    Hkv, n_ctx = 2, 4096
+    kc, vc, k, v = make_cache(dev, r, n_ctx, L - 1, Hkv, D, kv_f16)  # rows [0, L-1); the rest NaN
+    dt = np.float16 if kv_f16 else np.float32
+    k_row = r.standard_normal((1, Hkv * D)).astype(np.float32)
+    v_row = r.standard_normal((1, Hkv * D)).astype(np.float32)
+    q = (r.standard_normal((1, Hkv * G, D)) * 2.0).astype(np.float32)
+    pos = np.array([L - 1], np.int32)
+    out = poisoned(dev, (1, Hkv * G * D))
+    scale = 1.0 / np.sqrt(D)
+    attention.attention(dev, dev.upload(q), kc, vc, out, dev.upload(pos), scale, window,
+                        k_new=dev.upload(k_row), v_new=dev.upload(v_row))
+    keys = np.concatenate([k, k_row.astype(dt).astype(np.float32).reshape(1, Hkv, D)])
+    values = np.concatenate([v, v_row.astype(dt).astype(np.float32).reshape(1, Hkv, D)])
+    ref = ops.attention(q, keys, values, pos, scale, window)
+    assert_close(out.numpy(), ref, ATTN_ATOL, ATTN_RTOL, f"decode storing its row G={G} D={D} L={L} window={window}")
+    for got, src in ((kc.numpy(), k_row), (vc.numpy(), v_row)):
+        np.testing.assert_array_equal(got[L - 1].reshape(1, -1), src.astype(dt), err_msg=f"seed {SEED}")
+        assert np.isnan(got[L:]).all(), "the decode kernel wrote rows past the step's"
+
+
+@gpu
 @pytest.mark.parametrize("tile_warps,v_early", [(2, False), (None, True), (2, True)])
 @pytest.mark.parametrize("L", [37, 1000, 4096])
 @pytest.mark.parametrize("G,D", [(4, 128), (8, 128), (4, 64)])

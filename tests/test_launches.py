@@ -22,11 +22,19 @@ def test_the_command_counts_a_step(capsys):
     assert cli.main(["launches", str(_path("tiny-qwen3")), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["launches_per_token"] == sum(out["kernels"].values()) and out["n_layer"] == 4
-    # per layer: the attention norm, the Q/K norm with RoPE, the KV store and the attention itself ...
-    for kernel in ("qk_norm_rope_neox", "kv_store", "attention_decode", "add_rms_norm"):
+    # per layer: the attention norm, the Q/K norm with RoPE and the attention itself ...
+    for kernel in ("qk_norm_rope_neox", "attention_decode", "add_rms_norm"):
         assert out["kernels"][kernel] == 4, kernel
     # ... and once a step: the argmax and the advance of the graph's own inputs
     assert out["kernels"]["argmax_final"] == out["kernels"]["advance"] == 1
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-gemma4", "tiny-qwen35"])
+def test_decode_attention_stores_the_step_rows(name):
+    """A decode step's K/V rows go into the cache inside the attention kernel:
+    no kv_store launch in the step (prefill still stores with it)."""
+    counts, n_layer = decode_launches(_path(name))
+    assert counts["attention_decode"] >= 1 and counts["kv_store"] == 0, counts
 
 
 @pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-gemma4", "tiny-gemma4moe"])

@@ -4,6 +4,7 @@ per-kernel table the decode notes quote."""
 
 from __future__ import annotations
 
+import ctypes
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,10 @@ def test_launch_bytes_from_the_launch_arguments():
     q, out = arr(1, 32, 128), arr(1, 32 * 128)
     att = prof.launch_bytes("attention_decode", [q, kc, kc, out, arr(99), arr(99), arr(8), arr(1), 32, 8, 0.1, 0], 4097)
     assert att == 2 * 4097 * 8 * 128 * 2 + 2 * 4 * 32 * 128
+    null = ctypes.c_uint64(0)
+    args = [q, kc, kc, out, arr(99), arr(99), arr(8), arr(1), 32, 8, 0.1, 0]
+    assert prof.launch_bytes("attention_decode", args + [null, null], 4097) == att
+    assert prof.launch_bytes("attention_decode", args + [arr(1, 1024), arr(1, 1024)], 4097) == att + 2 * (4096 + 2048)
     assert prof.launch_bytes("rms_norm", [x, arr(4096), arr(4096), 4096, 1e-6], 0) == 3 * 4 * 4096
     assert prof.launch_bytes("kv_store", [arr(1024), arr(1024), kc, kc, arr(1)], 0) == 2 * 4096 + 2 * 2048 + 4
     assert prof.launch_bytes("moe_glu_q4_k", [W, x, y], 0) is None

@@ -13,7 +13,8 @@
 // Kernels:
 //   kv_store            K/V rows of this step -> cache rows pos[t] (f16: round to nearest)
 //   attention_decode    split-K "flash decoding" for few queries (decode, T=1); the last
-//                       split block of a KV head merges the splits' partial softmaxes
+//                       split block of a KV head merges the splits' partial softmaxes; at
+//                       T=1 it also stores the step's K/V rows (no kv_store launch)
 //   attention_prefill   tiled online-softmax (flash-attention style), fp32 CUDA cores
 #include "common.cuh"
 
@@ -332,15 +333,29 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
 // Shared memory (floats): o_s [DEC_WARPS][HPW][D], p_s [DEC_WARPS][HPW][32],
 // ml_s [DEC_WARPS][HPW][2].
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
-attention_decode(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, float* part_o,
+attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float* part_o,
                  float* part_ml, unsigned* tickets, const int* pos, int n_head, int n_head_kv, float scale,
-                 int window) {
+                 int window, const float* __restrict__ k_new, const float* __restrict__ v_new) {
     KERNEL_START();
     const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;
     const int qp = pos[t];
     int c0, c1, n_active;
     split_range(qp, window, n_splits, s, c0, c1, n_active);
     if (s >= n_active) return;  // whole block: no barrier skipped
+
+    // With k_new/v_new (one query, launchers/attention.py): this step's own K
+    // and V rows [n_head_kv * D], stored here instead of by a kv_store launch.
+    // Only the last active split sees position qp; it writes KV head g's row,
+    // rounded as kv_store rounds, before any of its warps reads it (global
+    // writes are visible to the block after the barrier).
+    if (k_new != nullptr && s == n_active - 1) {
+        const size_t dst = ((size_t)qp * n_head_kv + g) * D;
+        for (int i = threadIdx.x; i < D; i += blockDim.x) {
+            k_cache[dst + i] = to_kv(k_new[g * D + i]);
+            v_cache[dst + i] = to_kv(v_new[g * D + i]);
+        }
+        __syncthreads();
+    }
 
     extern __shared__ __align__(16) float smem[];
     float* o_s = smem;

@@ -37,8 +37,8 @@ BIG = 64 << 20  # a buffer this large is a table or a cache, read in part: not c
 def launch_bytes(name: str, args: list, n_keys: int) -> int | None:
     """Bytes a decode launch moves to or from memory, from its arguments
     (the launchers' argument order): a GEMV's weight rows, x and y; the
-    decode attention's K and V rows of the ``n_keys`` cached positions; the
-    KV store's new rows; any other kernel's arrays under BIG (activations,
+    decode attention's K and V rows of the ``n_keys`` cached positions (and
+    the step's new rows where it stores them); the KV store's new rows; any other kernel's arrays under BIG (activations,
     norm weights). None where
     that says nothing (the experts a MoE kernel reads are chosen on the
     device; a row gather reads one row of its table)."""
@@ -57,7 +57,9 @@ def launch_bytes(name: str, args: list, n_keys: int) -> int | None:
     if name == "attention_decode":
         q, kc, out = arrays[0], arrays[1], arrays[3]
         _, n_kv, d = kc.shape
-        return 2 * n_keys * n_kv * d * kc.dtype.itemsize + q.nbytes + out.nbytes
+        new = [a for a in args[-2:] if isinstance(a, DArray)]  # the step's K/V rows, read and stored
+        return (2 * n_keys * n_kv * d * kc.dtype.itemsize + q.nbytes + out.nbytes
+                + sum(a.nbytes + a.size * kc.dtype.itemsize for a in new))
     if name == "kv_store":  # this step's K and V rows, into the caches
         k, v, kc = arrays[:3]
         return k.nbytes + v.nbytes + (k.size + v.size) * kc.dtype.itemsize + arrays[4].nbytes

@@ -79,6 +79,14 @@ class Rotation:
     n_rot: int
 
 
+@dataclass
+class NewRow:
+    """A cache and the one row a decode step adds to it, not yet stored:
+    ``Ops.attention`` has its kernel store the row (a launch less a layer)."""
+    cache: DArray
+    row: DArray
+
+
 class KVLayer:
     """Layer ``il``'s keys and values on the device (f16 or f32), and its RoPE."""
 
@@ -96,6 +104,8 @@ class KVLayer:
         return Rotation(positions, c.rope_base[il], c.rope_scale[il], divisors, c.rope_type, c.n_rot)
 
     def store(self, positions: Positions, k: DArray, v: DArray):
+        if k.shape[0] == 1:  # decode: the attention kernel stores the row (Ops.attention)
+            return NewRow(self.k, k), NewRow(self.v, v)
         launchers.attention.kv_store(self.state.backend.dev, k, v, self.k, self.v, positions.dev)
         return self.k, self.v
 
@@ -319,7 +329,11 @@ class Ops:
                   window: int = 0) -> DArray:
         T, H, D = q.shape
         out = self._empty((T, H * D))
-        launchers.attention.attention(self.dev, q, keys, values, out, positions.dev, scale, window)
+        k_new = v_new = None
+        if isinstance(keys, NewRow):  # KVLayer.store of one row: stored by the decode kernel
+            keys, k_new, values, v_new = keys.cache, keys.row, values.cache, values.row
+        launchers.attention.attention(self.dev, q, keys, values, out, positions.dev, scale, window,
+                                      k_new=k_new, v_new=v_new)
         return out
 
     def add(self, a: DArray, b: DArray) -> DArray:

@@ -94,9 +94,14 @@ def attention_scratch_nbytes(dev: Device, T: int, n_head: int, n_head_kv: int, h
 
 
 def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DArray, pos: DArray,
-              scale: float, window: int = 0, scratch: DArray | None = None, path: str | None = None) -> None:
+              scale: float, window: int = 0, scratch: DArray | None = None, path: str | None = None,
+              k_new: DArray | None = None, v_new: DArray | None = None) -> None:
     """Causal GQA attention of q [T, n_head, head_dim] (query t at position
     pos[t]) over the cache rows it can see; out [T, n_head*head_dim].
+
+    k_new, v_new [1, n_head_kv*head_dim] (decode of one query only): this
+    step's K and V rows, which the kernel stores into cache row pos[0] before
+    reading it (as kv_store would; one launch instead of two).
 
     path: None picks decode (split-K) for T <= DECODE_MAX_T, else the
     tensor-core prefill where the cache is f16 and the head size one of
@@ -115,6 +120,7 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     tc = defines["KV_F16"] == 1 and head_dim in TC_HEAD_DIMS
     path = path or ("decode" if T <= DECODE_MAX_T else "prefill_tc" if tc else "prefill")
 
+    assert k_new is None or path == "decode", "the step's K/V rows are stored by the decode kernel only"
     if path == "prefill_tc":
         assert tc, (k_cache.dtype, head_dim)
         shared = 2 * (TC_TQ + 2 * tc_keys(head_dim)) * (head_dim + 8)  # Q, K, V tiles of f16 rows padded by 8
@@ -129,6 +135,9 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
                    [q, k_cache, v_cache, out, pos, T, n_head, n_head_kv] + args_tail, shared=shared)
         return
     assert path == "decode", path
+    if k_new is not None:
+        launch.check_f32(k_new, v_new)
+        assert T == 1 and k_new.size == v_new.size == n_head_kv * head_dim, (T, k_new.shape, v_new.shape)
 
     n_splits = decode_splits(dev.sm_count, T, n_head_kv, n_ctx)
     G = defines["GQA"]
@@ -150,5 +159,5 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         part_o = DArray(buf.ptr, (n_part, head_dim), np.dtype(np.float32), dev)
         part_ml = DArray(buf.ptr + 4 * n_part * head_dim, (n_part, 2), np.dtype(np.float32), dev)
     dev.launch(fn, (n_splits, n_head_kv, T), (32 * warps,),
-               [q, k_cache, v_cache, out, part_o, part_ml, tickets, pos, n_head, n_head_kv] + args_tail,
-               shared=shared)
+               [q, k_cache, v_cache, out, part_o, part_ml, tickets, pos, n_head, n_head_kv] + args_tail
+               + [launch.null_or(k_new), launch.null_or(v_new)], shared=shared)
