@@ -22,19 +22,24 @@ def test_every_kernel_compiles_for_sm90(name):
 
 
 def test_decode_attention_tile_warps_override(monkeypatch):
-    """A sweep's decode layouts (launchers/attention.py TILE_WARPS, V_EARLY):
-    the launcher and attention.cu agree on the block, more than 8 warps is
-    refused, and V requested early compiles."""
+    """A sweep's decode layouts (launchers/attention.py TILE_WARPS, V_EARLY,
+    HEADS_PER_WARP): the launcher and attention.cu agree on the block, more
+    than 8 warps is refused, and each compiles."""
     from engine.backends.cuda.launchers import attention
     from engine.errors import AnvilError
 
-    assert attention.decode_layout(4) == (4, 1)  # the default: a warp per head at GQA 4
+    assert attention.decode_layout(4) == (8, 2)  # the default: two heads a warp at GQA 4, four tile warps
     monkeypatch.setattr(attention, "TILE_WARPS", 2)
-    assert attention.decode_layout(4) == (8, 1)
+    assert attention.decode_layout(4) == (4, 2)
+    monkeypatch.setattr(attention, "HEADS_PER_WARP", 1)
     with pytest.raises(AnvilError, match="over 8"):
         attention.decode_layout(8)
-    assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 4, "DEC_TILE_WARPS": 2})) > 0
-    assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 8, "DEC_V_EARLY": 1})) > 0
+    assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 4, "DEC_TILE_WARPS": 2,
+                                                             "DEC_HPW": 1, "DEC_V_EARLY": 0})) > 0
+    monkeypatch.setattr(attention, "TILE_WARPS", None)
+    monkeypatch.setattr(attention, "HEADS_PER_WARP", 4)  # one warp scores the 4 heads of each row it loads
+    assert attention.decode_layout(4) == (8, 4) and attention.decode_layout(8) == (8, 4)
+    assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 4, "DEC_HPW": 4})) > 0
 
 
 def test_cache_key_covers_defines_arch_and_headers(tmp_path, monkeypatch):

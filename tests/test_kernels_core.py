@@ -78,13 +78,13 @@ def test_attention_compiles(kv_f16, head_dim, gqa):
 
 def test_launch_shapes():
     """Shape-only launch decisions (no GPU): split counts and shared memory."""
-    # 8B-like decode (132 SMs, 8 KV heads): ~4 blocks per SM, no chunk under 128 keys
+    # 8B-like decode (132 SMs, 8 KV heads): ~2 blocks per SM, no chunk under 128 keys
     assert attention.decode_splits(132, 1, 8, 4096) == 32
-    assert attention.decode_splits(132, 1, 8, 131072) == 66
+    assert attention.decode_splits(132, 1, 8, 131072) == 33
     assert attention.decode_splits(132, 1, 1, 100) == 1
-    # decode warps: one per query head up to GQA 8 (two heads each above), then key tiles up to 4 warps
+    # decode warps: two query heads each from GQA 4 (one below), then key tiles up to 8 warps
     assert [attention.decode_layout(g) for g in (1, 2, 3, 4, 7, 8, 12, 16)] == [
-        (4, 1), (4, 1), (3, 1), (4, 1), (7, 1), (8, 1), (6, 2), (8, 2)]
+        (8, 1), (8, 1), (6, 1), (8, 2), (8, 2), (8, 2), (6, 2), (8, 2)]
     for _, d, g in ATTN_SHAPES:
         assert attention.decode_shared(g, d) <= 227 * 1024
         assert 4 * (3 * 32 * (d + 4) + 32 * 36) <= 227 * 1024
@@ -553,20 +553,25 @@ def test_attention_decode_stores_the_step_row(dev, kv_f16, G, D, L, window):
 
 
 @gpu
-@pytest.mark.parametrize("tile_warps,v_early", [(2, False), (None, True), (2, True)])
+@pytest.mark.parametrize("tile_warps,v_early,hpw", [(None, False, None), (2, False, 1), (None, True, 1), (2, True, 1),
+                                                   (None, False, 4), (4, True, 2), (8, True, 8)])
 @pytest.mark.parametrize("L", [37, 1000, 4096])
 @pytest.mark.parametrize("G,D", [(4, 128), (8, 128), (4, 64)])
-def test_attention_decode_sweep_layouts(dev, monkeypatch, tile_warps, v_early, L, G, D):
-    """The layouts scripts/gpu/attention_decode_sweep.py times (two warps per
-    head; V requested with K) compute the same attention; GQA 8 with two
-    tile warps is over 8 warps, refused."""
+def test_attention_decode_sweep_layouts(dev, monkeypatch, tile_warps, v_early, hpw, L, G, D):
+    """The layouts scripts/gpu/attention_decode_sweep.py times (warps per
+    head; V requested with K or after the scores; the heads a warp scores
+    from each row it loads) compute the same attention; more than 8 warps is
+    refused."""
     monkeypatch.setattr(attention, "TILE_WARPS", tile_warps)
     monkeypatch.setattr(attention, "V_EARLY", v_early)
-    if tile_warps and G * tile_warps > 8:
+    monkeypatch.setattr(attention, "HEADS_PER_WARP", hpw)
+    try:
+        attention.decode_layout(G)
+    except AnvilError:  # the launch is refused alike
         with pytest.raises(AnvilError, match="over 8"):
             run_attention(dev, rng("dec-tw"), 1, L - 1, 8192, 8, G, D, 1, 0, "decode")
         return
-    run_attention(dev, rng("dec-tw", tile_warps, v_early, L, G, D), 1, L - 1, 8192, 8, G, D, 1, 0, "decode")
+    run_attention(dev, rng("dec-tw", tile_warps, v_early, hpw, L, G, D), 1, L - 1, 8192, 8, G, D, 1, 0, "decode")
 
 
 @gpu

@@ -148,12 +148,17 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 // rounded up to 32, at least DEC_MIN_CHUNK; splits past the end exit at once.
 //
 // Warps are spread over the query heads first: warp w takes heads
-// HPW*(w % NHG) .. +HPW-1 (HPW = 1 up to GQA 8) and the 32-key tiles
-// w / NHG, + DEC_WT, ... of the chunk. One warp scoring all G heads of a tile
-// (G*D FMAs per lane, then G*32/RPW*EPL for PV) is a long dependent chain:
-// at short context (a few tiles, tg128) the decode step waited on it. Here a
-// warp's chain is HPW heads long, and the G warps that read the same K/V row
-// share it through L1.
+// HPW*(w % NHG) .. +HPW-1 and the 32-key tiles w / NHG, + DEC_WT, ... of the
+// chunk, 8 warps a block where the heads allow. HPW is 2 from GQA 4 (more
+// above GQA 16): each K/V row a warp loads serves two heads, and the NHG
+// warps of a tile read it again through L1. One warp scoring all G heads
+// (G*D FMAs per lane, then G*32/RPW*EPL for PV) is a long dependent chain
+// that short contexts (a few tiles, tg128) wait on; one head a warp reads
+// every row G times, which at depth the L1/L2 path could not feed. On the
+// H200 (scripts/gpu/attention_decode_sweep.py, reports/notes/
+// decode-attention-depth-2026-12-01.md), against one head a warp and 4
+// warps: 3.0x at 4096 keys (qwen3-8b's layer), 2.1x (qwen3moe-30b's), no
+// slower at 128.
 //
 // Per warp and 32-key tile, with its own online softmax (m, l, o) per head:
 //   scores: K is read as V is (below): each lane multiplies its EPL dims of
@@ -173,12 +178,16 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 // blocks to finish (a device ticket per (token, KV head), returned to 0 for
 // the next launch and graph replay) merges them: out = sum_s O_s e^(M_s-M) /
 // sum_s L_s e^(M_s-M). (A separate combine kernel was a launch per layer.)
-constexpr int HPW = (G + 7) / 8;                    // query heads per warp
+#ifdef DEC_HPW                                      // launchers/attention.py HEADS_PER_WARP (a sweep's)
+constexpr int HPW = DEC_HPW < G ? DEC_HPW : G;
+#else
+constexpr int HPW = G < 4 ? 1 : (G + 7) / 8 > 2 ? (G + 7) / 8 : 2;  // query heads per warp
+#endif
 constexpr int NHG = (G + HPW - 1) / HPW;            // warps across the heads
 #ifdef DEC_TILE_WARPS                               // launchers/attention.py TILE_WARPS (a sweep's)
 constexpr int DEC_WT = DEC_TILE_WARPS;
 #else
-constexpr int DEC_WT = NHG >= 4 ? 1 : 4 / NHG;      // warps across the tiles of a head
+constexpr int DEC_WT = NHG >= 8 ? 1 : 8 / NHG;      // warps across the tiles of a head
 #endif
 constexpr int DEC_WARPS = NHG * DEC_WT;             // launchers/attention.py decode_warps()
 constexpr int DEC_MIN_CHUNK = 32 * DEC_WT;          // below that some warps idle anyway
@@ -187,12 +196,13 @@ constexpr int LPR = D / EPL;                        // lanes per K/V row
 constexpr int RPW = 32 / LPR;                       // K/V rows per warp step
 static_assert(DEC_WARPS <= 8 && NHG * HPW >= G, "decode warp layout");
 
-// DEC_V_EARLY=1 (launchers/attention.py V_EARLY, a sweep's): a tile's V rows
-// are requested with its K rows, not after the scores (V does not wait on
-// them), twice the bytes in flight; where a lane's V rows of a tile fit 64
-// registers (f16, heads up to 128).
+// A tile's V rows are requested with its K rows, not after the scores (V
+// does not wait on them): twice the bytes in flight, where a lane's V rows of
+// a tile fit 64 registers (f16 heads up to 128, f32 up to 64). At 4096 keys
+// this alone was 1.7x on qwen3-8b's layer. DEC_V_EARLY=0 (launchers/
+// attention.py V_EARLY, a sweep's) requests V after the scores.
 #ifndef DEC_V_EARLY
-#define DEC_V_EARLY 0
+#define DEC_V_EARLY 1
 #endif
 struct __align__(16) RawRow { uint4 u[EPL * (int)sizeof(kv_t) / 16]; };  // a lane's EPL elements of a row, as stored
 constexpr bool V_EARLY = DEC_V_EARLY && (32 / RPW) * (int)sizeof(RawRow) <= 256;

@@ -4,11 +4,14 @@ caches cycled past the L2 (as a decode step meets them), with PDL as the
 engine launches it.
 
     python3 scripts/gpu/attention_decode_sweep.py [--shape qwen3-8b 30b] [--depth 128 1024 4096 16384] \\
-        [--blocks-per-sm 4 8 16] [--tile-warps 0 2] [--v-early 0 1]
+        [--blocks-per-sm 4 8 16] [--tile-warps 0 2] [--v-early 0 1] [--heads-per-warp 0 4]
 
-A layout is (DEC_BLOCKS_PER_SM, TILE_WARPS, V_EARLY): the split count's
-blocks per SM, the warps across a head's key tiles (0: attention.cu's
-default), and whether a tile's V rows are requested with its K rows. Each
+A layout is (DEC_BLOCKS_PER_SM, TILE_WARPS, V_EARLY, HEADS_PER_WARP): the
+split count's blocks per SM, the warps across a head's key tiles (0:
+attention.cu's default), whether a tile's V rows are requested with its K
+rows, and the query heads a warp scores from each K/V row it loads (0: the
+default, one up to GQA 8; the warps of the other heads read the same rows
+again, through L1). Each
 row also gives the bandwidth on the cache (K and V rows read once) and the
 largest difference from the default layout's output (other splits sum in
 another order: ~1e-7 expected).
@@ -17,6 +20,7 @@ another order: ~1e-7 expected).
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import numpy as np
@@ -50,11 +54,12 @@ def prepare(dev, shape, depth, n_ctx):
     return caches, q, pos, dev.empty((1, Hkv * G * D)), (k, v)  # (k, v): the buffers the views point into
 
 
-def run(dev, shape, depth, bps, tile_warps, v_early, prepared, launches=40, reps=10):
+def run(dev, shape, depth, bps, tile_warps, v_early, hpw, prepared, launches=40, reps=10):
     from engine.backends.cuda.launchers import attention as A
 
     Hkv, G, D = shape
     A.DEC_BLOCKS_PER_SM, A.TILE_WARPS, A.V_EARLY = bps, (tile_warps or None), bool(v_early)
+    A.HEADS_PER_WARP = hpw or None
     caches, q, pos, out, _ = prepared
     scale = 1.0 / np.sqrt(D)
     A.attention(dev, q, *caches[0], out, pos, scale)  # compiles, takes its scratch and tickets
@@ -80,6 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--blocks-per-sm", nargs="+", type=int, default=[4, 8, 16])
     ap.add_argument("--tile-warps", nargs="+", type=int, default=[0, 2])
     ap.add_argument("--v-early", nargs="+", type=int, default=[0, 1])
+    ap.add_argument("--heads-per-warp", nargs="+", type=int, default=[0])
     ap.add_argument("--n-ctx", type=int, default=0, help="cache rows (default: depth + 4096, at least 4096, "
                                                          "as profile_decode.py)")
     a = ap.parse_args(argv)
@@ -87,24 +93,23 @@ def main(argv=None) -> int:
     from engine.errors import AnvilError
 
     dev = Device()
-    print("| shape | keys | blocks/SM | tile warps | V early | splits | us | GB/s | max diff |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| shape | keys | blocks/SM | tile warps | V early | heads/warp | splits | us | GB/s | max diff |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in a.shape:
         for depth in a.depth:
             n_ctx = a.n_ctx or max(4096, depth + 4096)
             prepared, base = prepare(dev, SHAPES[name], depth, n_ctx), None
             for bps in a.blocks_per_sm:
-                for tw in a.tile_warps:
-                    for ve in a.v_early:
-                        lay = f"| {name} | {depth} | {bps} | {tw or 'default'} | {ve} |"
-                        try:
-                            us, gbs, o, splits = run(dev, SHAPES[name], depth, bps, tw, ve, prepared)
-                        except AnvilError as e:
-                            print(f"{lay} | | | | {e} |")
-                            continue
-                        base = o if base is None else base
-                        diff = float(np.max(np.abs(o - base)))
-                        print(f"{lay} {splits} | {us:.2f} | {gbs:.0f} | {diff:.1e} |", flush=True)
+                for tw, ve, hpw in itertools.product(a.tile_warps, a.v_early, a.heads_per_warp):
+                    lay = f"| {name} | {depth} | {bps} | {tw or 'default'} | {ve} | {hpw or 'default'} |"
+                    try:
+                        us, gbs, o, splits = run(dev, SHAPES[name], depth, bps, tw, ve, hpw, prepared)
+                    except AnvilError as e:
+                        print(f"{lay} | | | | {e} |")
+                        continue
+                    base = o if base is None else base
+                    diff = float(np.max(np.abs(o - base)))
+                    print(f"{lay} {splits} | {us:.2f} | {gbs:.0f} | {diff:.1e} |", flush=True)
     return 0
 
 

@@ -14,9 +14,10 @@ from ..device import DArray, Device
 
 DECODE_MAX_T = 4        # up to this many queries use the split-K decode kernel
 SPLIT_MIN_KEYS = 128    # decode splits: never more than n_ctx / SPLIT_MIN_KEYS
-DEC_BLOCKS_PER_SM = 4   # split so decode fills ~4 blocks per SM at full context
+DEC_BLOCKS_PER_SM = 2   # split so decode fills ~2 blocks per SM at full context (the sweep's best at 16k keys)
 TILE_WARPS = None       # decode warps across a head's key tiles; None: attention.cu's default (a sweep sets it)
-V_EARLY = False         # attention.cu DEC_V_EARLY: a tile's V loads issued with its K loads (a sweep sets it)
+V_EARLY = True          # attention.cu DEC_V_EARLY: a tile's V loads issued with its K loads (a sweep clears it)
+HEADS_PER_WARP = None   # attention.cu DEC_HPW: query heads a decode warp scores; None: its default (a sweep sets it)
 PF_BQ = 32              # attention.cu: queries per prefill block
 TC_TQ, TC_THREADS = 64, 128  # attention.cu: queries and threads per tensor-core prefill block
 TC_HEAD_DIMS = (64, 128, 256)  # attention.cu: head sizes of the tensor-core prefill (f16 caches)
@@ -69,10 +70,10 @@ def decode_splits(sm_count: int, T: int, n_head_kv: int, n_ctx: int) -> int:
 def decode_layout(gqa: int) -> tuple[int, int]:
     """attention.cu's decode block for GQA ratio ``gqa``: (warps, query heads
     per warp). Warps spread over the heads first (one head each up to GQA 8),
-    then over the key tiles, up to 4 warps."""
-    hpw = (gqa + 7) // 8
+    then over the key tiles, up to 8 warps."""
+    hpw = min(HEADS_PER_WARP, gqa) if HEADS_PER_WARP else 1 if gqa < 4 else max(2, (gqa + 7) // 8)
     nhg = launch.ceil_div(gqa, hpw)
-    tile_warps = TILE_WARPS or (1 if nhg >= 4 else 4 // nhg)
+    tile_warps = TILE_WARPS or (1 if nhg >= 8 else 8 // nhg)
     if nhg * tile_warps > 8:
         raise AnvilError(f"CUDA attention: {tile_warps} tile warps x {nhg} head warps is over 8 (GQA {gqa})")
     return nhg * tile_warps, hpw
@@ -143,8 +144,10 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     G = defines["GQA"]
     if TILE_WARPS:
         defines["DEC_TILE_WARPS"] = TILE_WARPS
-    if V_EARLY:
-        defines["DEC_V_EARLY"] = 1
+    if not V_EARLY:
+        defines["DEC_V_EARLY"] = 0
+    if HEADS_PER_WARP:
+        defines["DEC_HPW"] = HEADS_PER_WARP
     warps, _ = decode_layout(G)
     shared = decode_shared(G, head_dim)
     fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
