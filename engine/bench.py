@@ -107,9 +107,16 @@ def run_pp(model, n: int, rng, context=()) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def run_tg(model, n: int, start_token: int, tokens_out: list | None = None, context=()) -> float:
+TOP_K = 8  # logits kept per decode step of the warm-up (bench's "token_tops")
+
+
+def run_tg(model, n: int, start_token: int, tokens_out: list | None = None, context=(),
+           tops_out: list | None = None) -> float:
     """n greedy decode steps from ``start_token`` after ``context``; the tokens
-    are kept so two builds can be checked to generate the same ones."""
+    are kept so two builds can be checked to generate the same ones.
+    ``tops_out`` (the untimed warm-up): each step's TOP_K token ids and
+    logits, largest first, so a difference between builds can be judged
+    (harness ab: a flip between near-tied tokens)."""
     _fill(model, context)
     token = start_token
     tokens = []
@@ -118,6 +125,11 @@ def run_tg(model, n: int, start_token: int, tokens_out: list | None = None, cont
     for _ in range(n):
         token = model.decode_next(token)  # reads the token back: synchronised
         tokens.append(token)
+        if tops_out is not None:
+            logits = model.decode_logits()
+            ids = np.argpartition(-logits, TOP_K)[:TOP_K]
+            ids = ids[np.argsort(-logits[ids], kind="stable")]
+            tops_out.append({"ids": [int(i) for i in ids], "logits": [float(logits[i]) for i in ids]})
     dt = time.perf_counter() - t0
     if tokens_out is not None:
         tokens_out[:] = tokens
@@ -137,15 +149,17 @@ def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: 
     context = depth_context(model.config.n_vocab, depth, seed)
     at = f" @ d{depth}" if depth else ""  # llama-bench's names
     tokens: list[int] = []
+    tops: list[dict] = []
     tests = []
     if n_prompt:
-        tests.append((f"pp{n_prompt}{at}", lambda: run_pp(model, n_prompt, rng, context)))
+        tests.append((f"pp{n_prompt}{at}", lambda warm=False: run_pp(model, n_prompt, rng, context)))
     if n_gen:
-        tests.append((f"tg{n_gen}{at}", lambda: run_tg(model, n_gen, start_token, tokens, context)))
+        tests.append((f"tg{n_gen}{at}",
+                      lambda warm=False: run_tg(model, n_gen, start_token, tokens, context, tops if warm else None)))
     bytes_tok = weight_bytes_per_token(model)
     results = []
     for name, fn in tests:
-        fn()  # warm-up: compiles/loads kernels, captures the decode graph
+        fn(warm=True)  # warm-up: compiles/loads kernels, captures the decode graph
         samples = []
         t0 = time.time()
         for _ in range(reps):
@@ -178,8 +192,10 @@ def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: 
         "peak_device_bytes": getattr(getattr(be, "dev", None), "allocated", None),
         "results": results,
         # greedy tokens of the tg test (same start token every run): equal
-        # across builds unless the numerics changed
+        # across builds unless the numerics changed; the warm-up's top logits
+        # of each step judge a difference (harness ab)
         "tokens": tokens,
+        "token_tops": tops,
     }
 
 

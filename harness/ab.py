@@ -8,7 +8,9 @@ A boosting GPU lies, so an A/B comparison here:
 - skips (and reports) a round when another process is using the GPU,
 - samples NVML (SM clock, power, utilisation, throttle reasons) during every
   run and keeps each run's summary,
-- checks that the engine arms generated the same greedy tokens,
+- checks that the engine arms generated the same greedy tokens, or that
+  where they part the flip is between near-tied tokens by the model's gate
+  (its catalog margin: judge_flip),
 - reports per test the median and p90 of each arm, the per-round win count,
   the ratio of medians with a bootstrap CI, a Mann-Whitney U p-value and an
   asv-style verdict (harness.stats), and saves the record at the end, or
@@ -46,6 +48,8 @@ class ArmRuns:
     values: dict[str, list[float]] = field(default_factory=dict)  # test -> one value per kept round
     nvml: list[dict] = field(default_factory=list)  # per run summary
     tokens: list[int] | None = None
+    tops: list[dict] | None = None  # the first run's per-step top logits (engine bench "token_tops")
+    backend: str | None = None
 
 
 @dataclass
@@ -172,6 +176,7 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
                                           "nvml_trace": _thin(sampler.trace) if sampler.available else None}
                 if arms[arm].tokens is None:
                     arms[arm].tokens = res.tokens
+                    arms[arm].tops, arms[arm].backend = res.raw.get("token_tops"), res.raw.get("backend")
                 if r_i > 0:
                     for test in res.tests:
                         arms[arm].values.setdefault(test, []).append(run_value(res, test))
@@ -200,16 +205,58 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
     return record
 
 
+def judge_flip(ta: list[int], tb: list[int], tops_a, tops_b, bound: float | None) -> dict:
+    """Where two arms' greedy tokens first part, both decoded the same
+    context, so the flip is one the gate allows when it is between near-tied
+    tokens: each arm that kept that step's top logits (engine bench
+    "token_tops", from its warm-up, whose tokens to there must be the run's)
+    puts the other arm's token within ``bound`` (the model's catalog gate
+    margin, as validate judges a flip against llama.cpp) of its own. An arm
+    whose top logits miss the other token, or a step past one arm's tokens,
+    or no bound: not judged a near-tie."""
+    first = next((i for i, (a, b) in enumerate(zip(ta, tb)) if a != b), min(len(ta), len(tb)))
+    out = {"step": first, "bound": bound, "margins": {}, "near_tie": False}
+    if first >= min(len(ta), len(tb)) or bound is None:
+        return out
+    for arm, own, other, tops in (("A", ta, tb, tops_a), ("B", tb, ta, tops_b)):
+        if not tops or len(tops) <= first or any(tops[i]["ids"][0] != own[i] for i in range(first + 1)):
+            continue  # no top logits, or the warm-up decoded another path
+        ids, logits = tops[first]["ids"], tops[first]["logits"]
+        out["margins"][arm] = logits[0] - logits[ids.index(other[first])] if other[first] in ids else None
+    m = list(out["margins"].values())
+    out["near_tie"] = bool(m) and all(x is not None and x <= bound for x in m)
+    return out
+
+
+def _gate_margin(cfg: ABConfig, backend: str | None) -> tuple[float | None, str | None]:
+    """The model's catalog gate margin for ``backend`` against its tier's references."""
+    from . import catalog
+
+    name = cfg.identity.get("model_name")
+    try:
+        entry = catalog.entry(name) if name and backend else None
+    except AnvilError:  # a .gguf path: no catalog entry, no gate
+        return None, None
+    gate = entry.gate(backend) if entry else None
+    return (gate.margin, entry.gate_key(backend, entry.tier)) if gate else (None, None)
+
+
 def _check_tokens(record: dict, arms: dict, cfg: ABConfig) -> None:
     ta, tb = arms["A"].tokens, arms["B"].tokens
     record["tokens_identical"] = None if ta is None or tb is None else ta == tb
     if record["tokens_identical"] is False:
         first = next(i for i, (a, b) in enumerate(zip(ta, tb)) if a != b) if len(ta) == len(tb) else min(len(ta), len(tb))
         record["token_diff"] = {"first_step": first, "A": ta[first:first + 8], "B": tb[first:first + 8]}
-        if not cfg.allow_token_diff:
+        bound, gate = _gate_margin(cfg, arms["A"].backend or arms["B"].backend)
+        judged = judge_flip(ta, tb, arms["A"].tops, arms["B"].tops, bound)
+        record["token_diff"]["judged"] = {**judged, "gate": gate}
+        if not judged["near_tie"] and not cfg.allow_token_diff:
+            said = ", ".join(f"{a} {'beyond its top logits' if m is None else f'{m:.3g}'}"
+                             for a, m in judged["margins"].items()) or "no top logits to judge"
             raise AnvilError(f"the arms generated different greedy tokens from step {first} "
-                             f"(A {ta[first:first + 8]} vs B {tb[first:first + 8]}): the candidate changed the "
-                             f"numerics; pass --allow-token-diff to compare speed anyway")
+                             f"(A {ta[first:first + 8]} vs B {tb[first:first + 8]}), not a near-tie by the gate "
+                             f"(margins {said}; gate {gate or 'none'} {bound if bound is not None else ''}): the "
+                             f"candidate changed the numerics; pass --allow-token-diff to compare speed anyway")
 
 
 def _analyse(arms: dict, cfg: ABConfig) -> dict:
@@ -259,7 +306,13 @@ def format_report(record: dict) -> str:
     if record.get("skipped_rounds"):
         lines.append(f"skipped rounds: {len(record['skipped_rounds'])} (GPU busy)")
     if record.get("tokens_identical") is not None:
-        lines.append(f"greedy tokens identical: {record['tokens_identical']}")
+        j = (record.get("token_diff") or {}).get("judged")
+        said = ""
+        if j and j["near_tie"]:
+            ms = " / ".join(f"{a} {m:.3g}" for a, m in j["margins"].items())
+            said = (f" (from step {j['step']}: a flip between near-tied tokens, margins {ms} <= the gate's "
+                    f"{j['bound']:g} ({j['gate']}))")
+        lines.append(f"greedy tokens identical: {record['tokens_identical']}{said}")
     return "\n".join(lines)
 
 
@@ -279,6 +332,7 @@ def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int, p
             res = runner.run(model, n_prompt=p, n_gen=n, reps=test_reps, **({"depth": depth} if depth else {}))
             exit_unix = time.time()
         raw = dict(res.raw)
+        raw.pop("token_tops", None)  # judges an A/B's token difference; a bench record has no second arm
         for r in raw.get("results", []):
             if sampler.available:
                 r["nvml"], r["nvml_window"] = measured(sampler, [r], exit_unix)

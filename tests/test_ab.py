@@ -20,9 +20,9 @@ def test_abba_order():
 class FakeRunner:
     """Scripted runs: tok/s per call, fixed tokens; optional Ctrl-C at call n."""
 
-    def __init__(self, label, speed, tokens=(1, 2, 3), interrupt_at=None, sha="0" * 64):
+    def __init__(self, label, speed, tokens=(1, 2, 3), interrupt_at=None, sha="0" * 64, raw=None):
         self.label, self.speed, self.tokens, self.interrupt_at, self.sha = label, speed, list(tokens), interrupt_at, sha
-        self.calls = 0
+        self.calls, self.raw = 0, raw or {}
 
     def prepare(self):
         pass
@@ -35,7 +35,7 @@ class FakeRunner:
         if self.interrupt_at == self.calls:
             raise KeyboardInterrupt
         v = self.speed(self.calls)
-        return RunResult(tests={"pp8": [v, v], "tg4": [v / 10, v / 10]}, tokens=self.tokens, raw={}, wall_s=0.1,
+        return RunResult(tests={"pp8": [v, v], "tg4": [v / 10, v / 10]}, tokens=self.tokens, raw=self.raw, wall_s=0.1,
                          cmd=["fake"], returncode=0)
 
 
@@ -99,6 +99,48 @@ def test_token_difference_fails_loudly(monkeypatch, tmp_path):
         ab.run_ab("a.whl", "b.whl", _cfg(tmp_path), tmp_path, results_dir=tmp_path / "res")
     rec = results.load_all(tmp_path / "res", kind="ab")[0]
     assert rec["tokens_identical"] is False and rec["token_diff"]["first_step"] == 1
+
+
+def _tops(tokens, runner_up, gap):
+    """Per step: the token first, ``runner_up`` ``gap`` below it at the flip's step (1), far below elsewhere."""
+    return [{"ids": [t, runner_up[i]], "logits": [10.0, 10.0 - (gap if i == 1 else 5.0)]} for i, t in enumerate(tokens)]
+
+
+@pytest.mark.parametrize("gap_a,gap_b,backend,name,judged", [
+    (0.05, 0.02, "cuda", "tiny-qwen3", True),    # both arms: the other's token within the gate's margin
+    (0.05, None, "cuda", "tiny-qwen3", True),    # B kept no top logits: A's alone judge
+    (0.05, 3.0, "cuda", "tiny-qwen3", False),   # B puts A's token beyond the margin
+    (0.05, 0.02, "cuda", "m", False),           # a .gguf path: no catalog gate
+    (None, None, "cuda", "tiny-qwen3", False),  # old builds: no top logits at all
+])
+def test_token_difference_judged_by_the_gate(monkeypatch, tmp_path, gap_a, gap_b, backend, name, judged):
+    """Where the arms' tokens first part, the flip passes when it is between
+    near-tied tokens by the model's catalog gate margin (tiny-qwen3 with CUDA
+    against its cpu references: 2.6), in every arm that kept that step's
+    top logits; otherwise the A/B fails as before."""
+    ta, tb = [5, 6, 7], [5, 9, 7]
+    raw = lambda toks, other, gap: {"backend": backend, **({} if gap is None else {"token_tops": _tops(toks, other, gap)})}
+    _fake(monkeypatch, FakeRunner("A", lambda n: 1.0, tokens=ta, sha="a" * 64, raw=raw(ta, tb, gap_a)),
+          FakeRunner("B", lambda n: 1.0, tokens=tb, sha="b" * 64, raw=raw(tb, ta, gap_b)))
+    cfg = _cfg(tmp_path, identity={"model_name": name})
+    if not judged:
+        with pytest.raises(AnvilError, match="different greedy tokens from step 1.*not a near-tie"):
+            ab.run_ab("a.whl", "b.whl", cfg, tmp_path, results_dir=tmp_path / "res")
+        return
+    rec = ab.run_ab("a.whl", "b.whl", cfg, tmp_path, results_dir=tmp_path / "res")
+    j = rec["token_diff"]["judged"]
+    assert rec["tokens_identical"] is False and j["near_tie"] and j["step"] == 1 and j["gate"] == "cpu-cuda"
+    assert j["bound"] == 2.6 and j["margins"]["A"] == pytest.approx(gap_a)
+    assert "a flip between near-tied tokens" in ab.format_report(rec)
+
+
+def test_judge_flip_needs_the_run_path():
+    """The warm-up's top logits count only where its tokens up to the flip are
+    the run's (else they describe another path)."""
+    tops = _tops([5, 6, 7], [5, 9, 7], 0.01)
+    assert ab.judge_flip([5, 6, 7], [5, 9, 7], tops, None, 1.0)["near_tie"]
+    assert not ab.judge_flip([4, 6, 7], [4, 9, 7], tops, None, 1.0)["near_tie"]  # step 0 is not the run's
+    assert not ab.judge_flip([5, 6], [5, 6, 7], tops, tops, 1.0)["near_tie"]     # one arm ran out of tokens
 
 
 def test_ctrl_c_keeps_completed_rounds(monkeypatch, tmp_path):

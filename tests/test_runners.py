@@ -298,3 +298,29 @@ def test_pythonpath_without_engine(tmp_path):
     (tmp_path / "a" / "engine" / "__init__.py").write_text("")
     (tmp_path / "b").mkdir()
     assert pythonpath_without("engine", [str(tmp_path / "a"), str(tmp_path / "b"), ""]) == [str(tmp_path / "b")]
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # pynvml notice from engine.bench
+def test_engine_bench_keeps_the_warm_up_top_logits(tiny_qwen3):
+    """engine bench's record holds each decode step's top logits from the
+    warm-up (harness ab judges a token difference with them): the step's
+    token first, TOP_K of them, largest first, on the path the timed runs
+    decode, and the model's own logits."""
+    import numpy as np
+
+    import engine
+    from engine.bench import TOP_K, bench, depth_context
+
+    m = engine.load(tiny_qwen3)
+    rec = bench(m, n_prompt=0, n_gen=6, reps=1, depth=8)
+    tops = rec["token_tops"]
+    assert len(tops) == 6 and [t["ids"][0] for t in tops] == rec["tokens"]
+    for t in tops:
+        assert len(t["ids"]) == len(set(t["ids"])) == TOP_K and t["logits"] == sorted(t["logits"], reverse=True)
+    # step 0 decoded again by hand after the same context
+    m.reset()
+    m.forward(depth_context(m.config.n_vocab, 8))
+    m.decode_next(int(np.random.default_rng(0).integers(0, m.config.n_vocab)))
+    logits = m.decode_logits()
+    assert tops[0]["logits"] == pytest.approx([float(logits[i]) for i in tops[0]["ids"]])
+    assert tops[0]["logits"][-1] == pytest.approx(float(np.sort(logits)[-TOP_K]))
