@@ -245,11 +245,11 @@ def _check_tokens(record: dict, arms: dict, cfg: ABConfig) -> None:
     ta, tb = arms["A"].tokens, arms["B"].tokens
     record["tokens_identical"] = None if ta is None or tb is None else ta == tb
     if record["tokens_identical"] is False:
-        first = next(i for i, (a, b) in enumerate(zip(ta, tb)) if a != b) if len(ta) == len(tb) else min(len(ta), len(tb))
-        record["token_diff"] = {"first_step": first, "A": ta[first:first + 8], "B": tb[first:first + 8]}
         bound, gate = _gate_margin(cfg, arms["A"].backend or arms["B"].backend)
         judged = judge_flip(ta, tb, arms["A"].tops, arms["B"].tops, bound)
-        record["token_diff"]["judged"] = {**judged, "gate": gate}
+        first = judged["step"]  # where they part (or where the shorter ends)
+        record["token_diff"] = {"first_step": first, "A": ta[first:first + 8], "B": tb[first:first + 8],
+                                "judged": {**judged, "gate": gate}}
         if not judged["near_tie"] and not cfg.allow_token_diff:
             said = ", ".join(f"{a} {'beyond its top logits' if m is None else f'{m:.3g}'}"
                              for a, m in judged["margins"].items()) or "no top logits to judge"
