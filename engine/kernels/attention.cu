@@ -149,16 +149,16 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 //
 // Warps are spread over the query heads first: warp w takes heads
 // HPW*(w % NHG) .. +HPW-1 and the 32-key tiles w / NHG, + DEC_WT, ... of the
-// chunk, 8 warps a block where the heads allow. HPW is 2 from GQA 4 (more
-// above GQA 16): each K/V row a warp loads serves two heads, and the NHG
+// chunk, 8 warps a block where the heads allow. HPW is 2 from GQA 4 (1
+// below): each K/V row a warp loads serves two heads, and the NHG
 // warps of a tile read it again through L1. One warp scoring all G heads
 // (G*D FMAs per lane, then G*32/RPW*EPL for PV) is a long dependent chain
 // that short contexts (a few tiles, tg128) wait on; one head a warp reads
 // every row G times, which at depth the L1/L2 path could not feed. On the
 // H200 (scripts/gpu/attention_decode_sweep.py, reports/notes/
 // decode-attention-depth-2026-12-01.md), against one head a warp and 4
-// warps: 3.0x at 4096 keys (qwen3-8b's layer), 2.1x (qwen3moe-30b's), no
-// slower at 128.
+// warps: 3.0x at 4096 keys (qwen3-8b's layer), 2.1x (qwen3moe-30b's); at
+// 128 keys no slower there, but the whole decode step at depth 0 was 0.981x.
 //
 // Per warp and 32-key tile, with its own online softmax (m, l, o) per head:
 //   scores: K is read as V is (below): each lane multiplies its EPL dims of
@@ -189,7 +189,7 @@ constexpr int DEC_WT = DEC_TILE_WARPS;
 #else
 constexpr int DEC_WT = NHG >= 8 ? 1 : 8 / NHG;      // warps across the tiles of a head
 #endif
-constexpr int DEC_WARPS = NHG * DEC_WT;             // launchers/attention.py decode_warps()
+constexpr int DEC_WARPS = NHG * DEC_WT;             // launchers/attention.py decode_layout()
 constexpr int DEC_MIN_CHUNK = 32 * DEC_WT;          // below that some warps idle anyway
 constexpr int EPL = KCH > D / 32 ? KCH : D / 32;    // K/V elements per lane per row (16 B, or 32 B for f32 D=256)
 constexpr int LPR = D / EPL;                        // lanes per K/V row

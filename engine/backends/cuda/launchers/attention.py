@@ -69,8 +69,8 @@ def decode_splits(sm_count: int, T: int, n_head_kv: int, n_ctx: int) -> int:
 
 def decode_layout(gqa: int) -> tuple[int, int]:
     """attention.cu's decode block for GQA ratio ``gqa``: (warps, query heads
-    per warp). Warps spread over the heads first (one head each up to GQA 8),
-    then over the key tiles, up to 8 warps."""
+    per warp). Warps spread over the heads first (one head each below GQA 4,
+    two from GQA 4), then over the key tiles, up to 8 warps."""
     hpw = min(HEADS_PER_WARP, gqa) if HEADS_PER_WARP else 1 if gqa < 4 else max(2, (gqa + 7) // 8)
     nhg = launch.ceil_div(gqa, hpw)
     tile_warps = TILE_WARPS or (1 if nhg >= 8 else 8 // nhg)
