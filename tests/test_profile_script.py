@@ -138,3 +138,32 @@ def test_attention_decode_sweep_times_and_compares_layouts():
         ("2", "0", "default"), ("2", "0", "4"), ("2", "1", "default"), ("2", "1", "4")]
     for r in rows:
         assert float(r[7]) > 0 and float(r[9]) < 1e-5, r
+
+
+def test_leave_out_variants_partition_a_decode_step():
+    """scripts/gpu/decode_leave_out.py's variants, on the kernels of a real
+    decode step (counted on the CPU): each named kernel variant leaves out
+    something, the two GEMV variants split the GEMVs, and "every GEMV" and
+    "all but GEMVs" split the step."""
+    import importlib.util
+
+    from engine.backends.cuda.recording import decode_launches
+    from harness import catalog
+
+    spec = importlib.util.spec_from_file_location("decode_leave_out", SCRIPT.parent / "decode_leave_out.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    counts, _ = decode_launches(catalog.model_path("tiny-qwen3", progress=False))
+    kernels = set(counts)
+
+    def out(label):
+        return {k for k in kernels if mod.left_out(mod.VARIANTS[label], k)}
+
+    assert out("whole step") == set()
+    for label in mod.VARIANTS:
+        if label != "whole step":
+            assert out(label), label
+    glu, other, every, rest = out("GLU GEMV"), out("GEMV (not GLU)"), out("every GEMV"), out("all but GEMVs")
+    assert glu | other == every and not glu & other and all(k.startswith("gemv_glu") for k in glu)
+    assert every | rest == kernels and not every & rest
+    assert "attention_decode" in out("attention_decode") and out("rms_norm") == {"rms_norm"}
