@@ -167,3 +167,7 @@ def test_leave_out_variants_partition_a_decode_step():
     assert glu | other == every and not glu & other and all(k.startswith("gemv_glu") for k in glu)
     assert every | rest == kernels and not every & rest
     assert "attention_decode" in out("attention_decode") and out("rms_norm") == {"rms_norm"}
+    # a launch is named with its grid (--each tells a type's projections apart); the variants still match
+    name = mod.launch_name("gemv_q4_k", (256,))
+    assert name == "gemv_q4_k (256, 1, 1)" and mod.left_out(mod.VARIANTS["GEMV (not GLU)"], name)
+    assert not mod.left_out(mod.VARIANTS["rms_norm"], mod.launch_name("add_rms_norm", (1,)))
