@@ -140,34 +140,55 @@ def test_attention_decode_sweep_times_and_compares_layouts():
         assert float(r[7]) > 0 and float(r[9]) < 1e-5, r
 
 
-def test_leave_out_variants_partition_a_decode_step():
-    """scripts/gpu/decode_leave_out.py's variants, on the kernels of a real
-    decode step (counted on the CPU): each named kernel variant leaves out
-    something, the two GEMV variants split the GEMVs, and "every GEMV" and
-    "all but GEMVs" split the step."""
+def _variants_script():
     import importlib.util
 
+    spec = importlib.util.spec_from_file_location("decode_variants", SCRIPT.parent / "decode_variants.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclass looks its module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_leave_out_variants_partition_a_decode_step():
+    """scripts/gpu/decode_variants.py's kernels left out, on the kernels of a
+    real decode step (counted on the CPU): each variant leaves out something,
+    the two GEMV variants split the GEMVs, and "every GEMV" and "all but
+    GEMVs" split the step."""
     from engine.backends.cuda.recording import decode_launches
     from harness import catalog
 
-    spec = importlib.util.spec_from_file_location("decode_leave_out", SCRIPT.parent / "decode_leave_out.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _variants_script()
     counts, _ = decode_launches(catalog.model_path("tiny-qwen3", progress=False))
     kernels = set(counts)
 
     def out(label):
-        return {k for k in kernels if mod.left_out(mod.VARIANTS[label], k)}
+        return {k for k in kernels if mod.left_out(mod.LEAVE_OUT[label], k)}
 
-    assert out("whole step") == set()
-    for label in mod.VARIANTS:
-        if label != "whole step":
-            assert out(label), label
+    assert not {k for k in kernels if mod.left_out(None, k)}
+    for label in mod.LEAVE_OUT:
+        assert out(label), label
     glu, other, every, rest = out("GLU GEMV"), out("GEMV (not GLU)"), out("every GEMV"), out("all but GEMVs")
     assert glu | other == every and not glu & other and all(k.startswith("gemv_glu") for k in glu)
     assert every | rest == kernels and not every & rest
     assert "attention_decode" in out("attention_decode") and out("rms_norm") == {"rms_norm"}
     # a launch is named with its grid (--each tells a type's projections apart); the variants still match
     name = mod.launch_name("gemv_q4_k", (256,))
-    assert name == "gemv_q4_k (256, 1, 1)" and mod.left_out(mod.VARIANTS["GEMV (not GLU)"], name)
-    assert not mod.left_out(mod.VARIANTS["rms_norm"], mod.launch_name("add_rms_norm", (1,)))
+    assert name == "gemv_q4_k (256, 1, 1)" and mod.left_out(mod.LEAVE_OUT["GEMV (not GLU)"], name)
+    assert not mod.left_out(mod.LEAVE_OUT["rms_norm"], mod.launch_name("add_rms_norm", (1,)))
+
+
+def test_knob_variants():
+    """--knob MODULE.NAME=V1,V2: a variant per value, the launcher module's
+    attribute and the value as a Python literal; a wrong module or name is a
+    one-line error."""
+    from engine.backends.cuda.launchers import attention, gemv
+
+    mod = _variants_script()
+    vs = mod.parse_knob("gemv.WARPS_PER_SM=8,24")
+    assert [v.label for v in vs] == ["gemv.WARPS_PER_SM=8", "gemv.WARPS_PER_SM=24"]
+    assert [v.knob for v in vs] == [(gemv, "WARPS_PER_SM", 8), (gemv, "WARPS_PER_SM", 24)]
+    assert mod.parse_knob("attention.V_EARLY=False")[0].knob == (attention, "V_EARLY", False)
+    for bad, says in (("gemv.NO_SUCH=1", "has no NO_SUCH"), ("nomodule.X=1", "MODULE.NAME"), ("gemv", "MODULE.NAME")):
+        with pytest.raises(SystemExit, match=says):
+            mod.parse_knob(bad)

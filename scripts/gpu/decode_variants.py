@@ -1,0 +1,176 @@
+"""The captured decode graph timed under variants, against the whole step,
+in interleaved rounds: kernels left out (what each costs inside the graph)
+and launcher knobs changed (tuning in the graph, not in isolation).
+
+    python3 scripts/gpu/decode_variants.py MODEL.gguf [--depth N] [--rounds 3] [--steps 128] [--each]
+        [--knob gemv.WARPS_PER_SM=8,24 --knob attention.DEC_BLOCKS_PER_SM=3 ...] [--no-leave-out]
+
+Leaving kernels out. Nsight Compute times each kernel alone with the caches
+flushed, so it overstates small kernels and cannot see what programmatic
+dependent launch overlaps; leaving a kernel out of the real graph measures
+what the step would save without it. The outputs are wrong in such a
+variant (the kernels after a dropped one read stale buffers); only the time
+is read, and every kernel's work is the same whatever the values (a dense
+model's step has no data-dependent branch). A launch is named "kernel
+(grid)", e.g. "gemv_q4_k (256, 1, 1)"; ``--each`` adds a variant for every
+such name in the step (a GEMV's grid tells the projections of one type
+apart).
+
+Knobs. ``--knob MODULE.NAME=V1,V2`` (a module of
+engine/backends/cuda/launchers) adds a variant per value, the other knobs at
+their defaults. A knob can size what the model allocates (the decode
+attention's splits), so each knob variant loads the model afresh with the
+knob set, and frees it after.
+
+Each variant is captured afresh and timed as ``steps`` greedy graph replays,
+as ``engine bench`` times decode; round 0 warms up and is dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import collections
+import importlib
+import re
+import statistics
+import time
+from dataclasses import dataclass
+
+LEAVE_OUT = {  # label: the launch names (regex) left out
+    "rms_norm": r"^rms_norm",
+    "add_rms_norm": r"^add_rms_norm",
+    "qk_norm_rope": r"^qk_norm_rope",
+    "attention_decode": r"^attention_decode",
+    "GEMV (not GLU)": r"^gemv_(?!glu)",
+    "GLU GEMV": r"^gemv_glu",
+    "every GEMV": r"^gemv_",
+    "all but GEMVs": r"^(?!gemv_)",
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    leave_out: str | None = None  # regex over launch names
+    knob: tuple | None = None  # (module, name, value)
+
+
+def left_out(pattern: str | None, launch_name: str) -> bool:
+    """Whether a variant leaves out a launch of this name ("kernel (grid)")."""
+    return pattern is not None and re.search(pattern, launch_name) is not None
+
+
+def launch_name(kernel: str, grid) -> str:
+    return f"{kernel} {tuple(grid) + (1,) * (3 - len(grid))}"
+
+
+def parse_knob(spec: str) -> list[Variant]:
+    """``gemv.WARPS_PER_SM=8,24`` -> a variant per value (Python literals)."""
+    try:
+        target, values = spec.split("=", 1)
+        module, name = target.rsplit(".", 1)
+        mod = importlib.import_module(f"engine.backends.cuda.launchers.{module}")
+    except (ValueError, ImportError) as e:
+        raise SystemExit(f"--knob {spec!r}: expected MODULE.NAME=V1,V2 with MODULE in launchers/ ({e})")
+    if not hasattr(mod, name):
+        raise SystemExit(f"--knob {spec!r}: launchers/{module}.py has no {name}")
+    return [Variant(f"{target}={v}", knob=(mod, name, ast.literal_eval(v))) for v in values.split(",")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--depth", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=128)
+    ap.add_argument("--each", action="store_true", help="also leave out each kernel-and-grid of the step alone")
+    ap.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=V1,V2")
+    ap.add_argument("--no-leave-out", action="store_true", help="only the whole step and the knob variants")
+    a = ap.parse_args()
+
+    from engine.backends.cuda.launchers import gemv
+    from engine.model import DEFAULT_N_CTX, Model
+
+    def load():
+        return Model(a.model, backend="cuda", n_ctx=max(DEFAULT_N_CTX, a.depth + 4096))
+
+    m = load()
+    prompt = [(7 * i) % 1000 + 1 for i in range(max(a.depth, 4))]
+    seen = collections.Counter()  # launches a step, by name, as captured with nothing left out
+
+    def timed(model, pattern: str | None) -> float:
+        b, dev = model.backend, model.backend.dev
+        launch, names, captured = dev.launch, {}, collections.Counter()
+
+        def filtered(fn, grid, block, args, shared=0):
+            if int(fn) not in names:
+                names.update({int(f): key[1] for key, f in dev._functions.items()})
+            name = launch_name(names.get(int(fn), ""), grid)
+            captured[name] += 1
+            if not left_out(pattern, name):
+                launch(fn, grid, block, args, shared)
+
+        model.reset()
+        tok = int(model.forward(prompt).argmax())
+        b.graph = None
+        dev.launch = filtered  # the eager step and the capture see the filter; replays do not launch
+        try:
+            tok = model.decode_next(tok)
+        finally:
+            dev.launch = launch
+        if pattern is None:
+            seen.clear()
+            seen.update({k: v // 2 for k, v in captured.items()})  # the eager step, then the capture
+        for _ in range(4):
+            tok = model.decode_next(tok)
+        dev.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(a.steps):
+            tok = model.decode_next(tok)
+        dev.synchronize()
+        return (time.perf_counter() - t0) / a.steps * 1e6
+
+    def run(v: Variant) -> float:
+        if v.knob is None:
+            return timed(m, v.leave_out)
+        mod, name, value = v.knob
+        default = getattr(mod, name)
+        setattr(mod, name, value)
+        gemv._plans.clear()  # plans follow the knobs
+        try:
+            other = load()
+            try:
+                return timed(other, None)
+            finally:
+                other.backend.dev.free_all()
+        finally:
+            setattr(mod, name, default)
+            gemv._plans.clear()
+
+    variants = [Variant("whole step")]
+    if not a.no_leave_out:
+        variants += [Variant(label, leave_out=p) for label, p in LEAVE_OUT.items()]
+    for spec in a.knob:
+        variants += parse_knob(spec)
+    times = collections.defaultdict(list)
+    for r in range(a.rounds + 1):
+        for v in variants:
+            us = run(v)
+            if r:
+                times[v.label].append(us)
+        if r == 0 and a.each:
+            variants += [Variant(name, leave_out="^" + re.escape(name) + "$") for name in sorted(seen)]
+    whole = statistics.median(times["whole step"])
+    print(f"decode step at depth {a.depth}, median of {a.rounds} rounds of {a.steps} graph replays")
+    print("| variant | launches left out | us a step | saved us | saved % | saved us a launch |")
+    print("|---|---|---|---|---|---|")
+    for v in variants:
+        t = statistics.median(times[v.label])
+        n = sum(c for name, c in seen.items() if left_out(v.leave_out, name))
+        per = f"{(whole - t) / n:.2f}" if n else ""
+        print(f"| {v.label} | {n} | {t:.1f} | {whole - t:.1f} | {100 * (whole - t) / whole:.1f} | {per} |")
+
+
+if __name__ == "__main__":
+    main()
