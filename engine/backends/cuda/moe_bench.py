@@ -11,35 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...quants import QType, row_bytes
-from .device import Device, check
-from .gemv_bench import _Scratch, random_weights
+from .device import Device
+from .gemv_bench import _Scratch, random_weights, time_graph
 from .launchers import moe, moe_gemm
 
 
 def _random_ids(rng: np.random.Generator, n: int, n_expert: int, k: int) -> np.ndarray:
     """[n, k] int32: k distinct experts per row."""
     return np.argsort(rng.random((n, n_expert)), axis=1)[:, :k].astype(np.int32)
-
-
-def _time_graph(dev: Device, fn, reps: int = 3) -> float:
-    """Milliseconds of one replay of the graph captured from ``fn`` (best of ``reps``, after a warm-up)."""
-    d = dev.driver
-    graph = dev.capture(fn)
-    e0, e1 = check(d.cuEventCreate(0)), check(d.cuEventCreate(0))
-    try:
-        dev.replay(graph)
-        best = float("inf")
-        for _ in range(reps):
-            check(d.cuEventRecord(e0, dev.stream))
-            dev.replay(graph)
-            check(d.cuEventRecord(e1, dev.stream))
-            check(d.cuEventSynchronize(e1))
-            best = min(best, check(d.cuEventElapsedTime(e0, e1)))
-    finally:
-        d.cuEventDestroy(e0)
-        d.cuEventDestroy(e1)
-        d.cuGraphExecDestroy(graph)
-    return best
 
 
 def bench_experts(dev: Device, kind: str, qtype, n_in: int, n_out: int, n_expert: int = 128, k: int = 8,
@@ -68,7 +47,7 @@ def bench_experts(dev: Device, kind: str, qtype, n_in: int, n_out: int, n_expert
 
         one(0)  # compile, load, opt in
         dev.synchronize()
-        ms = _time_graph(dev, lambda: [one(i) for i in range(iters)])
+        ms = time_graph(dev, lambda: [one(i) for i in range(iters)])
     nbytes = k * len(Ws) * n_out * row_bytes(qt, n_in)
     us = ms * 1e3 / iters
     plan = moe.expert_plan(qt, n_in, n_out, k, 1, kind, dev.sm_count, rows)
@@ -95,7 +74,7 @@ def bench_grouped(dev: Device, qtype, n_in: int, n_out: int, n_expert: int = 128
         y = s.empty((P, n_out), np.float32)
         moe_gemm.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn)
         dev.synchronize()
-        ms = _time_graph(dev, lambda: [moe_gemm.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn) for _ in range(iters)])
+        ms = time_graph(dev, lambda: [moe_gemm.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn) for _ in range(iters)])
     us = ms * 1e3 / iters
     return dict(kind="gemm", type=qt.name, n_in=n_in, n_out=n_out, bn=bn, us=us,
                 tflops=2.0 * P * n_in * n_out / us / 1e6, gbps=raw.nbytes / us / 1e3)
