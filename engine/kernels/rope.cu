@@ -61,32 +61,37 @@ extern "C" __global__ void rope_neox(float* x, const int* pos, int n_heads, int 
 // qk_norm_rope_<norm|neox>: per-head RMSNorm with its weight, then RoPE, of q
 // [T, n_head, D] and k [T, n_head_kv, D] in place, in one launch (the Q/K norms
 // of qwen3-style attention; two RMSNorm launches and one RoPE before).
-// Arithmetic as rms_norm (norm.cu: sum of squares, rsqrtf(sum/D + eps),
-// (scale*x)*w) and rope (rotate_pair above). Launch: grid (T, n_head + n_head_kv),
-// block D/2 threads rounded up to 32; blocks y < n_head take q's heads.
+// Arithmetic as rms_norm (norm.cu: fp32 sum of squares, rsqrtf(sum/D + eps),
+// (scale*x)*w; here the sum is one warp's) and rope (rotate_pair above).
+// One warp a head, so a head needs no block barrier: a block of 32 threads a head
+// takes up to QKNR_HEADS heads of one token (a prefill of 512 tokens and 40
+// heads was latency bound with a block a head: 26 us for 21 MB). Launch: grid
+// (T, ceil((n_head + n_head_kv) / heads a block)), heads y*heads + warp < n_head are q's.
+#define QKNR_HEADS 4
 template <bool NEOX>
 __device__ __forceinline__ void qk_norm_rope_impl(float* q, float* k, const int* pos, int n_head, int n_head_kv,
                                                   int head_dim, int n_rot, float theta_scale, float freq_scale,
                                                   const float* freq_div, const float* q_w, const float* k_w,
                                                   float eps) {
-    __shared__ float xs[512];  // head_dim <= 512 (gemma4's full layers)
-    __shared__ float scratch[32];
-    const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    __shared__ float head[QKNR_HEADS][512];  // head_dim <= 512 (gemma4's full layers)
+    const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = blockIdx.y * (blockDim.x >> 5) + warp;
+    if (h >= n_head + n_head_kv) return;  // the last block's spare warps (no block barrier below)
     const bool is_q = h < n_head;
     float* xh = is_q ? q + ((size_t)t * n_head + h) * head_dim : k + ((size_t)t * n_head_kv + (h - n_head)) * head_dim;
     const float* w = is_q ? q_w : k_w;
+    float* xs = head[warp];
     float ss = 0.0f;
-    for (int i = tid; i < head_dim; i += blockDim.x) {
+    for (int i = lane; i < head_dim; i += 32) {
         const float v = xh[i];
         xs[i] = v;
         ss += v * v;
     }
-    ss = block_sum(ss, scratch);  // its barriers also publish xs
-    const float scale = rsqrtf(ss / (float)head_dim + eps);
-    for (int i = tid; i < head_dim; i += blockDim.x) xs[i] = (scale * xs[i]) * w[i];
-    __syncthreads();
-    if (tid < n_rot / 2) rotate_pair<NEOX>(xs, xh, pos[t], tid, n_rot, theta_scale, freq_scale, freq_div);
-    for (int i = n_rot + tid; i < head_dim; i += blockDim.x) xh[i] = xs[i];  // dims past n_rot: normalised only
+    const float scale = rsqrtf(warp_sum(ss) / (float)head_dim + eps);
+    for (int i = lane; i < head_dim; i += 32) xs[i] = (scale * xs[i]) * w[i];
+    __syncwarp();  // a pair's two values were written by different lanes
+    for (int i = lane; i < n_rot / 2; i += 32) rotate_pair<NEOX>(xs, xh, pos[t], i, n_rot, theta_scale, freq_scale, freq_div);
+    for (int i = n_rot + lane; i < head_dim; i += 32) xh[i] = xs[i];  // dims past n_rot: normalised only
 }
 
 extern "C" __global__ void qk_norm_rope_norm(float* q, float* k, const int* pos, int n_head, int n_head_kv,

@@ -9,6 +9,8 @@ from ....config import ROPE_NEOX, ROPE_NORM
 from .. import launch
 from ..device import DArray, Device
 
+QKNR_HEADS = 4  # rope.cu: the most heads (warps) a qk_norm_rope block takes
+
 
 def rope_theta_scale(base: float, n_rot: int) -> float:
     """``powf(freq_base, -2.0f/n_rot)`` in float32, as llama.cpp computes it on the host."""
@@ -41,6 +43,8 @@ def qk_norm_rope(dev: Device, q: DArray, k: DArray, pos: DArray, rope_type: str,
     assert n_rot % 2 == 0 and n_rot <= head_dim and (freq_div is None or freq_div.size >= n_rot // 2)
     name = {ROPE_NORM: "qk_norm_rope_norm", ROPE_NEOX: "qk_norm_rope_neox"}[rope_type]
     fn = launch.function(dev, "rope.cu", name)
-    dev.launch(fn, (T, n_head + k.shape[1]), (32 * launch.ceil_div(head_dim // 2, 32),),
+    heads = n_head + k.shape[1]
+    per_block = min(QKNR_HEADS, heads)  # one warp a head (rope.cu)
+    dev.launch(fn, (T, launch.ceil_div(heads, per_block)), (32 * per_block,),
                [q, k, pos, n_head, k.shape[1], head_dim, n_rot, rope_theta_scale(base, n_rot), float(scale),
                 launch.null_or(freq_div), q_w, k_w, float(eps)])
