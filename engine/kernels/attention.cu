@@ -736,7 +736,8 @@ attention_prefill(const float* q, const kv_t* k_cache, const kv_t* v_cache, floa
 // grid (ceil(T/TQ), n_head), block TC_THREADS (4 warps); warp w owns query
 // rows 16w..16w+15 of the block's TQ. Per TK-key tile of the visible range
 // [klo, khi] (as attention_prefill finds it):
-//   K, V tiles -> shared memory (16-byte loads; rows past khi zero);
+//   K, V tiles -> shared memory by cp.async into two buffers, the next tile's
+//       copies in flight while this one is computed (rows past khi zero);
 //   S = Q·Kᵀ: Q's A fragments (rounded to f16 once) in registers, or with
 //       heads of 256 read from shared memory per k-step (their 64 registers
 //       would spill beside O's 128), K's B fragments by ldmatrix: TK/8
@@ -746,8 +747,8 @@ attention_prefill(const float* q, const kv_t* k_cache, const kv_t* v_cache, floa
 //       in registers as the A fragments of O += P·V (an m16n8 accumulator
 //       pair is an m16k16 A fragment), V's B fragments by ldmatrix.trans.
 // Q and P are rounded to f16 as llama.cpp's own tensor-core attention does;
-// scores, the softmax and O stay fp32. Shared memory: (TQ + 2 TK) * LDH halves
-// (D=128: 52 KB, D=256: 66 KB; launch.function raises the limit).
+// scores, the softmax and O stay fp32. Shared memory: (TQ + 4 TK) * LDH halves
+// (D=128: 87 KB, D=256: 101 KB; launch.function raises the limit).
 #if KV_F16 && (HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256)
 constexpr int TQ = 64, TC_THREADS = 128;
 constexpr int TK = D <= 128 ? 64 : 32;  // keys a tile (launchers/attention.py tc_keys): D=256 keeps S and P small
@@ -787,9 +788,9 @@ attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, f
                      int T, int n_head, int n_head_kv, float scale, int window) {
     KERNEL_START();
     extern __shared__ __align__(16) __half tc_smem[];
-    __half* Qs = tc_smem;        // [TQ][LDH]
-    __half* Ks = Qs + TQ * LDH;  // [TK][LDH]
-    __half* Vs = Ks + TK * LDH;  // [TK][LDH]
+    __half* Qs = tc_smem;            // [TQ][LDH]
+    __half* Kb = Qs + TQ * LDH;      // [2][TK][LDH]: tile i in buffer i % 2
+    __half* Vb = Kb + 2 * TK * LDH;  // [2][TK][LDH]
     __shared__ int qpos_s[TQ];
     __shared__ int range_s[2];
 
@@ -836,19 +837,25 @@ attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, f
     for (int dt = 0; dt < NDT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
     const size_t row = (size_t)n_head_kv * D;
 
-    for (int kb = klo; kb <= khi; kb += TK) {
-        __syncthreads();  // the previous tile's K and V are no longer read
+    // The K and V rows of the tile from key kb into buffer b, as one cp.async group.
+    auto load_tile = [&](int buf, int kb) {
         for (int i = tid; i < TK * D / 8; i += TC_THREADS) {
             const int j = i / (D / 8), c = (i % (D / 8)) * 8;
-            uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
-            if (kb + j <= khi) {
-                const size_t off = (size_t)(kb + j) * row + (size_t)g * D + c;
-                kv = *reinterpret_cast<const uint4*>(k_cache + off);
-                vv = *reinterpret_cast<const uint4*>(v_cache + off);
-            }
-            *reinterpret_cast<uint4*>(Ks + j * LDH + c) = kv;
-            *reinterpret_cast<uint4*>(Vs + j * LDH + c) = vv;
+            const bool in = kb + j <= khi;
+            const size_t off = in ? (size_t)(kb + j) * row + (size_t)g * D + c : 0;
+            cp_async16_or_zero(Kb + (buf * TK + j) * LDH + c, k_cache + off, in);
+            cp_async16_or_zero(Vb + (buf * TK + j) * LDH + c, v_cache + off, in);
         }
+        cp_async_commit();
+    };
+    if (klo <= khi) load_tile(0, klo);
+    for (int kb = klo, buf = 0; kb <= khi; kb += TK, buf ^= 1) {
+        const __half* Ks = Kb + buf * TK * LDH;
+        const __half* Vs = Vb + buf * TK * LDH;
+        // The other buffer was last read by the previous tile, before the barrier that ended it.
+        if (kb + TK <= khi) load_tile(buf ^ 1, kb + TK);
+        else cp_async_commit();  // an empty group: the wait below counts the same
+        cp_async_wait<1>();      // this tile's group has landed (the next one may still be in flight)
         __syncthreads();
 
         // S = Q·Kᵀ: per n-tile of 8 keys, one ldmatrix.x4 gives the B fragments of two k-steps
@@ -936,6 +943,7 @@ attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, f
                 mma_16816(o[dt + 1], pa[kk], b[2], b[3]);
             }
         }
+        __syncthreads();  // every warp is done with this buffer before the next tile's copies go to it
     }
 
     // Normalise and write the rows that exist (each sees at least its own position).

@@ -41,6 +41,25 @@ __device__ __forceinline__ void pdl_launch_next() {
         pdl_launch_next(); \
     } while (0)
 
+// ---- asynchronous copies global -> shared (cp.async, sm_80+) --------------------
+// 16 bytes a copy, L1 bypassed; a group is what one thread committed since its
+// last commit. cp_async16_or_zero writes zeros instead where !valid (nothing is
+// read then). cp_async_wait<N>: all but this thread's N newest groups landed
+// (a __syncthreads after it publishes every thread's copies).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async16_or_zero(void* smem, const void* gmem, bool valid) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
+
 // ---- gated activations: act(g) * u (elementwise.cu's GLU kernels, gemv.cu's GLU GEMVs) ----
 struct SiluMul {  // llama.cpp: silu(g) = g/(1+expf(-g)), then * u
     __device__ float operator()(float g, float u) const { return g / (1.0f + __expf(-g)) * u; }
