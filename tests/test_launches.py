@@ -22,9 +22,11 @@ def test_the_command_counts_a_step(capsys):
     assert cli.main(["launches", str(_path("tiny-qwen3")), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["launches_per_token"] == sum(out["kernels"].values()) and out["n_layer"] == 4
-    # per layer: the attention norm, the Q/K norm with RoPE and the attention itself ...
-    for kernel in ("qk_norm_rope_neox", "attention_decode", "add_rms_norm"):
+    # per layer: the Q/K norm with RoPE and the attention itself; the residual
+    # adds inside the Wo and W_down GEMVs, so two plain norms (and the output norm) ...
+    for kernel in ("qk_norm_rope_neox", "attention_decode"):
         assert out["kernels"][kernel] == 4, kernel
+    assert out["kernels"]["rms_norm"] == 2 * 4 + 1 and "add_rms_norm" not in out["kernels"]
     # ... and once a step: the argmax and the advance of the graph's own inputs
     assert out["kernels"]["argmax_final"] == out["kernels"]["advance"] == 1
 

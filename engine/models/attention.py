@@ -54,9 +54,10 @@ def every_layer(cfg) -> list[str]:
     return ["attention"] * cfg.n_layer
 
 
-def self_attention(ops, cfg, w, il, x, positions, kv):
-    """``Wo · Attn(...)`` of layer ``il`` for the rows of ``x`` at ``positions``;
-    the layer's keys and values are stored in its state ``kv`` on the way."""
+def self_attention(ops, cfg, w, il, x, positions, kv, residual=None):
+    """``Wo · Attn(...)`` of layer ``il`` for the rows of ``x`` at ``positions``
+    (plus ``residual`` where given: the projection adds it); the layer's keys
+    and values are stored in its state ``kv`` on the way."""
     cfg, T = cfg.layer(il), x.shape[0]
     n = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
     if cfg.v_from_k:
@@ -80,4 +81,4 @@ def self_attention(ops, cfg, w, il, x, positions, kv):
     a = ops.attention(q, keys, values, positions, cfg.attn_scale, cfg.swa_window[il])
     if cfg.attn_gate:
         a = ops.sigmoid_mul(a, gate)  # the output gate, per element
-    return ops.matmul(a, w.wo)
+    return ops.matmul(a, w.wo, add=residual)

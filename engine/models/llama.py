@@ -25,8 +25,10 @@ layer_kinds = attention.every_layer
 
 
 def block(ops, cfg, w, il, x, positions, state):
-    a = attention.self_attention(ops, cfg, w, il, x, positions, state)
-    x, m = ops.add_rms_norm(x, a, w.ffn_norm, cfg.rms_eps)  # x += a; m = RMSNorm(x)·ffn_norm
+    # the residual added by Wo's own kernel (as W_down's below): decode's GEMV
+    # epilogue; then the norm alone
+    x = attention.self_attention(ops, cfg, w, il, x, positions, state, residual=x)  # x + Wo·Attn
+    m = ops.rms_norm(x, w.ffn_norm, cfg.rms_eps)
     h = ffn.gated_hidden(ops, w, m, cfg.activation)
     return ops.matmul(h, w.w_down, add=x)  # x + W_down·h
 
@@ -40,10 +42,12 @@ def llama_cpp_names(cfg) -> dict[str, tuple[str, int, int]]:
     """llama.cpp's names for this block's intermediate tensors (the
     ``cb(cur, name, il)`` of src/models/llama.cpp, qwen2.cpp, qwen3.cpp), each
     as (op, its occurrence in the layer, which output): what ``harness diff``
-    lines up. ``l_out`` is the last matmul (W_down, residual added)."""
+    lines up. ``ffn_inp`` and ``l_out`` are the two matmuls that add the
+    residual (Wo, W_down): llama.cpp's ``attn_out`` (Wo's product alone) is
+    not formed."""
     rope = "qk_norm_rope" if cfg.qk_norm else "rope"  # qwen3's Qcur_normed/Kcur_normed: inside qk_norm_rope
     names = {"attn_norm": ("rms_norm", 0, 0)}
     names |= {"Qcur": (rope, 0, 0), "Kcur": (rope, 0, 1), "Vcur": ("matmuls", 0, 2),
-              "kqv_out": ("attention", 0, 0), "attn_out": ("matmul", 0, 0), "ffn_inp": ("add_rms_norm", 0, 0),
-              "ffn_norm": ("add_rms_norm", 0, 1), "l_out": ("matmul", 1, 0)}
+              "kqv_out": ("attention", 0, 0), "ffn_inp": ("matmul", 0, 0),
+              "ffn_norm": ("rms_norm", 1, 0), "l_out": ("matmul", 1, 0)}
     return names
