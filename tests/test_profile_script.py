@@ -167,7 +167,8 @@ def test_leave_out_variants_partition_a_decode_step():
 
     assert not {k for k in kernels if mod.left_out(None, k)}
     for label in mod.LEAVE_OUT:
-        assert out(label), label
+        if label != "add_rms_norm":  # the llama family adds its residuals inside the Wo and W_down GEMVs
+            assert out(label), label
     glu, other, every, rest = out("GLU GEMV"), out("GEMV (not GLU)"), out("every GEMV"), out("all but GEMVs")
     assert glu | other == every and not glu & other and all(k.startswith("gemv_glu") for k in glu)
     assert every | rest == kernels and not every & rest
