@@ -98,6 +98,18 @@ def test_gemv_glu_compiles():
             assert f"gemv_glu_{act}_{suffix(t)}\0".encode() in cubin, f"gemv.cu does not export gemv_glu_{act}"
 
 
+@pytest.mark.parametrize("defines", [{"GEMV_ROWS": 16}, {"GEMV_ROWS": 8, "GEMV_BULK": 1, "GEMV_PASSES": 2},
+                                     {"GEMV_ROWS": 4, "GEMV_GLU": 1}, {"GEMV_ROWS": 8, "GEMV_XQ": 0}])
+def test_gemv_norm_compiles(defines):
+    """The GEMVs with the RMSNorm of x folded in (GEMV_NORM), per-warp and
+    bulk, plain and GLU, int8 and fp32 x: every type's kernel is there."""
+    cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_XQ": 1, **defines, "GEMV_NORM": 1})
+    for t in TYPES:
+        names = [f"gemv_glu_{a}_{suffix(t)}" for a in ("silu", "gelu")] if "GEMV_GLU" in defines else [f"gemv_{suffix(t)}"]
+        for name in names:
+            assert f"{name}\0".encode() in cubin, f"gemv.cu does not export {name} with {defines}"
+
+
 def test_dequant_compiles():
     cubin = nvrtc.compile_cubin("dequant.cu", "sm_90")
     for t in TYPES:
@@ -348,3 +360,55 @@ def test_prefill_gemm_precision(dev, dtype):
     bound = 2.0 ** -16 * (np.abs(as64(xs)) @ np.abs(as64(ws)).T)
     err = np.abs(y.numpy() - want)
     assert (err <= bound).all(), f"{dtype}: max error {err.max():.3g}, bound there {bound.flat[err.argmax()]:.3g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "warp"])
+@pytest.mark.parametrize("xq", [True, False], ids=["x-int8", "x-fp32"])
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_gemv_norm(dev, t, xq, bulk):
+    """The GEMV and the GLU GEMV reading RMSNorm(x)·w (norm=): the kernel
+    rounds x·w (not x·w/rms) to int8 and multiplies the row sums by 1/rms,
+    so the reference is 1/rms times test_gemv's exact product with
+    quantize_x(x·w), within test_gemv's bound (scaled by 1/rms) and 2^-20
+    for 1/rms's own fp32 rounding. 1/rms comes from one pass over x: rows of
+    several steps per warp (14336 columns, 2 rows a block) reload x each
+    group."""
+    if xq and t in FLOATS:
+        pytest.skip("float weights always take fp32 activations")
+    k = qk(t) if t not in FLOATS else 8
+    eps = 1e-6
+    for n_in, n_out, rows, glu in [(3 * k, 515, None, False), (4096, 1000, 16, False), (14336, 2999, 2, False),
+                                   (21504, 300, None, False), (4096, 1000, 16, True), (14336, 2999, None, True)]:
+        g = rng("gemv_norm", t, n_in, n_out, rows, glu)
+        raw = gemv_bench.random_weights(g, t, 2 * n_out if glu else n_out, n_in)
+        x = g.standard_normal(n_in, dtype=np.float32) * 3
+        x[g.integers(0, n_in, max(1, n_in // 50))] *= 30
+        w = (1 + g.standard_normal(n_in, dtype=np.float32) * 0.3).astype(np.float32)
+        y = dev.empty((n_out,), np.float32)
+        dev.fill(y, 0xFF)
+        norm = (dev.upload(w), eps)
+        if glu:
+            gemv.gemv_glu(dev, dev.upload(raw), t, dev.upload(x), y, n_in, n_out, "silu", rows=rows, xq=xq,
+                          bulk=bulk, norm=norm)
+        else:
+            gemv.gemv(dev, dev.upload(raw), t, dev.upload(x), y, n_in, n_out, rows=rows, xq=xq, bulk=bulk, norm=norm)
+        got = y.numpy().astype(np.float64)
+
+        inv = 1.0 / np.sqrt(np.mean(x.astype(np.float64) ** 2) + eps)
+        xw = x * w  # fp32, as the kernel forms it
+        xs = quantize_x(xw, xq_group(t)) if xq else xw.astype(np.float64)
+        prod = dequantize(raw, t, (2 * n_out if glu else n_out, n_in)).astype(np.float64) * xs
+        s, tol = prod.sum(axis=1) * inv, 2.0**-12 * np.sqrt((prod**2).sum(axis=1)) * inv + 2.0**-20 * np.abs(
+            prod.sum(axis=1) * inv)
+        if glu:
+            gate, up, tg, tu = s[:n_out], s[n_out:], tol[:n_out], tol[n_out:]
+            ref = gate / (1 + np.exp(-gate)) * up
+            bound = 1.2 * tg * np.abs(up) + (np.abs(ref / np.where(up == 0, 1, up)) + 1.2 * tg) * tu + 1e-30
+        else:
+            ref, bound = s, tol
+        bad = ~(np.abs(got - ref) <= bound + 2.0**-20 * np.abs(ref))
+        if bad.any():
+            i = int(np.argmax(bad))
+            pytest.fail(f"gemv norm {t.name} [{n_out} x {n_in}] rows={rows} glu={glu} xq={xq} bulk={bulk} "
+                        f"(seed {SEED}): {int(bad.sum())} of {n_out} off, first {i}: {got[i]!r} vs {ref[i]!r}")

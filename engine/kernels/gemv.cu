@@ -1,12 +1,16 @@
 // Dense decode matrix-vector product for every GGUF weight type:
 //
-//   gemv_<t>(W, x, y, add, n_in, n_out):  y[r] = sum_c W[r][c] * x[c]  (+ add[r] if add != NULL)
+//   gemv_<t>(W, x, y, add, n_in, n_out, nw, eps):  y[r] = sum_c W[r][c] * x[c]  (+ add[r] if add != NULL)
 //
 // With GEMV_GLU=1 the module holds the gated forms instead, over a stacked
 // gate/up weight of 2*n_out rows (gemv_impl's GLU; GEMV_ROWS >= 2):
 //
-//   gemv_glu_silu_<t>(W, x, y, n_in, n_out):  y[r] = SiLU(gate_r·x) * (up_r·x)
-//   gemv_glu_gelu_<t>(W, x, y, n_in, n_out):  y[r] = GELU_tanh(gate_r·x) * (up_r·x)
+//   gemv_glu_silu_<t>(W, x, y, n_in, n_out, nw, eps):  y[r] = SiLU(gate_r·x) * (up_r·x)
+//   gemv_glu_gelu_<t>(W, x, y, n_in, n_out, nw, eps):  y[r] = GELU_tanh(gate_r·x) * (up_r·x)
+//
+// With GEMV_NORM=1, x in all of these is RMSNorm(x)·nw (norm.cu's rms_norm
+// with eps), formed as the GEMV reads x (gemv.cuh XNormed); else nw and eps
+// are not read.
 //
 // y may alias add (bias or fused residual add: each y[r] is read, then
 // written, by one thread); y must not alias x. The layout, the types and the
@@ -29,23 +33,26 @@
 #endif
 
 #if GEMV_GLU
-#define GLU_SILU_CALL(Q) GEMV_IMPL<Q, SiluMul>(static_cast<const uint8_t*>(W), x, y, nullptr, n_in, n_out)
-#define GLU_GELU_CALL(Q) GEMV_IMPL<Q, GeluTanhMul>(static_cast<const uint8_t*>(W), x, y, nullptr, n_in, n_out)
+#define GLU_SILU_CALL(Q) GEMV_IMPL<Q, SiluMul>(static_cast<const uint8_t*>(W), x, y, nullptr, n_in, n_out, nw, eps)
+#define GLU_GELU_CALL(Q) GEMV_IMPL<Q, GeluTanhMul>(static_cast<const uint8_t*>(W), x, y, nullptr, n_in, n_out, nw, eps)
 #define GEMV_GLU_KERNELS(name)                                                                            \
     extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)                                      \
-        gemv_glu_silu_##name(const void* W, const float* x, float* y, int n_in, int n_out) {               \
+        gemv_glu_silu_##name(const void* W, const float* x, float* y, int n_in, int n_out, const float* nw, \
+                             float eps) {                                                                  \
         WITH_LAYOUT_##name(n_in, GLU_SILU_CALL)                                                            \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)                                      \
-        gemv_glu_gelu_##name(const void* W, const float* x, float* y, int n_in, int n_out) {               \
+        gemv_glu_gelu_##name(const void* W, const float* x, float* y, int n_in, int n_out, const float* nw, \
+                             float eps) {                                                                  \
         WITH_LAYOUT_##name(n_in, GLU_GELU_CALL)                                                            \
     }
 FOR_EACH_WEIGHT_TYPE(GEMV_GLU_KERNELS)
 #else
-#define GEMV_CALL(Q) GEMV_IMPL<Q>(static_cast<const uint8_t*>(W), x, y, add, n_in, n_out)
+#define GEMV_CALL(Q) GEMV_IMPL<Q>(static_cast<const uint8_t*>(W), x, y, add, n_in, n_out, nw, eps)
 #define GEMV(name)                                                                                   \
     extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)                                 \
-        gemv_##name(const void* W, const float* x, float* y, const float* add, int n_in, int n_out) { \
+        gemv_##name(const void* W, const float* x, float* y, const float* add, int n_in, int n_out,   \
+                    const float* nw, float eps) {                                                     \
         WITH_LAYOUT_##name(n_in, GEMV_CALL)                                                           \
     }
 FOR_EACH_WEIGHT_TYPE(GEMV)

@@ -54,6 +54,9 @@
 #ifndef GEMV_ROWS
 #define GEMV_ROWS 4  // rows per block; launchers/gemv.py compiles 1, 2, 4, 8 and 16
 #endif
+#ifndef GEMV_NORM
+#define GEMV_NORM 0  // x RMS-normed as the GEMV reads it (XNormed; launchers/gemv.py norm=)
+#endif
 #ifndef GEMV_XQ
 #define GEMV_XQ 1  // int8 activations for block-type weights (0: fp32, the *8-less structs)
 #endif
@@ -71,6 +74,29 @@ __device__ __forceinline__ void check_stage_smem(int need) {
 
 // ---- loads -------------------------------------------------------------------
 __device__ __forceinline__ float4 ld_x4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float ld_x1(const float* p) { return __ldg(p); }
+
+// x RMS-normed as it is read (GEMV_NORM=1): the GEMVs read x through a pointer
+// type, a plain one or this one, which hands out x[i] * w[i] (w: the norm's
+// weight) and adds x[i]^2 to the lane's sum of squares; the 1/rms factor
+// multiplies the row sums at the end (gemv_impl, gemv_bulk_impl). Rounding
+// x*w to int8 instead of x*w/rms gives the same integers but at ties.
+struct XNormed {
+    const float* x;
+    const float* w;
+    float* ss;  // the lane's sum of squares (a register once inlined)
+};
+__device__ __forceinline__ XNormed operator+(XNormed p, int i) { return {p.x + i, p.w + i, p.ss}; }
+__device__ __forceinline__ float4 ld_x4(XNormed p) {
+    const float4 v = ld_x4(p.x), g = ld_x4(p.w);
+    *p.ss = fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, fmaf(v.x, v.x, *p.ss))));
+    return make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);
+}
+__device__ __forceinline__ float ld_x1(XNormed p) {
+    const float v = __ldg(p.x);
+    *p.ss = fmaf(v, v, *p.ss);
+    return v * __ldg(p.w);
+}
 __device__ __forceinline__ float sum4(float4 a) { return (a.x + a.y) + (a.z + a.w); }
 
 // Copy bytes [src, src+len) (any alignment) to dst as whole 16-byte chunks from
@@ -155,7 +181,8 @@ struct Layout {
 template <int KIND>  // 0 f32, 1 f16, 2 bf16
 struct FVec : Layout<1, KIND == 0 ? 4 : 8, 16> {
     struct Xs { float4 a, b; };
-    __device__ static void load_x(Xs& xs, const float* x, int u) {
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) {
         if constexpr (KIND == 0) {
             xs.a = ld_x4(x + 4 * u);
         } else {
@@ -194,7 +221,8 @@ struct FVec : Layout<1, KIND == 0 ? 4 : 8, 16> {
 template <int KIND>
 struct FOne : Layout<1, 1, KIND == 0 ? 4 : 2> {
     struct Xs { float a; };
-    __device__ static void load_x(Xs& xs, const float* x, int u) { xs.a = __ldg(x + u); }
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) { xs.a = ld_x1(x + u); }
     __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
         if constexpr (KIND == 0) return *reinterpret_cast<const float*>(buf + off) * xs.a;
         const uint32_t v = *reinterpret_cast<const uint16_t*>(buf + off);
@@ -208,9 +236,10 @@ struct XsK {
     float4 lo[4], hi[4];  // x of the 16 low-nibble / high-nibble elements
     float slo, shi;       // their sums
 };
-__device__ __forceinline__ void load_x_k(XsK& xs, const float* x, int u) {
+template <class XP>
+__device__ __forceinline__ void load_x_k(XsK& xs, XP x, int u) {
     const int k = u & 7;
-    const float* p = x + (u >> 3) * 256 + 64 * (k >> 1) + 16 * (k & 1);
+    const XP p = x + (u >> 3) * 256 + 64 * (k >> 1) + 16 * (k & 1);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         xs.lo[i] = ld_x4(p + 4 * i);
@@ -239,7 +268,8 @@ __device__ __forceinline__ float k_affine(uint4 h, int c, float s_lo, float s_hi
 
 struct Q4K : Layout<8, 256, 144> {  // d, dmin, scales[12] (16 B), qs[128]
     using Xs = XsK;
-    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_k(xs, x, u); }
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) { load_x_k(xs, x, u); }
     __device__ static float dot(const uint8_t* buf, int off, int k, const Xs& xs) {
         const uint4 h = lds16(buf, off), q = lds16(buf, off + 16 + 16 * k);
         float s_lo = 0.0f, s_hi = 0.0f;
@@ -263,7 +293,8 @@ __device__ __forceinline__ void q5k_values(uint32_t w, uint32_t hb, int c2, uint
 }
 struct Q5K : Layout<8, 256, 176> {  // d, dmin, scales[12], qh[32], qs[128]
     using Xs = XsK;
-    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_k(xs, x, u); }
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) { load_x_k(xs, x, u); }
     __device__ static float dot(const uint8_t* buf, int off, int k, const Xs& xs) {
         const uint4 h = lds16(buf, off), qh = lds16(buf, off + 16 + 16 * (k & 1)), q = lds16(buf, off + 48 + 16 * k);
         const int c2 = 2 * (k >> 1);
@@ -304,7 +335,8 @@ struct X16 {
     float d;
     int s;
 };
-__device__ __forceinline__ void quant16(X16& o, const float* p) {
+template <class XP>
+__device__ __forceinline__ void quant16(X16& o, XP p) {
     float4 v[4];
     float m = 0.0f;
 #pragma unroll
@@ -336,16 +368,18 @@ __device__ __forceinline__ float k_affine8(uint4 h, int k, int ilo, int ihi, con
     return fmaf(half_lo(h.x), fmaf(lo.d, plo, hi.d * phi), -half_hi(h.x) * fmaf(lo.d, mlo, hi.d * mhi));
 }
 struct XsK8 { X16 lo, hi; };
-__device__ __forceinline__ void load_x_k8(XsK8& xs, const float* x, int u) {
+template <class XP>
+__device__ __forceinline__ void load_x_k8(XsK8& xs, XP x, int u) {
     const int k = u & 7;
-    const float* p = x + (u >> 3) * 256 + 64 * (k >> 1) + 16 * (k & 1);
+    const XP p = x + (u >> 3) * 256 + 64 * (k >> 1) + 16 * (k & 1);
     quant16(xs.lo, p);
     quant16(xs.hi, p + 32);
 }
 // Q5_K with int8 x: as Q4K8, the 5th bits from qh as in Q5K.
 struct Q5K8 : Layout<8, 256, 176> {
     using Xs = XsK8;
-    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_k8(xs, x, u); }
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) { load_x_k8(xs, x, u); }
     __device__ static float dot(const uint8_t* buf, int off, int k, const Xs& xs) {
         const uint4 h = lds16(buf, off), qh = lds16(buf, off + 16 + 16 * (k & 1)), q = lds16(buf, off + 48 + 16 * k);
         const int c2 = 2 * (k >> 1);
@@ -364,7 +398,8 @@ struct Q5K8 : Layout<8, 256, 176> {
 // Q4_K with int8 x: per sub-block half, sum q*xq in dp4a; d*sc*xd*that - dmin*mn*xd*sum(xq).
 struct Q4K8 : Layout<8, 256, 144> {
     using Xs = XsK8;
-    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_k8(xs, x, u); }
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) { load_x_k8(xs, x, u); }
     __device__ static float dot(const uint8_t* buf, int off, int k, const Xs& xs) {
         const uint4 h = lds16(buf, off), q = lds16(buf, off + 16 + 16 * k);
         int ilo = 0, ihi = 0;
@@ -387,8 +422,9 @@ struct Q6K : Layout<8, 256, 210> {  // ql[128], qh[64], scales[16], d
         float4 x[4][2];
         float s[4];
     };
-    __device__ static void load_x(Xs& xs, const float* x, int u) {
-        const float* p = x + (u >> 3) * 256 + 128 * ((u >> 2) & 1) + 8 * (u & 3);
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) {
+        const XP p = x + (u >> 3) * 256 + 128 * ((u >> 2) & 1) + 8 * (u & 3);
 #pragma unroll
         for (int g = 0; g < 4; g++) {
             xs.x[g][0] = ld_x4(p + 32 * g);
@@ -423,8 +459,9 @@ struct Q6K : Layout<8, 256, 210> {  // ql[128], qh[64], scales[16], d
 // Q8_0: unit = half a block, 16 signed bytes at 2 + 16h.
 struct Q8_0 : Layout<2, 32, 34> {  // d, qs[32]
     struct Xs { float4 x[4]; };
-    __device__ static void load_x(Xs& xs, const float* x, int u) {
-        const float* p = x + 16 * u;  // = 32*(u/2) + 16*(u%2)
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) {
+        const XP p = x + 16 * u;  // = 32*(u/2) + 16*(u%2)
 #pragma unroll
         for (int i = 0; i < 4; i++) xs.x[i] = ld_x4(p + 4 * i);
     }
@@ -444,8 +481,9 @@ struct Xs32 {
     float4 lo[4], hi[4];
     float s;  // sum of all 32
 };
-__device__ __forceinline__ void load_x_32(Xs32& xs, const float* x, int u) {
-    const float* p = x + 32 * u;
+template <class XP>
+__device__ __forceinline__ void load_x_32(Xs32& xs, XP x, int u) {
+    const XP p = x + 32 * u;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         xs.lo[i] = ld_x4(p + 4 * i);
@@ -468,7 +506,8 @@ __device__ __forceinline__ float s32(const uint32_t* w, uint32_t qh, const Xs32&
 
 struct Q4_0 : Layout<1, 32, 18> {  // d, qs[16]; (v - 8) d: 256 d (S - X/2) - 8 d X
     using Xs = Xs32;
-    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_32(xs, x, u); }
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) { load_x_32(xs, x, u); }
     __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
         uint32_t w[4];
         lds_a2<4>(buf, off + 2, w);
@@ -477,7 +516,8 @@ struct Q4_0 : Layout<1, 32, 18> {  // d, qs[16]; (v - 8) d: 256 d (S - X/2) - 8 
 };
 struct Q4_1 : Layout<1, 32, 20> {  // d, m, qs[16]; v d + m: 256 d (S - X/2) + m X
     using Xs = Xs32;
-    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_32(xs, x, u); }
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) { load_x_32(xs, x, u); }
     __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
         uint32_t w[4];
         lds_a2<4>(buf, off + 4, w);
@@ -487,7 +527,8 @@ struct Q4_1 : Layout<1, 32, 20> {  // d, m, qs[16]; v d + m: 256 d (S - X/2) + m
 };
 struct Q5_0 : Layout<1, 32, 22> {  // d, qh[4], qs[16]; (v - 16) d: 256 d (S - X/2) - 16 d X
     using Xs = Xs32;
-    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_32(xs, x, u); }
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) { load_x_32(xs, x, u); }
     __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
         uint32_t w[4], qh[1];
         lds_a2<1>(buf, off + 2, qh);
@@ -497,7 +538,8 @@ struct Q5_0 : Layout<1, 32, 22> {  // d, qh[4], qs[16]; (v - 16) d: 256 d (S - X
 };
 struct Q5_1 : Layout<1, 32, 24> {  // d, m, qh[4], qs[16]; v d + m
     using Xs = Xs32;
-    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_32(xs, x, u); }
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) { load_x_32(xs, x, u); }
     __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
         uint32_t w[4], qh[1];
         lds_a2<1>(buf, off + 4, qh);
@@ -516,8 +558,9 @@ struct X8 {
 };
 struct Q6K8 : Layout<8, 256, 210> {
     struct Xs { X8 g[4]; int s[4]; };
-    __device__ static void load_x(Xs& xs, const float* x, int u) {
-        const float* p = x + (u >> 3) * 256 + 128 * ((u >> 2) & 1) + 8 * (u & 3);
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) {
+        const XP p = x + (u >> 3) * 256 + 128 * ((u >> 2) & 1) + 8 * (u & 3);
 #pragma unroll
         for (int g = 0; g < 4; g++) {
             const float4 a = ld_x4(p + 32 * g), b = ld_x4(p + 32 * g + 4);
@@ -557,7 +600,8 @@ struct Q6K8 : Layout<8, 256, 210> {
 // Q8_0 with int8 x: unit = half a block (16 signed bytes), one dp4a chain.
 struct Q8_08 : Layout<2, 32, 34> {
     using Xs = X16;
-    __device__ static void load_x(Xs& xs, const float* x, int u) { quant16(xs, x + 16 * u); }
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) { quant16(xs, x + 16 * u); }
     __device__ static float dot(const uint8_t* buf, int off, int h, const Xs& xs) {
         uint32_t w[4];
         lds_a2<4>(buf, off + 2 + 16 * h, w);
@@ -571,7 +615,8 @@ struct Q8_08 : Layout<2, 32, 34> {
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 with int8 x: unit = one block; lo = its first 16
 // elements (low nibbles), hi = the last 16 (high nibbles). v*d - off*d (_0) or v*d + m (_1).
 struct Xs32q { X16 lo, hi; };
-__device__ __forceinline__ void load_x_32q(Xs32q& xs, const float* x, int u) {
+template <class XP>
+__device__ __forceinline__ void load_x_32q(Xs32q& xs, XP x, int u) {
     quant16(xs.lo, x + 32 * u);
     quant16(xs.hi, x + 32 * u + 16);
 }
@@ -589,7 +634,8 @@ __device__ __forceinline__ void p32q(const uint32_t* w, uint32_t qh, const Xs32q
 template <int HOFF, int QOFF, int ZERO, bool MIN>  // qh at HOFF (none: -1), qs at QOFF, v - ZERO, + m at byte 2
 struct Q32q : Layout<1, 32, QOFF + 16> {
     using Xs = Xs32q;
-    __device__ static void load_x(Xs& xs, const float* x, int u) { load_x_32q(xs, x, u); }
+    template <class XP>
+    __device__ static void load_x(Xs& xs, XP x, int u) { load_x_32q(xs, x, u); }
     __device__ static float dot(const uint8_t* buf, int off, int, const Xs& xs) {
         uint32_t w[4], qh[1] = {0u};
         if constexpr (HOFF >= 0) lds_a2<1>(buf, off + HOFF, qh);
@@ -730,14 +776,16 @@ __device__ __forceinline__ void group_sums(float (*red)[R], float* acc, int warp
 }
 template <class Act, int R, int H>
 __device__ __forceinline__ void group_out(const float (*red)[R], int g, int n_warps, float* y, const float* add,
-                                          int n_out) {
+                                          int n_out, float scale) {
     const int tid = threadIdx.x, row = g * H + tid;
     if (tid >= H || row >= n_out) return;
     float s = 0.0f;
     for (int w = 0; w < n_warps; w++) s += red[w][tid];
+    if (GEMV_NORM) s *= scale;
     if constexpr (!is_no_act<Act>::value) {
         float u = 0.0f;
         for (int w = 0; w < n_warps; w++) u += red[w][tid + H];
+        if (GEMV_NORM) u *= scale;
         s = Act()(s, u);
     } else if (add) {
         s += add[row];
@@ -745,9 +793,24 @@ __device__ __forceinline__ void group_out(const float (*red)[R], int g, int n_wa
     y[row] = s;
 }
 
+// GEMV_NORM: the 1/rms of x from the lanes' sums of squares over the block's
+// first group (every unit of x loaded once), as norm.cu's rms_norm forms it:
+// rsqrt(sum / n_in + eps). Each warp's sum goes in before the group's barrier,
+// every thread reads the total after it.
+__device__ __forceinline__ void norm_partial(float ss, float* red_ss, int warp, int lane) {
+    ss = warp_sum(ss);
+    if (lane == 0) red_ss[warp] = ss;
+}
+__device__ __forceinline__ float norm_total(const float* red_ss, int n_warps, int n_in, float eps) {
+    float t = 0.0f;
+    for (int w = 0; w < n_warps; w++) t += red_ss[w];
+    return rsqrtf(t / (float)n_in + eps);
+}
+
 template <class Q, class Act = NoAct>
 __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const float* __restrict__ x, float* y,
-                                          const float* add, int n_in, int n_out) {
+                                          const float* add, int n_in, int n_out, const float* __restrict__ nw,
+                                          float eps) {
     constexpr int R = GEMV_ROWS;
     constexpr bool GLU = !is_no_act<Act>::value;
     constexpr int H = GLU ? R / 2 : R;  // output rows per group
@@ -778,9 +841,15 @@ __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const f
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.0f;
     typename Q::Xs xs;
+    float ss = 0.0f, scale = 1.0f;  // GEMV_NORM: the lane's sum of squares of x, then the block's 1/rms
+    __shared__ float red_ss[GEMV_MAX_WARPS];
+    bool first_group = true;
     while (g < groups) {
         if (base != x_base) {  // overlaps the copies
-            if (base + lane < U) Q::load_x(xs, x, base + lane);
+            if (base + lane < U) {
+                if constexpr (GEMV_NORM) Q::load_x(xs, XNormed{x, nw, &ss}, base + lane);
+                else Q::load_x(xs, x, base + lane);
+            }
             x_base = base;
         }
         cp_async_wait_all();
@@ -796,8 +865,11 @@ __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const f
         if (ng < groups) stage_rows<Q>(buf, rows(ng), nb, U, lane);
         if (nb == first) {  // group g is done: sum it across the block's warps
             group_sums<R>(red[parity], acc, warp, lane);
+            if (GEMV_NORM && first_group) norm_partial(ss, red_ss, warp, lane);
             __syncthreads();
-            group_out<Act, R, H>(red[parity], g, NT / 32, y, add, n_out);
+            if (GEMV_NORM && first_group) scale = norm_total(red_ss, NT / 32, n_in, eps);
+            first_group = false;
+            group_out<Act, R, H>(red[parity], g, NT / 32, y, add, n_out, scale);
             parity ^= 1;
         }
         g = ng;
@@ -868,7 +940,8 @@ __device__ __forceinline__ void bulk_span(uint8_t* part, const uint8_t* src, siz
 
 template <class Q, class Act = NoAct>
 __device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, const float* __restrict__ x, float* y,
-                                               const float* add, int n_in, int n_out) {
+                                               const float* add, int n_in, int n_out, const float* __restrict__ nw,
+                                               float eps) {
     constexpr int R = GEMV_ROWS, P = GEMV_PASSES;
     constexpr bool GLU = !is_no_act<Act>::value;
     constexpr int H = GLU ? R / 2 : R;  // output rows per group; a part holds H rows
@@ -909,9 +982,15 @@ __device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, co
     pdl_launch_next();
     typename Q::Xs xs[P];
     const int first = warp * 32 + lane;  // this lane's unit in pass 0; pass p adds p*NT
+    float ss = 0.0f, scale = 1.0f;       // GEMV_NORM: the lane's sum of squares of x, then the block's 1/rms
+    __shared__ float red_ss[GEMV_MAX_WARPS];
 #pragma unroll
-    for (int p = 0; p < P; p++)
-        if (first + p * NT < U) Q::load_x(xs[p], x, first + p * NT);
+    for (int p = 0; p < P; p++) {
+        if (first + p * NT < U) {
+            if constexpr (GEMV_NORM) Q::load_x(xs[p], XNormed{x, nw, &ss}, first + p * NT);
+            else Q::load_x(xs[p], x, first + p * NT);
+        }
+    }
     for (int k = 0; k < mine; k++) {
         const int g = blockIdx.x + k * gridDim.x, s = k % S;
         const uint8_t* st = gemv_ring + s * stage;
@@ -934,8 +1013,10 @@ __device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, co
         }
         const int parity = k & 1;
         group_sums<R>(red[parity], acc, warp, lane);
+        if (GEMV_NORM && k == 0) norm_partial(ss, red_ss, warp, lane);
         __syncthreads();  // the stage is read (it may be refilled) and red[parity] is complete
+        if (GEMV_NORM && k == 0) scale = norm_total(red_ss, NT / 32, n_in, eps);
         if (tid == 0 && k + S < mine) issue(k + S);
-        group_out<Act, R, H>(red[parity], g, NT / 32, y, add, n_out);
+        group_out<Act, R, H>(red[parity], g, NT / 32, y, add, n_out, scale);
     }
 }

@@ -133,7 +133,7 @@ extern "C" __global__ void moe_route(const float* logits, int T, int n_expert, i
 // (gemv_impl, as gemv_f32) and, in the last block to finish, route_row of
 // logits·scale: the router and the routing in one launch. ``done`` is a
 // device counter at 0 that the last block returns to 0 (graph replays).
-#define ROUTER_CALL(Q) gemv_impl<Q>(static_cast<const uint8_t*>(W), x, logits, nullptr, n_in, n_expert)
+#define ROUTER_CALL(Q) gemv_impl<Q>(static_cast<const uint8_t*>(W), x, logits, nullptr, n_in, n_expert, nullptr, 0.0f)
 extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)
 moe_router_f32(const void* W, const float* x, float* logits, int n_in, int n_expert, float scale, int k, int norm,
                int* ids, float* weights, unsigned* done) {

@@ -153,9 +153,11 @@ def _bulk(dev: Device, bulk: bool | None) -> bool:
 
 def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: int,
          add: DArray | None = None, rows: int | None = None, xq: bool | None = None,
-         bulk: bool | None = None) -> None:
+         bulk: bool | None = None, norm: tuple[DArray, float] | None = None) -> None:
     """y[r] = sum_c W[r][c] * x[c] (+ add[r]), r < n_out, c < n_in. ``add`` may be
-    ``y`` itself (residual add); ``y`` must not alias ``x``. ``rows`` overrides
+    ``y`` itself (residual add); ``y`` must not alias ``x``. ``norm`` (w, eps):
+    x is RMSNorm(x)·w (norm.rms_norm's), formed as the kernel reads x, one
+    launch instead of two. ``rows`` overrides
     the rows per block, ``xq`` False fp32 activations for every type (tests,
     tuning; default ``XQ``), ``bulk`` False gemv_impl's per-warp staging
     (default ``BULK`` on sm_90+). The grid is at most the blocks that stay
@@ -169,18 +171,34 @@ def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: 
                          f"x {x.size}, y {y.size}" + (f", add {add.size}" if add is not None else "") + " elements")
     launch.aligned(W, "W")
     launch.aligned(x, "x")
+    nw, eps = _norm_args(norm, n_in)
     name = f"gemv_{launch.TYPE_SUFFIX[qt]}"
-    fn = launch.function(dev, "gemv.cu", name, _defines(plan, xq), shared=plan.shared)
+    fn = launch.function(dev, "gemv.cu", name, _defines(plan, xq, norm=norm is not None), shared=plan.shared)
     blocks = min(plan.blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
-    dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, launch.null_or(add), n_in, n_out), shared=plan.shared)
+    dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, launch.null_or(add), n_in, n_out, nw, eps),
+               shared=plan.shared)
 
 
-def _defines(plan: GemvPlan, xq: bool | None, glu: bool = False) -> dict:
+def _norm_args(norm: tuple[DArray, float] | None, n_in: int) -> tuple:
+    """The kernels' (nw, eps): the norm's weight and epsilon, or a null pointer."""
+    if norm is None:
+        return launch.null(), 0.0
+    w, eps = norm
+    launch.check_f32(w)
+    if w.size != n_in:
+        raise AnvilError(f"CUDA gemv: the norm weight has {w.size} elements, x {n_in}")
+    launch.aligned(w, "norm weight")
+    return w, float(eps)
+
+
+def _defines(plan: GemvPlan, xq: bool | None, glu: bool = False, norm: bool = False) -> dict:
     d = {"GEMV_ROWS": plan.rows, "GEMV_XQ": int(XQ if xq is None else xq)}
     if plan.stages:
         d.update(GEMV_BULK=1, GEMV_PASSES=plan.passes)
     if glu:
         d["GEMV_GLU"] = 1
+    if norm:
+        d["GEMV_NORM"] = 1
     return d
 
 
@@ -188,11 +206,13 @@ GLU_KERNELS = {"silu": "gemv_glu_silu", "gelu_tanh": "gemv_glu_gelu"}
 
 
 def gemv_glu(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: int, activation: str,
-             rows: int | None = None, xq: bool | None = None, bulk: bool | None = None) -> None:
+             rows: int | None = None, xq: bool | None = None, bulk: bool | None = None,
+             norm: tuple[DArray, float] | None = None) -> None:
     """y[r] = act(gate_r·x) * (up_r·x), r < n_out, for a stacked gate/up
     weight W of 2*n_out rows (the gate's, then the up projection's) of one
     type: the GEMV and the GLU in one launch. ``activation`` "silu" or
-    "gelu_tanh"; ``rows`` (at least 2), ``xq`` and ``bulk`` as for ``gemv``."""
+    "gelu_tanh"; ``rows`` (at least 2), ``xq``, ``bulk`` and ``norm`` as for
+    ``gemv``."""
     qt = launch.weight_type(qtype, "gemv")
     if activation not in GLU_KERNELS:
         raise AnvilError(f"CUDA gemv_glu: activation must be one of {sorted(GLU_KERNELS)}, got {activation!r}")
@@ -207,7 +227,9 @@ def gemv_glu(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_o
                          f"x {x.size}, y {y.size} elements")
     launch.aligned(W, "W")
     launch.aligned(x, "x")
+    nw, eps = _norm_args(norm, n_in)
     name = f"{GLU_KERNELS[activation]}_{launch.TYPE_SUFFIX[qt]}"
-    fn = launch.function(dev, "gemv.cu", name, _defines(plan, xq, glu=True), shared=plan.shared)
+    fn = launch.function(dev, "gemv.cu", name, _defines(plan, xq, glu=True, norm=norm is not None),
+                         shared=plan.shared)
     blocks = min(plan.blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
-    dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, n_in, n_out), shared=plan.shared)
+    dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, n_in, n_out, nw, eps), shared=plan.shared)
