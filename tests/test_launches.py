@@ -6,6 +6,7 @@ undoing one adds launches to every layer of every token."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -47,9 +48,10 @@ def test_gemma_post_norms_run_inside_the_residual_adds(name):
     assert counts["add"] == 0 and counts["mul_rows"] == 0, counts
     moe = name.endswith("moe")
     assert counts["add_rms_norm"] == (3 if moe else 2) * n_layer, counts
-    # standalone norms: each layer's attention input norm (and gemma4's V norm), the output norm; the
-    # MoE layers' router and expert input norms are the add_rms_norm's, the dense branch's the norm_add's
-    assert counts["rms_norm"] == (2 if name.startswith("tiny-gemma4") else 1) * n_layer + 1, counts
+    # standalone norms: gemma4's V norm (no weight); the attention input and output norms are folded into
+    # their GEMVs (FoldedNorms); the MoE layers' router and expert input norms are the add_rms_norm's, the
+    # dense branch's the norm_add's
+    assert counts["rms_norm"] == (1 if name.startswith("tiny-gemma4") else 0) * n_layer, counts
 
 
 def test_moe_routing_is_one_launch_per_layer():
@@ -125,3 +127,59 @@ def test_deltanet_l2_norms_are_one_launch_each():
     weight), no separate scaling."""
     counts, n_layer = decode_launches(_path("tiny-qwen35"))
     assert counts["scale"] == 0, counts
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-gemma3", "tiny-qwen3moe", "tiny-qwen35"])
+def test_decode_input_norms_fold_into_their_gemvs(name):
+    """A decode step launches no standalone weighted RMSNorm where GEMVs read
+    it: each layer's attention (or DeltaNet) input norm and the output norm
+    are the GEMVs' (gemv.cu GEMV_NORM), whose launches carry the norm's
+    weight; qwen35's L2 and per-head output norms (read by other kernels) still launch.
+    Prefill (more rows) keeps its layers' norms."""
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    dev = RecordingDevice()
+    m = Model(_path(name), backend="cuda", eager=True, device=dev, cublas=RecordingCublas())
+    m.forward(list(range(1, 9)))
+    prefill = Counter(k for (_, k), *_ in dev.launches)
+    first, launched, launch = len(dev.launches), [], dev.launch
+
+    def spy(fn, grid, block, args, shared=0):
+        launched.append((fn[1], args))
+        return launch(fn, grid, block, args, shared)
+
+    dev.launch = spy
+    m.decode_next(4)
+    counts, n_layer = Counter(k for (_, k), *_ in dev.launches[first:]), m.config.n_layer
+    deltanet = sum(kind == "recurrent" for kind in m.family.layer_kinds(m.config))
+    # a DeltaNet layer's own: Q's and K's L2 norms and the per-head output norm; prefill keeps each layer's
+    # input norm (the output norm reads one row: folded there too)
+    assert counts["rms_norm"] == 3 * deltanet and prefill["rms_norm"] >= n_layer, (counts, prefill)
+    norms = {m.layers[0].attn_norm.ptr, m.glob.output_norm.ptr}
+    carried = {args[-2].ptr for k, args in launched if k.startswith("gemv") and hasattr(args[-2], "ptr")}
+    assert norms <= carried, "a decode GEMV should carry the first layer's input norm and the output norm"
+
+
+def test_a_folded_norm_read_later_is_an_error():
+    """A norm whose GEMVs folded it in is dropped at the next other operator;
+    an operator reading its output after that raises (its memory holds
+    nothing), and one reading it before any GEMV gets it launched."""
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.errors import AnvilError
+    from engine.model import Model
+
+    dev = RecordingDevice()
+    m = Model(_path("tiny-qwen3"), backend="cuda", eager=True, device=dev, cublas=RecordingCublas())
+    m.forward([1, 2])
+    ops, w = m.ops, m.layers[0]
+    x = ops._ops._empty((1, m.config.n_embd))
+    n = ops.rms_norm(x, w.attn_norm, 1e-6)
+    before = len(dev.launches)
+    ops.add(n, n)  # read before any GEMV: launched first
+    assert [k for (_, k), *_ in dev.launches[before:]] == ["rms_norm", "add"]
+    n = ops.rms_norm(x, w.attn_norm, 1e-6)
+    ops.matmuls(n, (w.wq, w.wk))
+    ops.add(x, x)  # another operator: the folded norm is dropped
+    with pytest.raises(AnvilError, match="folded"):
+        ops.add(n, n)

@@ -139,6 +139,76 @@ class RecurrentLayer:
 LAYER_KINDS = {"attention": KVLayer, "recurrent": RecurrentLayer}
 
 
+def _arrays(values):
+    for v in values:
+        if isinstance(v, DArray):
+            yield v
+        elif isinstance(v, (tuple, list)):
+            yield from _arrays(v)
+
+
+def _overlap(a: DArray, b: DArray) -> bool:
+    return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
+
+
+class FoldedNorms:
+    """The operators, with each one-row weighted RMSNorm folded into the
+    decode GEMVs that read it (launchers/gemv.py norm=): one launch a layer
+    less (the attention or DeltaNet input norm), and the output norm's.
+
+    ``rms_norm`` of one row records the norm instead of launching it and hands
+    out its output array; ``matmul``/``matmuls``/``glu`` given that very array
+    read x through the norm instead. Any other operator settles it first: if
+    it reads the output, or no GEMV took the norm, the norm is launched then
+    (x is as it was: nothing ran in between but GEMVs); otherwise it is
+    dropped, and an operator that later reads the dropped output raises
+    (there is nothing in it). The model code stays the math; prefill (more
+    than one row) is unchanged."""
+
+    FOLDING = ("matmul", "matmuls", "glu")
+
+    def __init__(self, ops: "Ops"):
+        self._ops, self._pending, self._dropped = ops, None, []
+
+    def rms_norm(self, x: DArray, w: DArray | None, eps: float) -> DArray:
+        self._settle((x, w))
+        if x.shape[0] > GEMV_MAX_TOKENS or w is None or len(x.shape) != 2:
+            return self._ops.rms_norm(x, w, eps)
+        y = self._ops._empty(x.shape)
+        self._pending = {"x": x, "w": w, "eps": eps, "y": y, "taken": False}
+        return y
+
+    def __getattr__(self, name):
+        fn = getattr(self._ops, name)
+        if not callable(fn) or name.startswith("_"):
+            return fn
+
+        def op(*args, **kw):
+            p = self._pending
+            if p is not None and name in self.FOLDING and args and args[0] is p["y"]:
+                p["taken"] = True
+                return fn(p["x"], *args[1:], norm=(p["w"], p["eps"]), **kw)
+            self._settle(args + tuple(kw.values()))
+            if name in ("embed", "end_layer"):  # the workspace's rows are reused from here
+                self._dropped.clear()
+            return fn(*args, **kw)
+        return op
+
+    def _settle(self, args) -> None:
+        arrays = list(_arrays(args))
+        for a in arrays:
+            if any(_overlap(a, d) for d in self._dropped):
+                raise AnvilError("CUDA backend: an operator read a norm's output that its GEMVs had folded in "
+                                 "(FoldedNorms): the model reads it after other operators ran")
+        p, self._pending = self._pending, None
+        if p is None:
+            return
+        if not p["taken"] or any(_overlap(a, p["y"]) for a in arrays):
+            launchers.norm.rms_norm(self._ops.dev, p["x"], p["w"], p["y"], p["eps"])
+        else:
+            self._dropped.append(p["y"])
+
+
 class State:
     """The state of one sequence: ``layers[il]`` for each layer, chosen by
     the layer's kind; ``reset()`` clears all of it."""
@@ -175,14 +245,16 @@ class Ops:
         launchers.norm.rms_norm(self.dev, x, w, y, eps)
         return y
 
-    def matmuls(self, x: DArray, weights, biases=None) -> list[DArray]:
+    def matmuls(self, x: DArray, weights, biases=None, norm=None) -> list[DArray]:
         """Several projections of one input. In decode, each run of
         consecutive weights of one type stored back to back (as loaded) runs
         as a single matrix-vector launch over their stacked rows, and the
         outputs are views of its result (Q4_K_M's Q6_K V beside Q4_K Q and K:
-        Q and K one launch, V another)."""
+        Q and K one launch, V another). ``norm`` (w, eps), decode only: the
+        input is RMSNorm(x)·w, formed by each GEMV as it reads x (FoldedNorms)."""
         biases = tuple(biases or (None,) * len(weights))
         if x.shape[0] > GEMV_MAX_TOKENS:
+            assert norm is None, "a folded norm is a decode GEMV's"
             return self._gemms(x, weights, biases)
         out, i = [], 0
         while i < len(weights):
@@ -190,28 +262,29 @@ class Ops:
             while j > i + 1 and self._stack(weights[i:j], biases[i:j]) is False:
                 j -= 1
             if j == i + 1:
-                out.append(self.matmul(x, weights[i], biases[i]))
+                out.append(self.matmul(x, weights[i], biases[i], norm=norm))
             else:
                 w, bias = self._stack(weights[i:j], biases[i:j])
-                y, start = self.matmul(x, w, bias), 0
+                y, start = self.matmul(x, w, bias, norm=norm), 0
                 for wi in weights[i:j]:
                     out.append(DArray(y.ptr + 4 * start, (1, wi.n_out), y.dtype, y.device))
                     start += wi.n_out
             i = j
         return out
 
-    def glu(self, x: DArray, w_gate: QWeight, w_up: QWeight, activation: str) -> DArray:
+    def glu(self, x: DArray, w_gate: QWeight, w_up: QWeight, activation: str, norm=None) -> DArray:
         """Decode with gate and up stacked (one type, back to back, as loaded):
         one GEMV launch with the GLU in its epilogue. Otherwise the two
-        projections, then the GLU kernel."""
+        projections, then the GLU kernel. ``norm`` as for ``matmuls``."""
         if x.shape[0] <= GEMV_MAX_TOKENS:
             stacked = self._stack((w_gate, w_up), (None, None))
             if stacked:
                 y = self._empty((x.shape[0], w_gate.n_out))
                 w = stacked[0]
-                launchers.gemv.gemv_glu(self.dev, w.data, w.qtype, x, y, w.n_in, w_gate.n_out, activation)
+                launchers.gemv.gemv_glu(self.dev, w.data, w.qtype, x, y, w.n_in, w_gate.n_out, activation,
+                                        norm=norm)
                 return y
-        g, u = self.matmuls(x, (w_gate, w_up))
+        g, u = self.matmuls(x, (w_gate, w_up), norm=norm)
         return self.swiglu(g, u) if activation == "silu" else self.geglu(g, u)
 
     def _stack(self, weights, biases):
@@ -236,12 +309,15 @@ class Ops:
         launchers.norm.add_rms_norm(self.dev, x, a, None, None, eps, a_norm=w, scale=scale, x_norm=x_norm)
         return x
 
-    def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None, add: DArray | None = None) -> DArray:
+    def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None, add: DArray | None = None,
+               norm=None) -> DArray:
         T = x.shape[0]
+        assert norm is None or (T <= GEMV_MAX_TOKENS and (bias is None or add is None)), "a folded norm is a GEMV's"
         if T <= GEMV_MAX_TOKENS and (bias is None or add is None):
             # the kernel adds one vector to its output: a bias or the residual
             y = self._empty((T, w.n_out))
-            launchers.gemv.gemv(self.dev, w.data, w.qtype, x, y, w.n_in, w.n_out, add=bias if add is None else add)
+            launchers.gemv.gemv(self.dev, w.data, w.qtype, x, y, w.n_in, w.n_out, add=bias if add is None else add,
+                                norm=norm)
             return y
         if add is not None and bias is None:  # the residual stream, updated in place by the GEMM's epilogue
             return self._gemms(x, (w,), (None,), into=add)[0]
@@ -538,7 +614,7 @@ class Backend:
         self.weights: Workspace | None = None  # sized from the file on the first upload
         self.stacked: dict = {}
         self.constants: dict[tuple[int, float], DArray] = {}
-        self.ops = Ops(self)
+        self.ops = FoldedNorms(Ops(self))
         # decode state: static device buffers the captured graph reads
         self.token = self.dev.empty((1,), np.int32)
         self.pos = self.dev.empty((1,), np.int32)
