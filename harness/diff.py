@@ -126,13 +126,15 @@ class Tracer:
 
 def engine_tensors(model, tokens: list[int]) -> dict[str, np.ndarray]:
     """One traced prefill; the records under llama.cpp's names."""
-    tracer = Tracer(model.ops, model.backend.to_host)
+    # the operators themselves: the CUDA decode's folded norms (FoldedNorms) would leave outputs unwritten
+    ops = model.ops
+    tracer = Tracer(getattr(ops, "unfolded", ops), model.backend.to_host)
     model.ops = tracer
     try:
         model.reset()
         logits = model.forward(tokens)
     finally:
-        model.ops = tracer._ops
+        model.ops = ops
     names = model.family.llama_cpp_names(model.config)
     out = {}
     for il in range(model.config.n_layer):

@@ -371,7 +371,7 @@ def test_gemv_norm(dev, t, xq, bulk):
     rounds x·w (not x·w/rms) to int8 and multiplies the row sums by 1/rms,
     so the reference is 1/rms times test_gemv's exact product with
     quantize_x(x·w), within test_gemv's bound (scaled by 1/rms) and 2^-20
-    for 1/rms's own fp32 rounding. 1/rms comes from one pass over x: rows of
+    for 1/rms's own fp32 rounding; a bias is added unscaled. 1/rms comes from one pass over x: rows of
     several steps per warp (14336 columns, 2 rows a block) reload x each
     group."""
     if xq and t in FLOATS:
@@ -380,6 +380,7 @@ def test_gemv_norm(dev, t, xq, bulk):
     eps = 1e-6
     for n_in, n_out, rows, glu in [(3 * k, 515, None, False), (4096, 1000, 16, False), (14336, 2999, 2, False),
                                    (21504, 300, None, False), (4096, 1000, 16, True), (14336, 2999, None, True)]:
+        bias = n_in == 3 * k  # a bias (or the residual) is added after the 1/rms, not scaled
         g = rng("gemv_norm", t, n_in, n_out, rows, glu)
         raw = gemv_bench.random_weights(g, t, 2 * n_out if glu else n_out, n_in)
         x = g.standard_normal(n_in, dtype=np.float32) * 3
@@ -392,7 +393,9 @@ def test_gemv_norm(dev, t, xq, bulk):
             gemv.gemv_glu(dev, dev.upload(raw), t, dev.upload(x), y, n_in, n_out, "silu", rows=rows, xq=xq,
                           bulk=bulk, norm=norm)
         else:
-            gemv.gemv(dev, dev.upload(raw), t, dev.upload(x), y, n_in, n_out, rows=rows, xq=xq, bulk=bulk, norm=norm)
+            b = g.standard_normal(n_out, dtype=np.float32) if bias else None
+            gemv.gemv(dev, dev.upload(raw), t, dev.upload(x), y, n_in, n_out, rows=rows, xq=xq, bulk=bulk, norm=norm,
+                      add=dev.upload(b) if bias else None)
         got = y.numpy().astype(np.float64)
 
         inv = 1.0 / np.sqrt(np.mean(x.astype(np.float64) ** 2) + eps)
@@ -406,7 +409,7 @@ def test_gemv_norm(dev, t, xq, bulk):
             ref = gate / (1 + np.exp(-gate)) * up
             bound = 1.2 * tg * np.abs(up) + (np.abs(ref / np.where(up == 0, 1, up)) + 1.2 * tg) * tu + 1e-30
         else:
-            ref, bound = s, tol
+            ref, bound = s + (b.astype(np.float64) if bias else 0.0), tol
         bad = ~(np.abs(got - ref) <= bound + 2.0**-20 * np.abs(ref))
         if bad.any():
             i = int(np.argmax(bad))

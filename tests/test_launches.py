@@ -183,3 +183,24 @@ def test_a_folded_norm_read_later_is_an_error():
     ops.add(x, x)  # another operator: the folded norm is dropped
     with pytest.raises(AnvilError, match="folded"):
         ops.add(n, n)
+    n = ops.rms_norm(x, w.attn_norm, 1e-6)
+    before = len(dev.launches)
+    ops.matmul(n, w.wo.__class__(w.wq.data, w.wq.qtype, m.config.n_embd, m.config.n_embd), add=n)  # add reads n
+    assert [k for (_, k), *_ in dev.launches[before:]][0] == "rms_norm"
+
+
+def test_diff_traces_every_norm():
+    """harness diff traces the operators themselves (every norm launched, so
+    every traced output is written), and leaves the model's folded ones in
+    place after."""
+    from engine.backends.cuda import FoldedNorms
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+    from harness import diff
+
+    dev = RecordingDevice()
+    m = Model(_path("tiny-qwen3"), backend="cuda", eager=True, device=dev, cublas=RecordingCublas())
+    first = len(dev.launches)
+    diff.engine_tensors(m, [1, 2, 3])
+    counts = Counter(k for (_, k), *_ in dev.launches[first:])
+    assert counts["rms_norm"] == m.config.n_layer + 1 and isinstance(m.ops, FoldedNorms), counts

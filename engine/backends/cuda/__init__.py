@@ -17,6 +17,8 @@ matrix-vector kernels fetch their weights before waiting for their input.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,6 +147,8 @@ def _arrays(values):
             yield v
         elif isinstance(v, (tuple, list)):
             yield from _arrays(v)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):  # Positions, NewRow, Rotation, QWeight
+            yield from _arrays(getattr(v, f.name) for f in dataclasses.fields(v))
 
 
 def _overlap(a: DArray, b: DArray) -> bool:
@@ -165,14 +169,19 @@ class FoldedNorms:
     (there is nothing in it). The model code stays the math; prefill (more
     than one row) is unchanged."""
 
-    FOLDING = ("matmul", "matmuls", "glu")
+    FOLDING = {"matmul": "_matmul", "matmuls": "_matmuls", "glu": "_glu"}  # each takes norm=
 
     def __init__(self, ops: "Ops"):
         self._ops, self._pending, self._dropped = ops, None, []
 
+    @property
+    def unfolded(self) -> "Ops":
+        """The operators themselves, every norm launched (harness diff traces these)."""
+        return self._ops
+
     def rms_norm(self, x: DArray, w: DArray | None, eps: float) -> DArray:
         self._settle((x, w))
-        if x.shape[0] > GEMV_MAX_TOKENS or w is None or len(x.shape) != 2:
+        if x.shape[0] > GEMV_MAX_TOKENS or w is None or len(x.shape) != 2 or x.ptr % 16:  # the GEMV's x alignment
             return self._ops.rms_norm(x, w, eps)
         y = self._ops._empty(x.shape)
         self._pending = {"x": x, "w": w, "eps": eps, "y": y, "taken": False}
@@ -184,15 +193,30 @@ class FoldedNorms:
             return fn
 
         def op(*args, **kw):
+            if name == "embed":  # a new pass: nothing of the last one is pending or read
+                self._pending = None
+                self._dropped.clear()
             p = self._pending
-            if p is not None and name in self.FOLDING and args and args[0] is p["y"]:
+            if p is not None and name in self.FOLDING and args and args[0] is p["y"] and self._can_fold(name, args, kw):
                 p["taken"] = True
-                return fn(p["x"], *args[1:], norm=(p["w"], p["eps"]), **kw)
+                return getattr(self._ops, self.FOLDING[name])(p["x"], *args[1:], norm=(p["w"], p["eps"]), **kw)
             self._settle(args + tuple(kw.values()))
-            if name in ("embed", "end_layer"):  # the workspace's rows are reused from here
+            if name == "end_layer":  # the workspace's rows are reused from here
                 self._dropped.clear()
             return fn(*args, **kw)
         return op
+
+    def _can_fold(self, name: str, args, kw) -> bool:
+        """A GEMV reads the norm's input instead: one row, at most one of bias
+        and add (matmul), and no other argument is the unwritten output."""
+        rest = list(args[1:]) + list(kw.values())
+        if any(_overlap(a, self._pending["y"]) for a in _arrays(rest)):
+            return False
+        if name == "matmul":
+            bias = kw.get("bias", args[2] if len(args) > 2 else None)
+            add = kw.get("add", args[3] if len(args) > 3 else None)
+            return bias is None or add is None
+        return True
 
     def _settle(self, args) -> None:
         arrays = list(_arrays(args))
@@ -245,13 +269,17 @@ class Ops:
         launchers.norm.rms_norm(self.dev, x, w, y, eps)
         return y
 
-    def matmuls(self, x: DArray, weights, biases=None, norm=None) -> list[DArray]:
+    def matmuls(self, x: DArray, weights, biases=None) -> list[DArray]:
         """Several projections of one input. In decode, each run of
         consecutive weights of one type stored back to back (as loaded) runs
         as a single matrix-vector launch over their stacked rows, and the
         outputs are views of its result (Q4_K_M's Q6_K V beside Q4_K Q and K:
-        Q and K one launch, V another). ``norm`` (w, eps), decode only: the
-        input is RMSNorm(x)·w, formed by each GEMV as it reads x (FoldedNorms)."""
+        Q and K one launch, V another)."""
+        return self._matmuls(x, weights, biases)
+
+    def _matmuls(self, x: DArray, weights, biases=None, norm=None) -> list[DArray]:
+        """``matmuls``; ``norm`` (w, eps), decode only: the input is
+        RMSNorm(x)·w, formed by each GEMV as it reads x (FoldedNorms)."""
         biases = tuple(biases or (None,) * len(weights))
         if x.shape[0] > GEMV_MAX_TOKENS:
             assert norm is None, "a folded norm is a decode GEMV's"
@@ -262,20 +290,24 @@ class Ops:
             while j > i + 1 and self._stack(weights[i:j], biases[i:j]) is False:
                 j -= 1
             if j == i + 1:
-                out.append(self.matmul(x, weights[i], biases[i], norm=norm))
+                out.append(self._matmul(x, weights[i], biases[i], norm=norm))
             else:
                 w, bias = self._stack(weights[i:j], biases[i:j])
-                y, start = self.matmul(x, w, bias, norm=norm), 0
+                y, start = self._matmul(x, w, bias, norm=norm), 0
                 for wi in weights[i:j]:
                     out.append(DArray(y.ptr + 4 * start, (1, wi.n_out), y.dtype, y.device))
                     start += wi.n_out
             i = j
         return out
 
-    def glu(self, x: DArray, w_gate: QWeight, w_up: QWeight, activation: str, norm=None) -> DArray:
+    def glu(self, x: DArray, w_gate: QWeight, w_up: QWeight, activation: str) -> DArray:
         """Decode with gate and up stacked (one type, back to back, as loaded):
         one GEMV launch with the GLU in its epilogue. Otherwise the two
-        projections, then the GLU kernel. ``norm`` as for ``matmuls``."""
+        projections, then the GLU kernel."""
+        return self._glu(x, w_gate, w_up, activation)
+
+    def _glu(self, x: DArray, w_gate: QWeight, w_up: QWeight, activation: str, norm=None) -> DArray:
+        """``glu``; ``norm`` as for ``_matmuls``."""
         if x.shape[0] <= GEMV_MAX_TOKENS:
             stacked = self._stack((w_gate, w_up), (None, None))
             if stacked:
@@ -284,7 +316,7 @@ class Ops:
                 launchers.gemv.gemv_glu(self.dev, w.data, w.qtype, x, y, w.n_in, w_gate.n_out, activation,
                                         norm=norm)
                 return y
-        g, u = self.matmuls(x, (w_gate, w_up), norm=norm)
+        g, u = self._matmuls(x, (w_gate, w_up), norm=norm)
         return self.swiglu(g, u) if activation == "silu" else self.geglu(g, u)
 
     def _stack(self, weights, biases):
@@ -309,8 +341,12 @@ class Ops:
         launchers.norm.add_rms_norm(self.dev, x, a, None, None, eps, a_norm=w, scale=scale, x_norm=x_norm)
         return x
 
-    def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None, add: DArray | None = None,
-               norm=None) -> DArray:
+    def matmul(self, x: DArray, w: QWeight, bias: DArray | None = None, add: DArray | None = None) -> DArray:
+        return self._matmul(x, w, bias, add)
+
+    def _matmul(self, x: DArray, w: QWeight, bias: DArray | None = None, add: DArray | None = None,
+                norm=None) -> DArray:
+        """``matmul``; ``norm`` as for ``_matmuls`` (a GEMV with at most one of bias and add)."""
         T = x.shape[0]
         assert norm is None or (T <= GEMV_MAX_TOKENS and (bias is None or add is None)), "a folded norm is a GEMV's"
         if T <= GEMV_MAX_TOKENS and (bias is None or add is None):
