@@ -27,7 +27,8 @@ def test_the_command_counts_a_step(capsys):
     # adds inside the Wo and W_down GEMVs, so two plain norms (and the output norm) ...
     for kernel in ("qk_norm_rope_neox", "attention_decode"):
         assert out["kernels"][kernel] == 4, kernel
-    assert out["kernels"]["rms_norm"] == 2 * 4 + 1 and "add_rms_norm" not in out["kernels"]
+    # (the FFN norm is the gate/up GEMV's own: FoldedNorms)
+    assert out["kernels"]["rms_norm"] == 4 + 1 and "add_rms_norm" not in out["kernels"]
     # ... and once a step: the argmax and the advance of the graph's own inputs
     assert out["kernels"]["argmax_final"] == out["kernels"]["advance"] == 1
 
@@ -48,10 +49,9 @@ def test_gemma_post_norms_run_inside_the_residual_adds(name):
     assert counts["add"] == 0 and counts["mul_rows"] == 0, counts
     moe = name.endswith("moe")
     assert counts["add_rms_norm"] == (3 if moe else 2) * n_layer, counts
-    # standalone norms: gemma4's V norm (no weight); the attention input and output norms are folded into
-    # their GEMVs (FoldedNorms); the MoE layers' router and expert input norms are the add_rms_norm's, the
-    # dense branch's the norm_add's
-    assert counts["rms_norm"] == (1 if name.startswith("tiny-gemma4") else 0) * n_layer, counts
+    # standalone norms: each layer's attention input norm (and gemma4's V norm), the output norm; the
+    # MoE layers' router and expert input norms are the add_rms_norm's, the dense branch's the norm_add's
+    assert counts["rms_norm"] == (2 if name.startswith("tiny-gemma4") else 1) * n_layer + 1, counts
 
 
 def test_moe_routing_is_one_launch_per_layer():
@@ -129,13 +129,13 @@ def test_deltanet_l2_norms_are_one_launch_each():
     assert counts["scale"] == 0, counts
 
 
-@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-gemma3", "tiny-qwen3moe", "tiny-qwen35"])
-def test_decode_input_norms_fold_into_their_gemvs(name):
-    """A decode step launches no standalone weighted RMSNorm where GEMVs read
-    it: each layer's attention (or DeltaNet) input norm and the output norm
-    are the GEMVs' (gemv.cu GEMV_NORM), whose launches carry the norm's
-    weight; qwen35's L2 and per-head output norms (read by other kernels) still launch.
-    Prefill (more rows) keeps its layers' norms."""
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-qwen2", "tiny-gemma3", "tiny-qwen3moe", "tiny-qwen35"])
+def test_decode_ffn_norm_folds_into_gate_up(name):
+    """A decode step of the llama family launches no FFN input norm: the
+    gate/up GEMV reads x through it (gemv.cu GEMV_NORM), its launch carrying
+    the norm's weight; the attention input and output norms still launch.
+    Families whose FFN norm is add_rms_norm's keep it. Prefill (more rows)
+    keeps every norm."""
     from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
     from engine.model import Model
 
@@ -152,19 +152,22 @@ def test_decode_input_norms_fold_into_their_gemvs(name):
     dev.launch = spy
     m.decode_next(4)
     counts, n_layer = Counter(k for (_, k), *_ in dev.launches[first:]), m.config.n_layer
-    deltanet = sum(kind == "recurrent" for kind in m.family.layer_kinds(m.config))
-    # a DeltaNet layer's own: Q's and K's L2 norms and the per-head output norm; prefill keeps each layer's
-    # input norm (the output norm reads one row: folded there too)
-    assert counts["rms_norm"] == 3 * deltanet and prefill["rms_norm"] >= n_layer, (counts, prefill)
-    norms = {m.layers[0].attn_norm.ptr, m.glob.output_norm.ptr}
-    carried = {args[-2].ptr for k, args in launched if k.startswith("gemv") and hasattr(args[-2], "ptr")}
-    assert norms <= carried, "a decode GEMV should carry the first layer's input norm and the output norm"
+    llama = m.config.arch in ("llama", "qwen2", "qwen3")
+    if llama:
+        assert counts["rms_norm"] == n_layer + 1 and prefill["rms_norm"] >= 2 * n_layer, (counts, prefill)
+        # (gate and up not stored back to back: two GEMVs, each carrying it, then the GLU kernel)
+        carried = {args[-2].ptr for k, args in launched if k.startswith("gemv") and hasattr(args[-2], "ptr")}
+        assert carried == {m.layers[i].ffn_norm.ptr for i in range(n_layer)}, "gate/up should carry the FFN norms"
+    else:
+        assert not any(k.startswith("gemv") and hasattr(args[-2], "ptr") for k, args in launched), \
+            "no GEMV of this family should carry a norm"
 
 
 def test_a_folded_norm_read_later_is_an_error():
-    """A norm whose GEMVs folded it in is dropped at the next other operator;
-    an operator reading its output after that raises (its memory holds
-    nothing), and one reading it before any GEMV gets it launched."""
+    """A norm that the gate/up GEMV folded in is dropped at the next other
+    operator; an operator reading its output after that raises (its memory
+    holds nothing), and one reading it before any GEMV gets it launched, as
+    does a GEMV that does not fold (matmul)."""
     from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
     from engine.errors import AnvilError
     from engine.model import Model
@@ -174,18 +177,18 @@ def test_a_folded_norm_read_later_is_an_error():
     m.forward([1, 2])
     ops, w = m.ops, m.layers[0]
     x = ops._ops._empty((1, m.config.n_embd))
-    n = ops.rms_norm(x, w.attn_norm, 1e-6)
+    n = ops.rms_norm(x, w.ffn_norm, 1e-6)
     before = len(dev.launches)
     ops.add(n, n)  # read before any GEMV: launched first
     assert [k for (_, k), *_ in dev.launches[before:]] == ["rms_norm", "add"]
-    n = ops.rms_norm(x, w.attn_norm, 1e-6)
-    ops.matmuls(n, (w.wq, w.wk))
+    n = ops.rms_norm(x, w.ffn_norm, 1e-6)
+    ops.glu(n, w.w_gate, w.w_up, "silu")
     ops.add(x, x)  # another operator: the folded norm is dropped
     with pytest.raises(AnvilError, match="folded"):
         ops.add(n, n)
     n = ops.rms_norm(x, w.attn_norm, 1e-6)
     before = len(dev.launches)
-    ops.matmul(n, w.wo.__class__(w.wq.data, w.wq.qtype, m.config.n_embd, m.config.n_embd), add=n)  # add reads n
+    ops.matmuls(n, (w.wq, w.wk))  # no fold: the norm first
     assert [k for (_, k), *_ in dev.launches[before:]][0] == "rms_norm"
 
 
@@ -203,4 +206,4 @@ def test_diff_traces_every_norm():
     first = len(dev.launches)
     diff.engine_tensors(m, [1, 2, 3])
     counts = Counter(k for (_, k), *_ in dev.launches[first:])
-    assert counts["rms_norm"] == m.config.n_layer + 1 and isinstance(m.ops, FoldedNorms), counts
+    assert counts["rms_norm"] == 2 * m.config.n_layer + 1 and isinstance(m.ops, FoldedNorms), counts

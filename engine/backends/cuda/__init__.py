@@ -156,20 +156,25 @@ def _overlap(a: DArray, b: DArray) -> bool:
 
 
 class FoldedNorms:
-    """The operators, with each one-row weighted RMSNorm folded into the
-    decode GEMVs that read it (launchers/gemv.py norm=): one launch a layer
-    less (the attention or DeltaNet input norm), and the output norm's.
+    """The operators, with a one-row weighted RMSNorm folded into the decode
+    gate/up GEMV that reads it (launchers/gemv.py norm=): the FFN input norm
+    where the model forms it with ``rms_norm`` (the llama family, whose Wo
+    GEMV adds the residual). Inside the decode graph that norm sat between
+    the O projection and gate/up, and gate/up could not hide it (190 us a
+    step on qwen3-8b, reports/notes/decode-in-graph-2026-12-01.md); the
+    attention input norm before the QKV GEMV cost nothing there, and folding
+    it into QKV made the step slower, so only ``glu`` folds.
 
     ``rms_norm`` of one row records the norm instead of launching it and hands
-    out its output array; ``matmul``/``matmuls``/``glu`` given that very array
-    read x through the norm instead. Any other operator settles it first: if
-    it reads the output, or no GEMV took the norm, the norm is launched then
-    (x is as it was: nothing ran in between but GEMVs); otherwise it is
-    dropped, and an operator that later reads the dropped output raises
-    (there is nothing in it). The model code stays the math; prefill (more
-    than one row) is unchanged."""
+    out its output array; ``glu`` given that very array reads x through the
+    norm instead. Any other operator settles it first: if it reads the
+    output, or no GEMV took the norm, the norm is launched then (x is as it
+    was: nothing ran in between but GEMVs); otherwise it is dropped, and an
+    operator that later reads the dropped output raises (there is nothing in
+    it). The model code stays the math; prefill (more than one row) is
+    unchanged."""
 
-    FOLDING = {"matmul": "_matmul", "matmuls": "_matmuls", "glu": "_glu"}  # each takes norm=
+    FOLDING = {"glu": "_glu"}  # the operator that folds, and its form that takes norm=
 
     def __init__(self, ops: "Ops"):
         self._ops, self._pending, self._dropped = ops, None, []
@@ -207,16 +212,10 @@ class FoldedNorms:
         return op
 
     def _can_fold(self, name: str, args, kw) -> bool:
-        """A GEMV reads the norm's input instead: one row, at most one of bias
-        and add (matmul), and no other argument is the unwritten output."""
+        """The GEMV reads the norm's input instead, unless another argument is
+        the unwritten output."""
         rest = list(args[1:]) + list(kw.values())
-        if any(_overlap(a, self._pending["y"]) for a in _arrays(rest)):
-            return False
-        if name == "matmul":
-            bias = kw.get("bias", args[2] if len(args) > 2 else None)
-            add = kw.get("add", args[3] if len(args) > 3 else None)
-            return bias is None or add is None
-        return True
+        return not any(_overlap(a, self._pending["y"]) for a in _arrays(rest))
 
     def _settle(self, args) -> None:
         arrays = list(_arrays(args))
