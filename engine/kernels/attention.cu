@@ -733,8 +733,9 @@ attention_prefill(const float* q, const kv_t* k_cache, const kv_t* v_cache, floa
 // Prefill on the tensor cores (f16 K/V cache, HEAD_DIM 64, 128 or 256): flash
 // attention 2's layout with mma.sync m16n8k16 (f16 in, fp32 accumulate).
 //
-// grid (ceil(T/TQ), n_head), block TC_THREADS (4 warps); warp w owns query
-// rows 16w..16w+15 of the block's TQ. Per TK-key tile of the visible range
+// grid (n_head, ceil(T/TQ)), block TC_THREADS (4 warps), the last query tile
+// in the first row of blocks; warp w owns query rows 16w..16w+15 of the
+// block's TQ. Per TK-key tile of the visible range
 // [klo, khi] (as attention_prefill finds it):
 //   K, V tiles -> shared memory by cp.async into two buffers, the next tile's
 //       copies in flight while this one is computed (rows past khi zero);
@@ -794,7 +795,10 @@ attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, f
     __shared__ int qpos_s[TQ];
     __shared__ int range_s[2];
 
-    const int h = blockIdx.y, g = h / G, t0 = blockIdx.x * TQ;
+    // The last query tiles first: under the causal mask a tile's work grows with
+    // its index, and blocks start in launch order, so the longest ones start
+    // first and the tail of the grid is short tiles.
+    const int h = blockIdx.x, g = h / G, t0 = (gridDim.y - 1 - blockIdx.y) * TQ;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gid = lane >> 2, tig = lane & 3;  // an accumulator's row (and row + 8) and column pair
 

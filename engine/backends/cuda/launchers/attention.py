@@ -126,7 +126,7 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         assert tc, (k_cache.dtype, head_dim)
         shared = 2 * (TC_TQ + 4 * tc_keys(head_dim)) * (head_dim + 8)  # Q, two K and two V tiles of f16 rows padded by 8
         fn = launch.function(dev, "attention.cu", "attention_prefill_tc", defines, shared)
-        dev.launch(fn, (launch.ceil_div(T, TC_TQ), n_head), (TC_THREADS,),
+        dev.launch(fn, (n_head, launch.ceil_div(T, TC_TQ)), (TC_THREADS,),  # the last query tiles first
                    [q, k_cache, v_cache, out, pos, T, n_head, n_head_kv] + args_tail, shared=shared)
         return
     if path == "prefill":
