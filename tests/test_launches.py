@@ -131,9 +131,10 @@ def test_deltanet_l2_norms_are_one_launch_each():
 
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-qwen2", "tiny-gemma3", "tiny-qwen3moe", "tiny-qwen35"])
 def test_decode_ffn_norm_folds_into_gate_up(name):
-    """A decode step of the llama family launches no FFN input norm: the
-    gate/up GEMV reads x through it (gemv.cu GEMV_NORM), its launch carrying
-    the norm's weight; the attention input and output norms still launch.
+    """A decode step of the llama family and of dense qwen35 launches no FFN
+    input norm: the gate/up GEMV reads x through it (gemv.cu GEMV_NORM), its
+    launch carrying the norm's weight; the attention input and output norms
+    still launch.
     Families whose FFN norm is add_rms_norm's keep it. Prefill (more rows)
     keeps every norm."""
     from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
@@ -155,6 +156,8 @@ def test_decode_ffn_norm_folds_into_gate_up(name):
     llama = m.config.arch in ("llama", "qwen2", "qwen3")
     if llama:
         assert counts["rms_norm"] == n_layer + 1 and prefill["rms_norm"] >= 2 * n_layer, (counts, prefill)
+    if llama or m.config.arch == "qwen35":  # (dense qwen35: after either mixer)
+        assert counts["add_rms_norm"] == 0, counts
         # (gate and up not stored back to back: two GEMVs, each carrying it, then the GLU kernel)
         carried = {args[-2].ptr for k, args in launched if k.startswith("gemv") and hasattr(args[-2], "ptr")}
         assert carried == {m.layers[i].ffn_norm.ptr for i in range(n_layer)}, "gate/up should carry the FFN norms"

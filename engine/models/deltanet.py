@@ -34,8 +34,9 @@ TENSORS = {
 }
 
 
-def gated_deltanet(ops, cfg, w, x, state):
-    """The layer's output for the rows of ``x`` (the caller adds it to the residual)."""
+def gated_deltanet(ops, cfg, w, x, state, residual=None):
+    """The layer's output for the rows of ``x`` (the caller adds it to the residual, or the output
+    projection adds ``residual`` where given)."""
     s, T = cfg.ssm, x.shape[0]
     u = ops.rms_norm(x, w.attn_norm, cfg.rms_eps)
     mix, z, b, a = ops.matmuls(u, (w.w_qkv, w.w_z, w.w_beta, w.w_alpha))
@@ -45,4 +46,4 @@ def gated_deltanet(ops, cfg, w, x, state):
     k = ops.l2_norm(k.reshape(T, s.n_k_heads, s.head_k), cfg.rms_eps)
     o = ops.delta_rule(q, k, v.reshape(T, s.n_v_heads, s.head_v), g, beta, state)
     o = ops.swiglu(z.reshape(T, s.n_v_heads, s.head_v), ops.rms_norm(o, w.norm, cfg.rms_eps))  # SiLU(z) ⊙ norm(o)
-    return ops.matmul(o.reshape(T, s.value_dim), w.w_out)
+    return ops.matmul(o.reshape(T, s.value_dim), w.w_out, add=residual)

@@ -32,14 +32,22 @@ def layer_kinds(cfg) -> list[str]:
     return ["recurrent" if r else "attention" for r in cfg.recurrent]
 
 
-def block(ops, cfg, w, il, x, positions, state):
+def mixer(ops, cfg, w, il, x, positions, state, residual=None):
+    """The layer's token mixer: Gated DeltaNet or attention (plus ``residual``, where given)."""
     if cfg.recurrent[il]:
-        a = deltanet.gated_deltanet(ops, cfg, w, x, state)
-    else:
-        a = attention.self_attention(ops, cfg, w, il, x, positions, state)
-    x, m = ops.add_rms_norm(x, a, w.ffn_norm, cfg.rms_eps)  # x += mixer; m = RMSNorm(x)·post_attention_norm
+        return deltanet.gated_deltanet(ops, cfg, w, x, state, residual=residual)
+    return attention.self_attention(ops, cfg, w, il, x, positions, state, residual=residual)
+
+
+def block(ops, cfg, w, il, x, positions, state):
     if cfg.moe:
+        a = mixer(ops, cfg, w, il, x, positions, state)
+        x, m = ops.add_rms_norm(x, a, w.ffn_norm, cfg.rms_eps)  # x += mixer; m = RMSNorm(x)·post_attention_norm
         return ops.add(moe.moe_ffn(ops, cfg, w, m, add=x), moe.shared_expert(ops, w, m))
+    # dense, as llama.py: the mixer's output projection adds the residual (decode: its GEMV's
+    # epilogue), then the norm alone, which decode folds into the gate/up GEMV
+    x = mixer(ops, cfg, w, il, x, positions, state, residual=x)  # x + mixer
+    m = ops.rms_norm(x, w.ffn_norm, cfg.rms_eps)
     h = ffn.gated_hidden(ops, w, m, cfg.activation)
     return ops.matmul(h, w.w_down, add=x)
 
