@@ -96,6 +96,22 @@ def test_prefill_matches_numpy(name, engines):
     assert np.abs(lg - lr).max() <= tol, float(np.abs(lg - lr).max())
 
 
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-gemma3", "tiny-qwen3moe"])
+def test_prefill_bf16_copies_change_no_bit(name, monkeypatch):
+    """The norms and the GLU writing their bf16 copies (PRODUCERS_WRITE_BF16)
+    is only where the rounding happens: a prefill's logits have the same bits
+    with f32_to_bf16 rounding every GEMM input."""
+    import engine.backends.cuda as cuda_backend
+    from engine.model import Model
+
+    path = catalog.model_path(name, progress=False)
+    logits = []
+    for on in (True, False):
+        monkeypatch.setattr(cuda_backend, "PRODUCERS_WRITE_BF16", on)
+        logits.append(Model(path, backend="cuda", eager=True).forward(PROMPT))
+    np.testing.assert_array_equal(logits[0], logits[1])
+
+
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-gemma3"])
 def test_graph_decode_equals_eager(name, engines):
     """The captured graph must compute exactly what the eager launches do."""

@@ -265,6 +265,12 @@ def test_rms_norm(dev, rows, n, weight):
     assert_close(dy.numpy(), ops.rms_norm(x, w, eps), NORM_ATOL, NORM_RTOL, f"rms_norm {rows}x{n}")
     norm.rms_norm(dev, dx, dw, dx, eps)  # in place (y aliases x)
     assert_close(dx.numpy(), ops.rms_norm(x, w, eps), NORM_ATOL, NORM_RTOL, "rms_norm in place")
+    # with a bf16 copy (a prefill GEMM's input): y's bits unchanged, the copy y rounded to nearest even
+    dx, yb = dev.upload(x), poisoned(dev, (rows, n), np.uint16)
+    dy2 = poisoned(dev, (rows, n))
+    norm.rms_norm(dev, dx, dw, dy2, eps, yb=yb)
+    np.testing.assert_array_equal(dy2.numpy(), dy.numpy(), err_msg=f"rms_norm with yb (seed {SEED})")
+    np.testing.assert_array_equal(yb.numpy(), bf16_bits(dy.numpy()), err_msg=f"rms_norm yb (seed {SEED})")
 
 
 @gpu
@@ -700,6 +706,14 @@ def test_gated_activations(dev, n, misaligned):
     err = np.abs(dy.numpy() - ref)
     bad = ~(err <= 1e-7 + 3e-4 * np.abs(g64 * u64) + 1e-5 * np.abs(ref))
     assert not bad.any(), f"gelu_tanh_mul: {bad.sum()} bad, worst {err.max():.3g} (seed {SEED})"
+    # with a bf16 copy (a prefill GEMM's input): the same fp32 bits, and the copy rounded to nearest even
+    for glu in (elementwise.silu_mul, elementwise.gelu_tanh_mul):
+        glu(dev, dg, du, dy)
+        plain = dy.numpy()
+        yb = poisoned(dev, (n,), np.uint16)
+        glu(dev, dg, du, dy, yb=yb)
+        np.testing.assert_array_equal(dy.numpy(), plain, err_msg=f"{glu.__name__} with yb (seed {SEED})")
+        np.testing.assert_array_equal(yb.numpy(), bf16_bits(plain), err_msg=f"{glu.__name__} yb (seed {SEED})")
 
 
 @gpu

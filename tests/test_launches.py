@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from engine import cli
@@ -96,23 +97,41 @@ def test_projections_of_one_type_share_a_launch():
 
 
 def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
-    """A prefill GEMM group (Q/K/V, gate/up) rounds its input to bf16 once
-    and dequantises each run of one-type weights stored back to back with one
-    launch: per layer 4 roundings (attention input and output, FFN input and
-    hidden) and a dequant per run, whatever the group's size. The down
-    projection adds into the residual stream in its GEMM's epilogue: no add."""
+    """A prefill GEMM group (Q/K/V, gate/up) reads its input in bf16, rounded
+    once, and dequantises each run of one-type weights stored back to back
+    with one launch (a dequant per run, whatever the group's size). The norms
+    and the GLU write their bf16 copy themselves (PRODUCERS_WRITE_BF16): per
+    layer one f32_to_bf16 is left, the attention output's. Every bf16 GEMM
+    reads an array that one of those launches wrote. The down projection adds
+    into the residual stream in its GEMM's epilogue: no add."""
     from collections import Counter
 
     from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
     from engine.gguf_file import GGUFFile
     from engine.model import Model
 
+    class Cublas(RecordingCublas):
+        inputs = []
+
+        def gemm(self, x, w, y, T, n_in, n_out, dtype="bf16", accumulate=False):
+            self.inputs.append((x.ptr, dtype))
+
     path = _path("tiny-qwen3")
-    dev = RecordingDevice()
-    m = Model(path, backend="cuda", eager=True, device=dev, cublas=RecordingCublas())
+    dev, cublas = RecordingDevice(), Cublas()
+    written, launch = set(), dev.launch
+
+    def spy(fn, grid, block, args, shared=0):  # the bf16 arrays kernels write: (y of f32_to_bf16, yb of the others)
+        bf16 = [a for a in args if getattr(a, "dtype", None) == np.uint16]
+        if fn[1] in ("f32_to_bf16", "rms_norm", "silu_mul"):
+            written.update(a.ptr for a in bf16)
+        return launch(fn, grid, block, args, shared)
+
+    dev.launch = spy
+    m = Model(path, backend="cuda", eager=True, device=dev, cublas=cublas)
     m.forward(list(range(1, 65)))
     counts, n_layer = Counter(name for (_, name), *_ in dev.launches), m.config.n_layer
-    assert counts["f32_to_bf16"] == 4 * n_layer and counts["add"] == 0, counts
+    assert counts["f32_to_bf16"] == n_layer and counts["add"] == 0, counts
+    assert cublas.inputs and all(dt == "bf16" and ptr in written for ptr, dt in cublas.inputs), cublas.inputs
     gf = GGUFFile(path)
     runs = 0
     for il in range(n_layer):
@@ -120,6 +139,33 @@ def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
             types = [gf.tensor_type(f"blk.{il}.{t}.weight") for t in group]
             runs += 1 + sum(a != b for a, b in zip(types, types[1:]))
     assert sum(v for k, v in counts.items() if k.startswith("dequant_")) == runs, counts
+
+
+def test_prefill_bf16_copy_is_dropped_when_written_in_place(monkeypatch):
+    """A bf16 copy belongs to the array its kernel wrote, as that kernel left
+    it: an operator that changes the array in place drops it (a GEMM then
+    converts again), a new layer drops them all, and none is made where a
+    GEMV reads the array (decode) or with PRODUCERS_WRITE_BF16 off."""
+    import engine.backends.cuda as cuda_backend
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    dev = RecordingDevice()
+    m = Model(_path("tiny-qwen3"), backend="cuda", eager=True, device=dev, cublas=RecordingCublas())
+    ops = cuda_backend.Ops(m.backend)
+    x = dev.empty((8, 64))
+    w = dev.empty((64,))
+    y = ops.rms_norm(x, w, 1e-6)
+    assert id(y) in ops._bf16
+    ops.softcap(y, 30.0)
+    assert id(y) not in ops._bf16
+    y2 = ops.rms_norm(x, w, 1e-6)
+    ops.end_layer(x)
+    assert id(y2) not in ops._bf16
+    assert ops.rms_norm(dev.empty((1, 64)), w, 1e-6) is not None and not ops._bf16  # one row: a GEMV's
+    monkeypatch.setattr(cuda_backend, "PRODUCERS_WRITE_BF16", False)
+    ops.rms_norm(x, w, 1e-6)
+    assert not ops._bf16
 
 
 def test_deltanet_l2_norms_are_one_launch_each():

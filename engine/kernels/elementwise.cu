@@ -15,23 +15,36 @@ __device__ __forceinline__ bool aligned16(const void* a, const void* b, const vo
     return ((reinterpret_cast<size_t>(a) | reinterpret_cast<size_t>(b) | reinterpret_cast<size_t>(c)) & 15) == 0;
 }
 
-// y[i] = f(a[i], b[i]) over n elements (a, b, y may alias each other).
+// y[i] = f(a[i], b[i]) over n elements (a, b, y may alias each other); where
+// yb is not NULL, also y rounded to bf16 (nearest even, as f32_to_bf16 rounds:
+// a prefill GEMM's input, with no conversion launch).
 template <typename F>
-__device__ __forceinline__ void map2(const float* a, const float* b, float* y, int n, F f) {
+__device__ __forceinline__ void map2(const float* a, const float* b, float* y, int n, F f,
+                                     __nv_bfloat16* yb = nullptr) {
     const int tid = blockIdx.x * blockDim.x + threadIdx.x;
     const int stride = gridDim.x * blockDim.x;
     int done = 0;
-    if (aligned16(a, b, y)) {
+    if (aligned16(a, b, y) && (reinterpret_cast<size_t>(yb) & 7) == 0) {
         const float4* a4 = reinterpret_cast<const float4*>(a);
         const float4* b4 = reinterpret_cast<const float4*>(b);
         float4* y4 = reinterpret_cast<float4*>(y);
+        __nv_bfloat162* b2 = reinterpret_cast<__nv_bfloat162*>(yb);
         for (int i = tid; i < n / 4; i += stride) {
             const float4 u = a4[i], v = b4[i];
-            y4[i] = make_float4(f(u.x, v.x), f(u.y, v.y), f(u.z, v.z), f(u.w, v.w));
+            const float4 r = make_float4(f(u.x, v.x), f(u.y, v.y), f(u.z, v.z), f(u.w, v.w));
+            y4[i] = r;
+            if (yb) {
+                b2[2 * i] = __floats2bfloat162_rn(r.x, r.y);
+                b2[2 * i + 1] = __floats2bfloat162_rn(r.z, r.w);
+            }
         }
         done = n / 4 * 4;
     }
-    for (int i = done + tid; i < n; i += stride) y[i] = f(a[i], b[i]);
+    for (int i = done + tid; i < n; i += stride) {
+        const float r = f(a[i], b[i]);
+        y[i] = r;
+        if (yb) yb[i] = __float2bfloat16_rn(r);
+    }
 }
 
 // x[i] = f(x[i]) in place.
@@ -64,14 +77,14 @@ extern "C" __global__ void sigmoid_mul(const float* a, const float* g, float* y,
     map2(a, g, y, n, SigmoidMul());
 }
 
-extern "C" __global__ void silu_mul(const float* g, const float* u, float* y, int n) {
+extern "C" __global__ void silu_mul(const float* g, const float* u, float* y, __nv_bfloat16* yb, int n) {
     KERNEL_START();
-    map2(g, u, y, n, SiluMul());
+    map2(g, u, y, n, SiluMul(), yb);
 }
 
-extern "C" __global__ void gelu_tanh_mul(const float* g, const float* u, float* y, int n) {
+extern "C" __global__ void gelu_tanh_mul(const float* g, const float* u, float* y, __nv_bfloat16* yb, int n) {
     KERNEL_START();
-    map2(g, u, y, n, GeluTanhMul());
+    map2(g, u, y, n, GeluTanhMul(), yb);
 }
 
 extern "C" __global__ void add(const float* a, const float* b, float* y, int n) {

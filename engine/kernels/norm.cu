@@ -9,7 +9,7 @@
 // ~n/4 threads, so each thread owns about one float4: 32 threads for a
 // 128-wide head norm, 1024 for n_embd 4096..8192).
 // y may alias x (each thread rewrites only the elements it read). w may be
-// NULL (no weight).
+// NULL (no weight). rms_norm's yb, where not NULL, gets y rounded to bf16.
 #include "common.cuh"
 
 // float4 path when the row is a whole number of 16-byte-aligned float4s
@@ -19,13 +19,16 @@ __device__ __forceinline__ bool vec4_ok(const void* a, const void* b, const void
                              reinterpret_cast<size_t>(c)) & 15) == 0;
 }
 
-// Second pass shared by both kernels: y = (scale*x)*w.
-__device__ __forceinline__ void write_scaled(const float* xr, const float* w, float* yr, int n,
-                                             float scale, bool vec) {
+// Second pass shared by both kernels: y = (scale*x)*w, and where yb is not
+// NULL the same values rounded to bf16 (nearest even, as f32_to_bf16 rounds
+// them: a prefill GEMM's input, with no conversion launch).
+__device__ __forceinline__ void write_scaled(const float* xr, const float* w, float* yr, __nv_bfloat16* yb,
+                                             int n, float scale, bool vec) {
     if (vec) {
         const float4* x4 = reinterpret_cast<const float4*>(xr);
         const float4* w4 = reinterpret_cast<const float4*>(w);
         float4* y4 = reinterpret_cast<float4*>(yr);
+        __nv_bfloat162* b2 = reinterpret_cast<__nv_bfloat162*>(yb);
         for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
             float4 v = x4[i];
             v.x *= scale; v.y *= scale; v.z *= scale; v.w *= scale;
@@ -34,11 +37,16 @@ __device__ __forceinline__ void write_scaled(const float* xr, const float* w, fl
                 v.x *= g.x; v.y *= g.y; v.z *= g.z; v.w *= g.w;
             }
             y4[i] = v;
+            if (yb) {
+                b2[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+                b2[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+            }
         }
     } else {
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const float v = scale * xr[i];
-            yr[i] = w ? v * w[i] : v;
+            const float v = scale * xr[i], r = w ? v * w[i] : v;
+            yr[i] = r;
+            if (yb) yb[i] = __float2bfloat16_rn(r);
         }
     }
 }
@@ -59,15 +67,16 @@ __device__ __forceinline__ float sum_sq(const float* r, int n, bool vec) {
     return ss;
 }
 
-extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, __nv_bfloat16* yb, int n, float eps) {
     KERNEL_START();
     __shared__ float scratch[32];
     const float* xr = x + (size_t)blockIdx.x * n;
     float* yr = y + (size_t)blockIdx.x * n;
-    const bool vec = vec4_ok(x, w, y, n);
+    __nv_bfloat16* ybr = yb ? yb + (size_t)blockIdx.x * n : nullptr;
+    const bool vec = vec4_ok(x, w, y, n) && (reinterpret_cast<size_t>(ybr) & 7) == 0;
 
     const float scale = rsqrtf(block_sum(sum_sq(xr, n, vec), scratch) / (float)n + eps);
-    write_scaled(xr, w, yr, n, scale, vec);
+    write_scaled(xr, w, yr, ybr, n, scale, vec);
 }
 
 // The residual add, with the norms on either side of it (one launch, one
@@ -135,7 +144,7 @@ extern "C" __global__ void add_rms_norm(float* x, const float* a, const float* w
     // own re-reads below (same thread, same indices: no cross-thread hazard).
     const float scale_y = rsqrtf(block_sum(ss, scratch) / (float)n + eps);
     const size_t row = (size_t)blockIdx.x * n;
-    write_scaled(xr, w0, y0 + row, n, scale_y, vec);
-    if (y1) write_scaled(xr, w1, y1 + row, n, scale_y, vec);
-    if (y2) write_scaled(xr, w2, y2 + row, n, scale_y, vec);
+    write_scaled(xr, w0, y0 + row, nullptr, n, scale_y, vec);
+    if (y1) write_scaled(xr, w1, y1 + row, nullptr, n, scale_y, vec);
+    if (y2) write_scaled(xr, w2, y2 + row, nullptr, n, scale_y, vec);
 }

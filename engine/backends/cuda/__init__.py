@@ -33,6 +33,10 @@ from .device import DArray, Device, Workspace
 # Prefill/decode switch: up to this many tokens the matrix-vector kernels
 # read the quantised weights directly; above it, dequantise + GEMM.
 GEMV_MAX_TOKENS = 1
+# Prefill: the norms and the GLU write their output in bf16 too, beside its fp32
+# values, and a GEMM reading that output takes the bf16 copy (the same bits
+# f32_to_bf16 would make), with no conversion launch. A test turns it off.
+PRODUCERS_WRITE_BF16 = True
 
 # Architectures the CUDA backend does not run yet (their kernels are not yet
 # validated on a GPU against the catalog): refused at load, and --backend auto
@@ -253,19 +257,37 @@ class Ops:
 
         self.b, self.dev = backend, backend.dev
         self._scratch: DArray | None = None
+        self._bf16: dict[int, tuple[DArray, DArray]] = {}  # id(y) -> (y, y in bf16): this layer's
 
     def _empty(self, shape, dtype=np.float32) -> DArray:
         return self.b.workspace.empty(shape, dtype)
+
+    def _bf16_beside(self, y: DArray) -> DArray | None:
+        """Where a prefill GEMM may read ``y`` (rows of a matrix, more than a
+        GEMV takes): a bf16 array for the kernel writing y to fill too, which
+        _gemms then reads for y (found by the object: a view of y is another,
+        and converts). None otherwise."""
+        if not PRODUCERS_WRITE_BF16 or len(y.shape) != 2 or y.shape[0] <= GEMV_MAX_TOKENS:
+            return None
+        yb = self._empty(y.shape, np.uint16)
+        self._bf16[id(y)] = (y, yb)
+        return yb
+
+    def _written(self, *xs: DArray) -> None:
+        """``xs`` are changed in place: their bf16 copies no longer hold them."""
+        for x in xs:
+            self._bf16.pop(id(x), None)
 
     def embed(self, table: QWeight, tokens: DArray, scale: float = 1.0) -> DArray:
         x = self._empty((tokens.size, table.n_in))
         launchers.dequant.get_rows(self.dev, table.data, table.qtype, tokens, x, table.n_in, scale)
         self.b.workspace.set_mark()  # everything after the embedding is per-layer scratch
+        self._bf16.clear()  # a new pass
         return x
 
     def rms_norm(self, x: DArray, w: DArray | None, eps: float) -> DArray:
         y = self._empty(x.shape)
-        launchers.norm.rms_norm(self.dev, x, w, y, eps)
+        launchers.norm.rms_norm(self.dev, x, w, y, eps, yb=self._bf16_beside(y))
         return y
 
     def matmuls(self, x: DArray, weights, biases=None) -> list[DArray]:
@@ -331,12 +353,14 @@ class Ops:
         (one per weight, if ``w`` is a tuple): one launch."""
         ws = w if isinstance(w, tuple) else (w,)
         ys = tuple(self._empty(x.shape) for _ in ws)
+        self._written(x)
         launchers.norm.add_rms_norm(self.dev, x, a, ws, ys, eps, a_norm=a_norm)
         return (x, *ys)
 
     def norm_add(self, x: DArray, a: DArray, w: DArray, eps: float, scale: DArray | None = None,
                  x_norm: DArray | None = None) -> DArray:
         """``x = (x + RMSNorm(a)·w)·scale`` in place (x normed first with ``x_norm``): one launch."""
+        self._written(x)
         launchers.norm.add_rms_norm(self.dev, x, a, None, None, eps, a_norm=w, scale=scale, x_norm=x_norm)
         return x
 
@@ -373,12 +397,18 @@ class Ops:
         assert into is None or (len(weights) == 1 and (into.ptr >= x.ptr + x.nbytes or x.ptr >= into.ptr + into.nbytes))
         out, converted, i = [], {}, 0
 
-        def x_as(kind: str) -> DArray:  # x rounded to f16 or bf16 once
+        def x_as(kind: str) -> DArray:  # x rounded to f16 or bf16 once (or bf16 as its kernel wrote it)
+            beside = self._bf16.get(id(x)) if kind == "bf16" else None
+            if beside is not None and beside[0] is x:
+                converted[kind] = beside[1]
             if kind not in converted:
                 xr = converted[kind] = self._empty((T, n_in), np.float16 if kind == "f16" else np.uint16)
                 (launchers.elementwise.f32_to_f16 if kind == "f16" else launchers.elementwise.f32_to_bf16)(
                     self.dev, x, xr)
             return converted[kind]
+
+        if into is not None:
+            self._written(into)
 
         while i < len(weights):
             w = weights[i]
@@ -423,6 +453,7 @@ class Ops:
             groups = [both]
         else:
             groups = xs
+        self._written(*xs)
         for x in groups:
             r = rotation
             launchers.rope.rope(self.dev, x, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale, r.freq_div)
@@ -432,6 +463,7 @@ class Ops:
                      eps: float) -> list[DArray]:
         """Per-head RMSNorm and RoPE of q and k in place (this pass's own temporaries), one launch."""
         r = rotation
+        self._written(q, k)
         launchers.rope.qk_norm_rope(self.dev, q, k, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale,
                                     r.freq_div, q_norm, k_norm, eps)
         return [q, k]
@@ -454,12 +486,12 @@ class Ops:
 
     def swiglu(self, g: DArray, u: DArray) -> DArray:
         y = self._empty(g.shape)
-        launchers.elementwise.silu_mul(self.dev, g, u, y)
+        launchers.elementwise.silu_mul(self.dev, g, u, y, yb=self._bf16_beside(y))
         return y
 
     def geglu(self, g: DArray, u: DArray) -> DArray:
         y = self._empty(g.shape)
-        launchers.elementwise.gelu_tanh_mul(self.dev, g, u, y)
+        launchers.elementwise.gelu_tanh_mul(self.dev, g, u, y, yb=self._bf16_beside(y))
         return y
 
     def sigmoid_mul(self, a: DArray, g: DArray) -> DArray:
@@ -579,9 +611,8 @@ class Ops:
         g, u = self._empty((T * k, n_ff)), self._empty((T * k, n_ff))
         launchers.moe_gemm.gemm(self.dev, gate_exps.data, gate_exps.qtype, xs, grouping, g, n_embd, n_ff)
         launchers.moe_gemm.gemm(self.dev, up_exps.data, up_exps.qtype, xs, grouping, u, n_embd, n_ff)
-        glu(self.dev, g, u, g)
         hs = self._empty((T * k, n_ff), np.uint16)
-        launchers.elementwise.f32_to_bf16(self.dev, g, hs)
+        glu(self.dev, g, u, g, hs)  # hs: the hidden in bf16, the down GEMM's input
         d = self._empty((T * k, n_embd))
         launchers.moe_gemm.gemm(self.dev, down_exps.data, down_exps.qtype, hs, grouping, d, n_ff, n_embd)
         launchers.moe_gemm.combine(self.dev, d, grouping, weights, add, y)
@@ -593,6 +624,7 @@ class Ops:
         return y
 
     def softcap(self, x: DArray, cap: float) -> DArray:
+        self._written(x)
         launchers.elementwise.softcap(self.dev, x, cap)
         return x
 
@@ -605,6 +637,7 @@ class Ops:
         512-token prefill needs one layer's scratch, not 36 layers'. A decode
         step's temporaries are small: it keeps them all and saves the copy
         (a graph of kernels only, so each can overlap the next: common.cuh)."""
+        self._bf16.clear()  # the layer's temporaries are released
         if x.shape[0] <= GEMV_MAX_TOKENS:
             return x
         return self.b.workspace.keep(x)

@@ -87,6 +87,12 @@ def check_f32(*arrays: DArray | None) -> None:
             raise TypeError(f"expected a float32 DArray, got {a.dtype} {a.shape}")
 
 
+def check_bf16_bits(a: DArray | None, size: int) -> None:
+    """``a`` (where given) holds ``size`` bf16 values as uint16 bits."""
+    if a is not None and (a.dtype != np.uint16 or a.size != size):
+        raise TypeError(f"expected {size} bf16 values as a uint16 DArray, got {a.dtype} {a.shape}")
+
+
 def scratch(dev: Device, name: str, nbytes: int) -> DArray:
     """A per-device buffer of at least ``nbytes``, reused across calls (one
     stream, so consecutive kernels never use it concurrently). Allocated

@@ -14,18 +14,21 @@ def _ew_launch(dev: Device, name: str, n: int, args: list) -> None:
     dev.launch(launch.function(dev, "elementwise.cu", name), (blocks,), (256,), args)
 
 
-def silu_mul(dev: Device, g: DArray, u: DArray, y: DArray) -> None:
-    """y = silu(g) * u (SwiGLU)."""
+def silu_mul(dev: Device, g: DArray, u: DArray, y: DArray, yb: DArray | None = None) -> None:
+    """y = silu(g) * u (SwiGLU); ``yb`` (bf16 bits), where given, gets y
+    rounded to bf16 as f32_to_bf16 rounds it."""
     launch.check_f32(g, u, y)
     assert g.size == u.size == y.size
-    _ew_launch(dev, "silu_mul", g.size, [g, u, y, g.size])
+    launch.check_bf16_bits(yb, y.size)
+    _ew_launch(dev, "silu_mul", g.size, [g, u, y, launch.null_or(yb), g.size])
 
 
-def gelu_tanh_mul(dev: Device, g: DArray, u: DArray, y: DArray) -> None:
-    """y = gelu_tanh(g) * u (GeGLU, gemma)."""
+def gelu_tanh_mul(dev: Device, g: DArray, u: DArray, y: DArray, yb: DArray | None = None) -> None:
+    """y = gelu_tanh(g) * u (GeGLU, gemma); ``yb`` as silu_mul's."""
     launch.check_f32(g, u, y)
     assert g.size == u.size == y.size
-    _ew_launch(dev, "gelu_tanh_mul", g.size, [g, u, y, g.size])
+    launch.check_bf16_bits(yb, y.size)
+    _ew_launch(dev, "gelu_tanh_mul", g.size, [g, u, y, launch.null_or(yb), g.size])
 
 
 def sigmoid_mul(dev: Device, a: DArray, g: DArray, y: DArray) -> None:

@@ -11,15 +11,17 @@ def _norm_threads(n: int) -> int:
     return min(1024, max(32, 32 * launch.ceil_div(n, 128)))
 
 
-def rms_norm(dev: Device, x: DArray, w: DArray | None, y: DArray, eps: float) -> None:
+def rms_norm(dev: Device, x: DArray, w: DArray | None, y: DArray, eps: float, yb: DArray | None = None) -> None:
     """y = x * rsqrt(mean(x², last axis) + eps) * w, for every row of x (any
-    leading shape: [T, n] model norms, [T, H, D] per-head Q/K norms). y may be x."""
+    leading shape: [T, n] model norms, [T, H, D] per-head Q/K norms). y may be x.
+    ``yb`` (bf16 bits, uint16), where given, gets y rounded to bf16 as f32_to_bf16 rounds it."""
     launch.check_f32(x, w, y)
     n = x.shape[-1]
     rows = x.size // n
     assert y.size == x.size and (w is None or w.size == n), (x.shape, y.shape, w and w.shape)
+    launch.check_bf16_bits(yb, y.size)
     fn = launch.function(dev, "norm.cu", "rms_norm")
-    dev.launch(fn, (rows,), (_norm_threads(n),), [x, launch.null_or(w), y, n, float(eps)])
+    dev.launch(fn, (rows,), (_norm_threads(n),), [x, launch.null_or(w), y, launch.null_or(yb), n, float(eps)])
 
 
 def add_rms_norm(dev: Device, x: DArray, a: DArray, w, y, eps: float, a_norm: DArray | None = None,
