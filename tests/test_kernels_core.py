@@ -506,11 +506,14 @@ def run_attention(dev, r, T, p0, n_ctx, Hkv, G, D, kv_f16, window, path, q_gain=
     pos = (p0 + np.arange(T)).astype(np.int32)
     scale = 1.0 / np.sqrt(D)
     out = poisoned(dev, (T, H * D))
-    attention.attention(dev, dev.upload(q), kc, vc, out, dev.upload(pos), scale, window, path=path)
+    outb = poisoned(dev, (T, H * D), np.uint16) if path == "prefill_tc" else None  # its bf16 copy (Wo's input)
+    attention.attention(dev, dev.upload(q), kc, vc, out, dev.upload(pos), scale, window, path=path, outb=outb)
     ref = ops.attention(q, k, v, pos, scale, window)
     atol, rtol = (ATTN_TC_ATOL, ATTN_TC_RTOL) if path == "prefill_tc" else (ATTN_ATOL, ATTN_RTOL)
     assert_close(out.numpy(), ref, atol, rtol,
                  f"attention {path} T={T} p0={p0} Hkv={Hkv} G={G} D={D} f16={kv_f16} window={window}")
+    if outb is not None:
+        np.testing.assert_array_equal(outb.numpy(), bf16_bits(out.numpy()), err_msg=f"attention outb (seed {SEED})")
 
 
 @gpu

@@ -99,11 +99,11 @@ def test_projections_of_one_type_share_a_launch():
 def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
     """A prefill GEMM group (Q/K/V, gate/up) reads its input in bf16, rounded
     once, and dequantises each run of one-type weights stored back to back
-    with one launch (a dequant per run, whatever the group's size). The norms
-    and the GLU write their bf16 copy themselves (PRODUCERS_WRITE_BF16): per
-    layer one f32_to_bf16 is left, the attention output's. Every bf16 GEMM
-    reads an array that one of those launches wrote. The down projection adds
-    into the residual stream in its GEMM's epilogue: no add."""
+    with one launch (a dequant per run, whatever the group's size). The norms,
+    the tensor-core attention and the GLU write their bf16 copy themselves
+    (PRODUCERS_WRITE_BF16): no f32_to_bf16 is left. Every bf16 GEMM reads an
+    array that one of those launches wrote. The down projection adds into the
+    residual stream in its GEMM's epilogue: no add."""
     from collections import Counter
 
     from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
@@ -122,7 +122,7 @@ def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
 
     def spy(fn, grid, block, args, shared=0):  # the bf16 arrays kernels write: (y of f32_to_bf16, yb of the others)
         bf16 = [a for a in args if getattr(a, "dtype", None) == np.uint16]
-        if fn[1] in ("f32_to_bf16", "rms_norm", "silu_mul"):
+        if fn[1] in ("f32_to_bf16", "rms_norm", "silu_mul", "attention_prefill_tc"):
             written.update(a.ptr for a in bf16)
         return launch(fn, grid, block, args, shared)
 
@@ -130,7 +130,7 @@ def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
     m = Model(path, backend="cuda", eager=True, device=dev, cublas=cublas)
     m.forward(list(range(1, 65)))
     counts, n_layer = Counter(name for (_, name), *_ in dev.launches), m.config.n_layer
-    assert counts["f32_to_bf16"] == n_layer and counts["add"] == 0, counts
+    assert counts["f32_to_bf16"] == 0 and counts["attention_prefill_tc"] == n_layer and counts["add"] == 0, counts
     assert cublas.inputs and all(dt == "bf16" and ptr in written for ptr, dt in cublas.inputs), cublas.inputs
     gf = GGUFFile(path)
     runs = 0

@@ -747,6 +747,7 @@ attention_prefill(const float* q, const kv_t* k_cache, const kv_t* v_cache, floa
 //       the 4 lanes of a quad: two xor shuffles), P rounded to f16 and reused
 //       in registers as the A fragments of O += P·V (an m16n8 accumulator
 //       pair is an m16k16 A fragment), V's B fragments by ldmatrix.trans.
+// outb, where not NULL, gets the output rounded to bf16 too (the Wo GEMM's input).
 // Q and P are rounded to f16 as llama.cpp's own tensor-core attention does;
 // scores, the softmax and O stay fp32. Shared memory: (TQ + 4 TK) * LDH halves
 // (D=128: 87 KB, D=256: 101 KB; launch.function raises the limit).
@@ -785,8 +786,8 @@ __device__ __forceinline__ unsigned pack_half2(float lo, float hi) {  // lo: the
 }
 
 extern "C" __global__ void __launch_bounds__(TC_THREADS)
-attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, const int* pos,
-                     int T, int n_head, int n_head_kv, float scale, int window) {
+attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, float* out, __nv_bfloat16* outb,
+                     const int* pos, int T, int n_head, int n_head_kv, float scale, int window) {
     KERNEL_START();
     extern __shared__ __align__(16) __half tc_smem[];
     __half* Qs = tc_smem;            // [TQ][LDH]
@@ -959,10 +960,13 @@ attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, f
         const int t = t0 + warp * 16 + gid + 8 * r;
         if (t >= T) continue;
         const float inv = 1.0f / lt;
-        float* orow = out + ((size_t)t * n_head + h) * D + tig * 2;
+        const size_t at = ((size_t)t * n_head + h) * D + tig * 2;
 #pragma unroll
-        for (int dt = 0; dt < NDT; ++dt)
-            *reinterpret_cast<float2*>(orow + dt * 8) = make_float2(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        for (int dt = 0; dt < NDT; ++dt) {
+            const float2 v = make_float2(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+            *reinterpret_cast<float2*>(out + at + dt * 8) = v;
+            if (outb) *reinterpret_cast<__nv_bfloat162*>(outb + at + dt * 8) = __floats2bfloat162_rn(v.x, v.y);
+        }
     }
 }
 #endif

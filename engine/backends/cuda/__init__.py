@@ -472,11 +472,13 @@ class Ops:
                   window: int = 0) -> DArray:
         T, H, D = q.shape
         out = self._empty((T, H * D))
-        k_new = v_new = None
+        k_new = v_new = outb = None
         if isinstance(keys, NewRow):  # KVLayer.store of one row: stored by the decode kernel
             keys, k_new, values, v_new = keys.cache, keys.row, values.cache, values.row
+        elif launchers.attention.path_of(T, keys) == "prefill_tc":
+            outb = self._bf16_beside(out)
         launchers.attention.attention(self.dev, q, keys, values, out, positions.dev, scale, window,
-                                      k_new=k_new, v_new=v_new)
+                                      k_new=k_new, v_new=v_new, outb=outb)
         return out
 
     def add(self, a: DArray, b: DArray) -> DArray:

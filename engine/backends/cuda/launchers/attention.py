@@ -94,11 +94,25 @@ def attention_scratch_nbytes(dev: Device, T: int, n_head: int, n_head_kv: int, h
     return 0 if s == 1 else 4 * T * n_head * s * (head_dim + 2)
 
 
+def _tc(k_cache: DArray) -> bool:
+    return _kv_f16(k_cache) == 1 and k_cache.shape[2] in TC_HEAD_DIMS
+
+
+def path_of(T: int, k_cache: DArray) -> str:
+    """The kernel ``attention`` runs for T queries over this cache: "decode"
+    (split-K) up to DECODE_MAX_T, else "prefill_tc" (tensor cores) where the
+    cache is f16 and the head size one of TC_HEAD_DIMS, else "prefill"."""
+    return "decode" if T <= DECODE_MAX_T else "prefill_tc" if _tc(k_cache) else "prefill"
+
+
 def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DArray, pos: DArray,
               scale: float, window: int = 0, scratch: DArray | None = None, path: str | None = None,
-              k_new: DArray | None = None, v_new: DArray | None = None) -> None:
+              k_new: DArray | None = None, v_new: DArray | None = None, outb: DArray | None = None) -> None:
     """Causal GQA attention of q [T, n_head, head_dim] (query t at position
     pos[t]) over the cache rows it can see; out [T, n_head*head_dim].
+
+    outb (bf16 bits, uint16; the tensor-core prefill only, see path_of): out
+    rounded to bf16 as f32_to_bf16 rounds it, written beside it.
 
     k_new, v_new [1, n_head_kv*head_dim] (decode of one query only): this
     step's K and V rows, which the kernel stores into cache row pos[0] before
@@ -118,8 +132,10 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     assert out.size == q.size and pos.dtype == np.int32 and pos.size >= T
     defines = attention_defines(k_cache, n_head)
     args_tail = [float(scale), int(window)]
-    tc = defines["KV_F16"] == 1 and head_dim in TC_HEAD_DIMS
-    path = path or ("decode" if T <= DECODE_MAX_T else "prefill_tc" if tc else "prefill")
+    path = path or path_of(T, k_cache)
+    tc = _tc(k_cache)
+    assert outb is None or path == "prefill_tc", "a bf16 copy of the output is the tensor-core prefill's"
+    launch.check_bf16_bits(outb, out.size)
 
     assert k_new is None or path == "decode", "the step's K/V rows are stored by the decode kernel only"
     if path == "prefill_tc":
@@ -127,7 +143,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         shared = 2 * (TC_TQ + 4 * tc_keys(head_dim)) * (head_dim + 8)  # Q, two K and two V tiles of f16 rows padded by 8
         fn = launch.function(dev, "attention.cu", "attention_prefill_tc", defines, shared)
         dev.launch(fn, (n_head, launch.ceil_div(T, TC_TQ)), (TC_THREADS,),  # the last query tiles first
-                   [q, k_cache, v_cache, out, pos, T, n_head, n_head_kv] + args_tail, shared=shared)
+                   [q, k_cache, v_cache, out, launch.null_or(outb), pos, T, n_head, n_head_kv] + args_tail,
+                   shared=shared)
         return
     if path == "prefill":
         shared = 4 * (3 * PF_BQ * (head_dim + 4) + PF_BQ * (PF_BQ + 4))  # Q, K, V tiles + P
