@@ -98,9 +98,10 @@ def test_prefill_matches_numpy(name, engines):
 
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-gemma3", "tiny-qwen3moe"])
 def test_prefill_bf16_copies_change_no_bit(name, monkeypatch):
-    """The norms and the GLU writing their bf16 copies (PRODUCERS_WRITE_BF16)
-    is only where the rounding happens: a prefill's logits have the same bits
-    with f32_to_bf16 rounding every GEMM input."""
+    """The norms, the GLU and the attention writing their bf16 copies
+    (PRODUCERS_WRITE_BF16) is only where the rounding happens: a prefill's
+    logits have the same bits with f32_to_bf16 rounding every GEMM input.
+    (The MoE model's grouped expert GLU writes its bf16 hidden either way.)"""
     import engine.backends.cuda as cuda_backend
     from engine.model import Model
 

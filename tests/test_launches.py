@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from engine import cli
+from engine.errors import AnvilError
 from engine.backends.cuda.recording import decode_launches
 from harness import catalog
 
@@ -111,7 +112,9 @@ def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
     from engine.model import Model
 
     class Cublas(RecordingCublas):
-        inputs = []
+        def __init__(self):
+            super().__init__()
+            self.inputs = []
 
         def gemm(self, x, w, y, T, n_in, n_out, dtype="bf16", accumulate=False):
             self.inputs.append((x.ptr, dtype))
@@ -143,29 +146,62 @@ def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
 
 def test_prefill_bf16_copy_is_dropped_when_written_in_place(monkeypatch):
     """A bf16 copy belongs to the array its kernel wrote, as that kernel left
-    it: an operator that changes the array in place drops it (a GEMM then
-    converts again), a new layer drops them all, and none is made where a
-    GEMV reads the array (decode) or with PRODUCERS_WRITE_BF16 off."""
+    it: each operator that changes an array in place drops the array's copy
+    (a GEMM then converts again), a new layer or pass drops them all, and none
+    is made where a GEMV reads the array (decode), for a 3-D array, or with
+    PRODUCERS_WRITE_BF16 off. A misaligned copy is refused by the launchers."""
     import engine.backends.cuda as cuda_backend
+    from engine.backends.cuda.device import DArray
+    from engine.backends.cuda.launchers import elementwise, norm
     from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
     from engine.model import Model
 
     dev = RecordingDevice()
     m = Model(_path("tiny-qwen3"), backend="cuda", eager=True, device=dev, cublas=RecordingCublas())
-    ops = cuda_backend.Ops(m.backend)
-    x = dev.empty((8, 64))
-    w = dev.empty((64,))
-    y = ops.rms_norm(x, w, 1e-6)
-    assert id(y) in ops._bf16
-    ops.softcap(y, 30.0)
-    assert id(y) not in ops._bf16
-    y2 = ops.rms_norm(x, w, 1e-6)
+    ops, n = cuda_backend.Ops(m.backend), m.config.n_embd
+    T, hd = 8, m.config.head_dim
+    x, w = dev.empty((T, n)), dev.empty((n,))
+    rot = cuda_backend.Rotation(cuda_backend.Positions(dev.empty((T,), np.int32), T), 10000.0, 1.0, None,
+                                "neox", hd)
+
+    def copied(shape=(T, n)):  # a fresh 2-D array with a bf16 copy
+        y = ops.rms_norm(dev.empty(shape), None, 1e-6)
+        assert id(y) in ops._bf16
+        return y
+
+    heads = lambda y: y.reshape(T, y.shape[1] // hd, hd)  # a view: another object, the same memory
+    in_place = {  # each changes (a view of) its argument in place
+        "add_rms_norm": lambda y: ops.add_rms_norm(y, x, w, 1e-6),
+        "norm_add": lambda y: ops.norm_add(y, x, w, 1e-6),
+        "softcap": lambda y: ops.softcap(y, 30.0),
+        "matmul into the residual": lambda y: ops.matmul(x, m.layers[0].wo, add=y),
+        "rope of its heads": lambda y: ops.rope(rot, heads(y)),
+        "qk_norm_rope of its heads": lambda y: ops.qk_norm_rope(rot, heads(y), heads(copied()), dev.empty((hd,)),
+                                                                  dev.empty((hd,)), 1e-6),
+    }
+    for name, op in in_place.items():
+        y = copied()
+        op(y)
+        assert id(y) not in ops._bf16, f"{name} left a stale bf16 copy"
+    kept = copied()
+    ops.softcap(dev.empty((T, n)), 30.0)  # another array: no copy dropped
+    assert id(kept) in ops._bf16
     ops.end_layer(x)
-    assert id(y2) not in ops._bf16
-    assert ops.rms_norm(dev.empty((1, 64)), w, 1e-6) is not None and not ops._bf16  # one row: a GEMV's
+    assert not ops._bf16, "end_layer kept a copy"
+    copied()
+    ops.embed(m.glob.token_embd, dev.empty((T,), np.int32))
+    assert not ops._bf16, "a new pass kept a copy"
+    ops.rms_norm(dev.empty((1, n)), w, 1e-6)  # one row: a GEMV's input
+    ops.rms_norm(dev.empty((T, 2, n // 2)), None, 1e-6)  # per-head norms
+    assert not ops._bf16
     monkeypatch.setattr(cuda_backend, "PRODUCERS_WRITE_BF16", False)
     ops.rms_norm(x, w, 1e-6)
     assert not ops._bf16
+    odd = DArray(dev.empty((T * n + 4,), np.uint16).ptr + 2, (T, n), np.dtype(np.uint16), dev)
+    with pytest.raises(AnvilError, match="aligned"):
+        norm.rms_norm(dev, x, w, dev.empty((T, n)), 1e-6, yb=odd)
+    with pytest.raises(AnvilError, match="aligned"):
+        elementwise.silu_mul(dev, x, x, dev.empty((T, n)), yb=odd)
 
 
 def test_deltanet_l2_norms_are_one_launch_each():

@@ -59,6 +59,13 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
+// ---- bf16 copies of fp32 results (a prefill GEMM's input) ---------------------
+// Four floats to bf16, round to nearest even (as f32_to_bf16): 8 bytes at p, 8-byte aligned.
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16* p, float4 v) {
+    __nv_bfloat162* p2 = reinterpret_cast<__nv_bfloat162*>(p);
+    p2[0] = __floats2bfloat162_rn(v.x, v.y);
+    p2[1] = __floats2bfloat162_rn(v.z, v.w);
+}
 
 // ---- gated activations: act(g) * u (elementwise.cu's GLU kernels, gemv.cu's GLU GEMVs) ----
 struct SiluMul {  // llama.cpp: silu(g) = g/(1+expf(-g)), then * u

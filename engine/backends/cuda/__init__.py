@@ -274,9 +274,11 @@ class Ops:
         return yb
 
     def _written(self, *xs: DArray) -> None:
-        """``xs`` are changed in place: their bf16 copies no longer hold them."""
-        for x in xs:
-            self._bf16.pop(id(x), None)
+        """``xs`` are changed in place: the bf16 copies of arrays they overlap
+        (themselves, or arrays they are views of) no longer hold them."""
+        for key, (y, _) in list(self._bf16.items()):
+            if any(_overlap(x, y) for x in xs):
+                del self._bf16[key]
 
     def embed(self, table: QWeight, tokens: DArray, scale: float = 1.0) -> DArray:
         x = self._empty((tokens.size, table.n_in))

@@ -88,9 +88,12 @@ def check_f32(*arrays: DArray | None) -> None:
 
 
 def check_bf16_bits(a: DArray | None, size: int) -> None:
-    """``a`` (where given) holds ``size`` bf16 values as uint16 bits."""
+    """``a`` (where given) holds ``size`` bf16 values as uint16 bits, 8-byte
+    aligned (the kernels store four at a time beside a float4)."""
     if a is not None and (a.dtype != np.uint16 or a.size != size):
         raise TypeError(f"expected {size} bf16 values as a uint16 DArray, got {a.dtype} {a.shape}")
+    if a is not None:
+        aligned(a, "the bf16 copy", 8)
 
 
 def scratch(dev: Device, name: str, nbytes: int) -> DArray:
