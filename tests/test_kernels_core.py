@@ -297,6 +297,11 @@ def test_add_rms_norm(dev, rows, n):
     s = x + a  # one float32 rounding, same as the kernel's: exact
     np.testing.assert_array_equal(dx.numpy(), s, err_msg=f"residual x += a (seed {SEED})")
     assert_close(dy.numpy(), ops.rms_norm(s, w, 1e-5), NORM_ATOL, NORM_RTOL, "add_rms_norm")
+    # with a bf16 copy of y (a prefill GEMM's input): the same bits, and the copy rounded to nearest even
+    dx, dy2, yb = dev.upload(x), poisoned(dev, (rows, n)), poisoned(dev, (rows, n), np.uint16)
+    norm.add_rms_norm(dev, dx, dev.upload(a), dev.upload(w), dy2, 1e-5, yb=yb)
+    np.testing.assert_array_equal(dy2.numpy(), dy.numpy(), err_msg=f"add_rms_norm with yb (seed {SEED})")
+    np.testing.assert_array_equal(yb.numpy(), bf16_bits(dy.numpy()), err_msg=f"add_rms_norm yb (seed {SEED})")
 
 
 @gpu

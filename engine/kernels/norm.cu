@@ -88,12 +88,14 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, __
 //   y1 = RMSNorm(x)·w1, y2 = ...·w2       (more norms of the same x, where y1, y2
 //                                          are not NULL: gemma4's router and
 //                                          expert inputs)
+//   yb0 = y0 in bf16                      (where not NULL: a prefill GEMM's input,
+//                                          rounded as f32_to_bf16 rounds it)
 // Each step rounds as the separate kernels do (rms_norm's reduction, then an
 // add, then a multiply: no fused multiply-add across them), so fusing changes
 // no bit. No y may alias x or a.
 extern "C" __global__ void add_rms_norm(float* x, const float* a, const float* wa, const float* wx,
                                         const float* scale, const float* w0, float* y0, const float* w1, float* y1,
-                                        const float* w2, float* y2, int n, float eps) {
+                                        const float* w2, float* y2, __nv_bfloat16* yb0, int n, float eps) {
     KERNEL_START();
     __shared__ float scratch[32];
     float* xr = x + (size_t)blockIdx.x * n;
@@ -140,7 +142,7 @@ extern "C" __global__ void add_rms_norm(float* x, const float* a, const float* w
     // own re-reads below (same thread, same indices: no cross-thread hazard).
     const float scale_y = rsqrtf(block_sum(ss, scratch) / (float)n + eps);
     const size_t row = (size_t)blockIdx.x * n;
-    write_scaled(xr, w0, y0 + row, nullptr, n, scale_y, vec);
+    write_scaled(xr, w0, y0 + row, yb0 ? yb0 + row : nullptr, n, scale_y, vec);
     if (y1) write_scaled(xr, w1, y1 + row, nullptr, n, scale_y, vec);
     if (y2) write_scaled(xr, w2, y2 + row, nullptr, n, scale_y, vec);
 }

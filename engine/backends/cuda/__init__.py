@@ -356,7 +356,7 @@ class Ops:
         ws = w if isinstance(w, tuple) else (w,)
         ys = tuple(self._empty(x.shape) for _ in ws)
         self._written(x)
-        launchers.norm.add_rms_norm(self.dev, x, a, ws, ys, eps, a_norm=a_norm)
+        launchers.norm.add_rms_norm(self.dev, x, a, ws, ys, eps, a_norm=a_norm, yb=self._bf16_beside(ys[0]))
         return (x, *ys)
 
     def norm_add(self, x: DArray, a: DArray, w: DArray, eps: float, scale: DArray | None = None,
