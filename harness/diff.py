@@ -210,7 +210,9 @@ def main_diff(args, path: Path) -> int:
     import engine
 
     def load(backend: str):
-        return engine.load(path, backend=backend, **({"kv_f16": False} if backend == "cuda" else {}))
+        # CUDA: eager, so a prompt of a full micro-batch is not captured as a graph (the tracer copies each
+        # operator's output to the host, which a capture cannot hold)
+        return engine.load(path, backend=backend, **({"kv_f16": False, "eager": True} if backend == "cuda" else {}))
 
     with mutants.BY_NAME[args.mutant].on() if args.mutant else contextlib.nullcontext():
         model = load(args.backend)

@@ -86,3 +86,23 @@ def test_cuda_against_numpy_op_by_op(name, model_path):
     assert set(test) == set(ref)
     rows, first = diff.compare(test, ref, list(cuda.family.llama_cpp_names(cuda.config)), cuda.config.n_layer, 1e-3)
     assert first is None, diff.format_rows(rows, first, 1e-3, "cuda", "numpy")
+
+
+@pytest.mark.gpu
+def test_cuda_diff_of_a_full_micro_batch(capsys):
+    """A prompt of exactly one NumPy micro-batch (model.UBATCH tokens) traced
+    on CUDA: the model runs eagerly (a captured prefill graph could not hold
+    the tracer's copies to the host), and every op agrees with NumPy."""
+    from engine.gguf_file import GGUFFile
+    from engine.model import UBATCH
+    from engine.tokenizer import Tokenizer
+    from harness import catalog, cli
+
+    tok = Tokenizer.from_gguf(GGUFFile(catalog.model_path("tiny-llama-f32", progress=False)))
+    words = ["The capital of France is a city of"] + ["light"] * UBATCH
+    while len(tok.encode(" ".join(words))) > UBATCH:
+        words.pop()
+    prompt = " ".join(words)
+    assert len(tok.encode(prompt)) == UBATCH, "the filler word must add one token"
+    assert cli.main(["diff", "tiny-llama-f32", "--prompt", prompt, "--backend", "cuda", "--against", "numpy"]) == 0
+    assert "no op differs by more than" in capsys.readouterr().out
