@@ -136,6 +136,10 @@ def test_bad_shapes_are_refused_in_one_line():
     with pytest.raises(AnvilError, match=r"moe_gemm: the grouped GEMM needs n_in a multiple of 32 and of F32's block, got 40"):
         moe_gemm.gemm(fd, fd.empty((4 * 40 * 8 * 4,), np.uint8), QType.F32, fd.empty((4, 40), np.uint16),
                  moe_gemm.Grouping.empty(fd.empty, 4, 4), fd.empty((4, 8)), 40, 8)
+    P = 8192 * 8  # an 8192-token micro-batch of top-8: the ids alone are 256 KB, over a block's 227 KB
+    with pytest.raises(AnvilError, match=r"moe_sort: 65536 \(token, expert\) pairs need 263172 bytes of shared memory, "
+                                         r"more than a block's 232448: load the model with a smaller ubatch"):
+        moe_gemm.sort(fd, fd.empty((P,), np.int32), moe_gemm.Grouping.empty(fd.empty, P, 256))
 
 
 # ---- GPU ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -292,3 +293,55 @@ def test_diff_traces_every_norm():
     diff.engine_tensors(m, [1, 2, 3])
     counts = Counter(k for (_, k), *_ in dev.launches[first:])
     assert counts["rms_norm"] == 2 * m.config.n_layer + 1 and isinstance(m.ops, FoldedNorms), counts
+
+
+def test_a_long_prompt_runs_in_the_backends_micro_batches(monkeypatch):
+    """The CUDA backend's micro-batch is its own (``ubatch``, 4096 by
+    default): a prompt of ubatch + 100 tokens is two prefill passes, each
+    dequantising the weights once, where the NumPy micro-batch would make it
+    nine. The workspace holds one micro-batch, no more than the context."""
+    import engine.backends.cuda as cuda
+    from engine.backends.cuda import UBATCH
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    sized = []  # the tokens each workspace was sized for
+    monkeypatch.setattr(cuda, "workspace_bytes", lambda cfg, tokens: sized.append(tokens) or 256 << 20)
+
+    def passes(n_ctx, n_tokens, **options):
+        dev = RecordingDevice()
+        m = Model(_path("tiny-qwen3"), n_ctx=n_ctx, backend="cuda", eager=True, device=dev, cublas=RecordingCublas(),
+                  **options)
+        m.forward(list(np.arange(n_tokens) % 1000 + 1))
+        counts = Counter(name for (_, name), *_ in dev.launches)
+        assert counts["attention_prefill_tc"] % m.config.n_layer == 0, counts
+        return counts["attention_prefill_tc"] // m.config.n_layer, m.backend
+
+    n, b = passes(2 * UBATCH, UBATCH + 100)
+    assert n == 2 and b.ubatch == UBATCH
+    assert passes(2 * UBATCH, UBATCH + 100, ubatch=512)[0] == 9
+    assert passes(1024, 1000)[0] == 1
+    assert sized == [UBATCH, 512, 1024]
+
+
+def test_the_workspace_grows_with_the_micro_batch():
+    """12 rows of the widest activation a token (at least 256 MB): qwen3-8b's
+    FFN of 12288 at 4096 tokens is 2.4 GB, 8 times its 512 tokens'."""
+    from engine.backends.cuda import workspace_bytes
+    from engine.config import ModelConfig
+    from engine.gguf_file import GGUFFile
+
+    cfg = ModelConfig.from_gguf(GGUFFile(_path("tiny-qwen3")))
+    wide = replace(cfg, n_ff=12288)
+    assert workspace_bytes(wide, 4096) == 12 * 4 * 4096 * 12288 == 8 * workspace_bytes(wide, 512)
+    assert workspace_bytes(cfg, 4096) == 256 << 20  # the tiny shape: the least
+
+
+def test_a_micro_batch_smaller_than_numpys_is_refused():
+    """harness diff traces one NumPy micro-batch on both backends."""
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    with pytest.raises(AnvilError, match="ubatch 256: a micro-batch must be at least 512 tokens"):
+        Model(_path("tiny-qwen3"), backend="cuda", eager=True, device=RecordingDevice(), cublas=RecordingCublas(),
+              ubatch=256)
