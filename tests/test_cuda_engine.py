@@ -143,21 +143,26 @@ def test_graph_prefill_equals_eager(name):
     assert [graph.decode_next(t) for t in PROMPT] == [eager.decode_next(t) for t in PROMPT]
 
 
-@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen3moe"])
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen3moe", "tiny-qwen35", "tiny-gemma4moe"])
 def test_a_prompt_of_any_length_from_512_replays_its_own_graph(name):
-    """The default micro-batch (4096): a 700-token prompt is one micro-batch,
-    captured at its length beside the 512-token one, and each replay equals
-    the eager pass bit for bit."""
+    """The default micro-batch (4096): a 700-token prompt is one micro-batch
+    (the DeltaNet's last chunk partial: 700 = 10·64 + 60), captured at its
+    length beside the 512-token one; each replay, from position 0 and after
+    a 100-token prompt, equals the eager pass bit for bit, and so does the
+    decode that follows."""
     import engine
 
     path = catalog.model_path(name, progress=False)
     graph, eager = (engine.load(path, n_ctx=2048, backend="cuda", eager=e) for e in (False, True))
-    prompt = np.random.default_rng(2).integers(0, graph.config.n_vocab, 700).tolist()
-    for n in (700, 512, 700, 512):
+    prompt = np.random.default_rng(2).integers(0, graph.config.n_vocab, 800).tolist()
+    for first, n in ((0, 700), (0, 512), (0, 700), (0, 512), (100, 700)):
         for m in (graph, eager):
             m.reset()
-        np.testing.assert_array_equal(graph.forward(prompt[:n]), eager.forward(prompt[:n]))
+            if first:
+                m.forward(prompt[:first])
+        np.testing.assert_array_equal(graph.forward(prompt[first:first + n]), eager.forward(prompt[first:first + n]))
     assert set(graph.backend.pf_graphs) == {512, 700}
+    assert [graph.decode_next(t) for t in PROMPT] == [eager.decode_next(t) for t in PROMPT]
 
 
 def test_graph_decode_teacher_forced_matches_forward(engines):

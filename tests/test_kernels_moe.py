@@ -295,6 +295,26 @@ def bf16(a: np.ndarray) -> np.ndarray:
 
 
 @gpu
+def test_sort_of_a_full_micro_batch(dev):
+    """moe_sort (one block, the ids in shared memory) on a 4096-token
+    micro-batch of top-8 from 256 experts: 32768 pairs, 132 KB of shared
+    memory; the stable order, offsets and tiles as NumPy has them."""
+    g = rng("sort4096")
+    T, E, k = 4096, 256, 8
+    ids = np.stack([g.choice(E, k, replace=False) for _ in range(T)]).astype(np.int32)
+    P = T * k
+    grouping = moe_gemm.Grouping.empty(dev.empty, P, E)
+    moe_gemm.sort(dev, dev.upload(ids), grouping)
+    flat, pair_at = ids.reshape(-1), grouping.pair_at.numpy()
+    assert pair_at.tolist() == np.argsort(flat, kind="stable").tolist()
+    assert (grouping.pos_of.numpy()[pair_at] == np.arange(P)).all()
+    counts = np.bincount(flat, minlength=E)
+    assert grouping.offsets.numpy().tolist() == [0, *np.cumsum(counts).tolist()]
+    te = grouping.tile_e.numpy()
+    assert int((te >= 0).sum()) == sum(-(-c // moe_gemm.BM) for c in counts)
+
+
+@gpu
 @pytest.mark.parametrize("t", [QType.Q4_K, QType.Q6_K, QType.Q8_0, QType.Q4_0, QType.Q5_K, QType.F16, QType.F32,
                                QType.BF16], ids=lambda t: t.name)
 @pytest.mark.parametrize("bn", [moe_gemm.BN, 128])

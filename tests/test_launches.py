@@ -337,11 +337,43 @@ def test_the_workspace_grows_with_the_micro_batch():
     assert workspace_bytes(cfg, 4096) == 256 << 20  # the tiny shape: the least
 
 
-def test_a_micro_batch_smaller_than_numpys_is_refused():
-    """harness diff traces one NumPy micro-batch on both backends."""
+def test_a_micro_batch_out_of_range_is_refused(monkeypatch):
+    """At least NumPy's (harness diff traces one NumPy micro-batch on both
+    backends), at most 16384; and a MoE model's micro-batch whose (token,
+    expert) pairs moe_sort could not hold is refused at load, before any
+    layer of a prompt has run."""
     from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
     from engine.model import Model
 
-    with pytest.raises(AnvilError, match="ubatch 256: a micro-batch must be at least 512 tokens"):
-        Model(_path("tiny-qwen3"), backend="cuda", eager=True, device=RecordingDevice(), cublas=RecordingCublas(),
-              ubatch=256)
+    def load(name, **options):
+        return Model(_path(name), backend="cuda", eager=True, device=RecordingDevice(), cublas=RecordingCublas(),
+                     **options)
+
+    for bad in (256, 16385):
+        with pytest.raises(AnvilError, match=f"ubatch {bad}: a micro-batch must be 512 to 16384 tokens"):
+            load("tiny-qwen3", ubatch=bad)
+    monkeypatch.setattr(RecordingDevice, "max_shared", 16 * 1024)  # tiny-qwen3moe: 2 of 8 experts a token
+    with pytest.raises(AnvilError, match=r"ubatch 4096: a micro-batch of 4096 tokens has 8192 \(token, expert\) "
+                                         r"pairs, more than moe_sort sorts in a block's 16384 bytes"):
+        load("tiny-qwen3moe", n_ctx=8192)
+    assert load("tiny-qwen3moe", n_ctx=8192, ubatch=1024).backend.ubatch == 1024  # 2048 pairs: 8 KB
+
+
+def test_prefill_graphs_are_kept_per_length_up_to_four_and_the_full_micro_batch():
+    """Captured prefill passes (a recording device's capture runs the pass
+    and returns a token): one per length from 512 tokens, the first four
+    lengths; a fifth runs eagerly, except the full micro-batch, which always
+    gets one; shorter pieces never do, and a length seen again replays."""
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    dev = RecordingDevice()
+    captured, replayed = [], []
+    dev.capture = lambda fn: (fn(), captured.append(len(captured)))[1] or f"graph {len(captured)}"
+    dev.replay = replayed.append
+    m = Model(_path("tiny-qwen3"), n_ctx=8192, backend="cuda", device=dev, cublas=RecordingCublas())
+    for n in (100, 512, 600, 700, 800, 900, 600, 4096):
+        m.reset()
+        m.forward(list(np.arange(n) % 1000 + 1))
+    assert sorted(m.backend.pf_graphs) == [512, 600, 700, 800, 4096]
+    assert len(captured) == 5 and replayed == [m.backend.pf_graphs[600].graph]

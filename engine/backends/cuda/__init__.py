@@ -50,8 +50,10 @@ DEFAULT_WORKSPACE_MB = 256  # the least workspace: one 512-token micro-batch of 
 # (reports/notes/decode-in-graph-2026-12-01.md), so a 4096-token prompt in
 # 512-token pieces paid it 8 times. The cost is workspace: 12 rows of the
 # widest activation a token (2.4 GB for qwen3-8b), never more than the
-# context needs.
+# context needs. At most MAX_UBATCH: a token-by-token MoE launch puts the
+# tokens in grid.z (65535 at most), and element counts stay well inside int.
 UBATCH = 4096
+MAX_UBATCH = 16384
 
 
 def workspace_bytes(cfg: ModelConfig, tokens: int) -> int:
@@ -700,11 +702,17 @@ class Backend:
 
         if cfg.arch in PENDING_ARCHS:
             raise AnvilError(f"the CUDA backend does not run {cfg.arch} models yet: use --backend numpy")
-        if not isinstance(ubatch, int) or ubatch < SMALLEST:
+        if not isinstance(ubatch, int) or not SMALLEST <= ubatch <= MAX_UBATCH:
             # harness diff traces one NumPy micro-batch (model.UBATCH) and needs it to be one here too
-            raise AnvilError(f"ubatch {ubatch!r}: a micro-batch must be at least {SMALLEST} tokens")
+            raise AnvilError(f"ubatch {ubatch!r}: a micro-batch must be {SMALLEST} to {MAX_UBATCH} tokens")
         self.cfg, self.n_ctx, self.kv_f16, self.eager, self.ubatch = cfg, n_ctx, kv_f16, eager, ubatch
         self.dev = device or Device()
+        if cfg.moe is not None:  # refused at load, not halfway through a prompt's layers
+            pairs = min(ubatch, n_ctx) * cfg.moe.n_expert_used
+            if launchers.moe_gemm.sort_shared(cfg.moe.n_expert, pairs) > self.dev.max_shared:
+                raise AnvilError(f"ubatch {ubatch}: a micro-batch of {min(ubatch, n_ctx)} tokens has {pairs} "
+                                 f"(token, expert) pairs, more than moe_sort sorts in a block's "
+                                 f"{self.dev.max_shared} bytes of shared memory: give a smaller ubatch")
         self.cublas = cublas or Cublas(self.dev.stream)
         self.cublas.set_workspace(self.dev.empty((CUBLAS_WORKSPACE,), np.uint8))
         self.workspace = Workspace(self.dev, workspace_mb << 20 if workspace_mb else
@@ -770,12 +778,14 @@ class Backend:
         serves every start position, and a replay issues the pass without
         Python (at 512 tokens the GEMMs dominate:
         reports/notes/fusions-2026-12-01.md measured a small gain). Each length
-        needs its own graph: the first GRAPH_LENGTHS lengths get one, and
-        shorter pieces (a validation's prompts, each of its own length, run
-        once) run eagerly."""
+        needs its own graph: the first GRAPH_LENGTHS lengths get one, and a
+        full micro-batch (every piece of a long prompt but its last) always
+        does; shorter pieces (a validation's prompts, each of its own length,
+        run once) run eagerly."""
         T = tokens.size
         g = self.pf_graphs.get(T)
-        if g is None and (self.eager or T < GRAPH_MIN_TOKENS or len(self.pf_graphs) >= GRAPH_LENGTHS):
+        full = len(self.pf_graphs) >= GRAPH_LENGTHS and T != self.ubatch
+        if g is None and (self.eager or T < GRAPH_MIN_TOKENS or full):
             return model.run(*self.inputs(tokens, start))
         if g is None:
             g = PrefillGraph(self.dev.empty((T,), np.int32), self.dev.empty((T,), np.int32))
