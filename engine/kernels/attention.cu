@@ -739,7 +739,7 @@ attention_prefill(const float* q, const kv_t* k_cache, const kv_t* v_cache, floa
 // [klo, khi] (as attention_prefill finds it):
 //   K, V tiles -> shared memory by cp.async into two buffers, the next tile's
 //       copies in flight while this one is computed (rows past khi zero);
-//   S = Q·Kᵀ: Q's A fragments (rounded to f16 once) in registers, or with
+//   S = Q·Kᵀ: Q's A fragments (rounded to f16 and scaled, once) in registers, or with
 //       heads of 256 read from shared memory per k-step (their 64 registers
 //       would spill beside O's 128), K's B fragments by ldmatrix: TK/8
 //       n-tiles, D/16 k-steps;
