@@ -54,37 +54,21 @@ __device__ __forceinline__ float byte2f(uint32_t w) {
 }
 // N little-endian words from p (2-byte aligned, as every field read here):
 // aligned loads and funnel shifts; never reads past the 4-byte word holding p[4N-1].
-template <int N>
+// GLOBAL: p is in global memory and read-only for the kernel, so the loads take
+// the read-only path (deq8: the dequantisation and row lookups read the weights
+// in place; deq32 may read a copy in shared memory, so it keeps generic loads).
+template <int N, bool GLOBAL = false>
 __device__ __forceinline__ void ld_words(const uint8_t* p, uint32_t* w) {
     const uint32_t* a = reinterpret_cast<const uint32_t*>(reinterpret_cast<size_t>(p) & ~(size_t)3);
+    auto ld = [a](int i) { return GLOBAL ? __ldg(a + i) : a[i]; };
     if ((reinterpret_cast<size_t>(p) & 3) == 0) {
 #pragma unroll
-        for (int i = 0; i < N; i++) w[i] = a[i];
+        for (int i = 0; i < N; i++) w[i] = ld(i);
     } else {
-        uint32_t prev = a[0];
+        uint32_t prev = ld(0);
 #pragma unroll
         for (int i = 0; i < N; i++) {
-            const uint32_t next = a[i + 1];
-            w[i] = __funnelshift_r(prev, next, 16);
-            prev = next;
-        }
-    }
-}
-
-// The same from global memory through the read-only path (deq8: the
-// dequantisation and row lookups read the weights in place; deq32 may read a
-// copy in shared memory, so it keeps the generic loads above).
-template <int N>
-__device__ __forceinline__ void ldg_words(const uint8_t* p, uint32_t* w) {
-    const uint32_t* a = reinterpret_cast<const uint32_t*>(reinterpret_cast<size_t>(p) & ~(size_t)3);
-    if ((reinterpret_cast<size_t>(p) & 3) == 0) {
-#pragma unroll
-        for (int i = 0; i < N; i++) w[i] = __ldg(a + i);
-    } else {
-        uint32_t prev = __ldg(a);
-#pragma unroll
-        for (int i = 0; i < N; i++) {
-            const uint32_t next = __ldg(a + i + 1);
+            const uint32_t next = ld(i + 1);
             w[i] = __funnelshift_r(prev, next, 16);
             prev = next;
         }
@@ -357,8 +341,8 @@ struct DqQ6_K {
         const int n = i0 >> 7, g = (i0 >> 5) & 3, l0 = i0 & 31;
         const float ds = __half2float(b->d) * (float)b->scales[i0 >> 4];
         uint32_t ql[2], qh[2];
-        ldg_words<2>(b->ql + 64 * n + 32 * (g & 1) + l0, ql);
-        ldg_words<2>(b->qh + 32 * n + l0, qh);
+        ld_words<2, true>(b->ql + 64 * n + 32 * (g & 1) + l0, ql);
+        ld_words<2, true>(b->qh + 32 * n + l0, qh);
         const int sl = (g >> 1) * 4, sh = 2 * g;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
