@@ -946,12 +946,16 @@ attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, f
         }
         l[0] = l[0] * corr0 + ls0;
         l[1] = l[1] * corr1 + ls1;
+        // O rescaled only where a row's maximum rose (elsewhere corr is exp(0) = 1
+        // exactly): past the first tiles of a row it seldom does.
+        if (!__all_sync(0xffffffff, corr0 == 1.0f && corr1 == 1.0f)) {
 #pragma unroll
-        for (int dt = 0; dt < NDT; ++dt) {
-            o[dt][0] *= corr0;
-            o[dt][1] *= corr0;
-            o[dt][2] *= corr1;
-            o[dt][3] *= corr1;
+            for (int dt = 0; dt < NDT; ++dt) {
+                o[dt][0] *= corr0;
+                o[dt][1] *= corr0;
+                o[dt][2] *= corr1;
+                o[dt][3] *= corr1;
+            }
         }
 
         // O += P·V: per k-step of 16 keys and pair of 8-dim n-tiles, one ldmatrix.x4.trans
