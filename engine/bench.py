@@ -183,7 +183,7 @@ def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: 
         "backend": be.name,
         "settings": {"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": depth, "reps": reps, "warmup": 1, "seed": seed,
                      "n_ctx": model.n_ctx, "kv": "f16" if getattr(be, "kv_f16", False) else "f32",
-                     "graphs": not getattr(be, "eager", True),
+                     "graphs": not getattr(be, "eager", True), "ubatch": be.ubatch,
                      "pdl": bool(getattr(getattr(be, "dev", None), "pdl", False))},
         "host": platform.node(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

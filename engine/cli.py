@@ -75,12 +75,16 @@ def _backend_args(p) -> None:
                         "else numpy")
     p.add_argument("--eager", action="store_true", help="cuda: run decode without CUDA graphs")
     p.add_argument("--kv", choices=["f16", "f32"], default="f16", help="cuda: KV cache type (default f16)")
+    p.add_argument("--ubatch", type=int, default=None, metavar="N",
+                   help="cuda: a prompt's micro-batch in tokens (default 4096; NumPy's is 512)")
 
 
 def _load(args):
     from .model import Model
 
-    model = Model(args.model, n_ctx=args.ctx, backend=args.backend, eager=args.eager, kv_f16=args.kv == "f16")
+    options = {} if args.ubatch is None else {"ubatch": args.ubatch}
+    model = Model(args.model, n_ctx=args.ctx, backend=args.backend, eager=args.eager, kv_f16=args.kv == "f16",
+                  **options)
     args.backend = model.backend.name  # what "auto" chose
     return model
 

@@ -18,10 +18,11 @@ from .gguf_file import GGUFFile
 from .models import family, weights
 
 DEFAULT_N_CTX = 4096
-# A prompt runs in micro-batches of at most this many tokens (llama.cpp's
-# n_ubatch): each batch attends to the cache the ones before it filled, so
-# the result is the same, and the CUDA workspace only ever holds one batch's
-# temporaries (a fixed 256 MB for an 8B shape) whatever the prompt's length.
+# A prompt runs in micro-batches of at most the backend's ``ubatch`` tokens
+# (llama.cpp's n_ubatch): each batch attends to the cache the ones before it
+# filled, so the result is the same, and the backend's scratch only ever holds
+# one batch's temporaries whatever the prompt's length. This is NumPy's (and
+# the smallest any backend takes: `harness diff` traces one batch of both).
 UBATCH = 512
 
 
@@ -74,10 +75,11 @@ class Model:
 
     def forward(self, tokens) -> np.ndarray:
         """Logits (float32 ``[n_vocab]``) after the last of ``tokens``: any
-        number that fits the context, run UBATCH at a time."""
+        number that fits the context, run the backend's ``ubatch`` at a time."""
         tokens = self._check(tokens)
-        for start in range(0, tokens.size, UBATCH):
-            part = tokens[start:start + UBATCH]
+        step = self.backend.ubatch
+        for start in range(0, tokens.size, step):
+            part = tokens[start:start + step]
             logits = self.backend.prefill(self, part, self.pos)
             self.pos += part.size
         logits = self.backend.to_host(logits).reshape(-1)

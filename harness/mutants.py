@@ -440,6 +440,13 @@ MUTANTS += [
     Mutant("attn-store-head0-key", "decode attention storing the step's K/V rows: every KV head stores "
            "head 0's key", _any,
            _kernel_source("attention.cu", "to_kv(k_new[g * D + i])", "to_kv(k_new[i])"), backends=("cuda",)),
+    Mutant("deq-q4k-scale-nibble-swapped", "Q4_K dequantised word by word (prefill's bf16 weights, embedding "
+           "rows): sub-blocks 4-7 take their min's low bits as their scale's", _any,
+           _kernel_source("quants.cuh", "(b2 & 0xF) | ((b0 >> 6) << 4)", "(b2 >> 4) | ((b0 >> 6) << 4)"),
+           backends=("cuda",)),
+    Mutant("attn-prefill-tile-unmasked", "tensor-core prefill attention: a key tile that crosses the causal "
+           "edge taken as whole (later keys seen by earlier queries)", _any,
+           _kernel_source("attention.cu", "kb + TK - 1 <= wq_lo &&", "kb <= wq_lo &&"), backends=("cuda",)),
     Mutant("attn-merge-few-last-split", "split decode attention at a short context (a few splits, merged in "
            "one round trip): the last split's keys, the newest, dropped", _any,
            _kernel_source("attention.cu", "if (u < n_active) {", "if (u < n_active - 1) {"), backends=("cuda",),

@@ -125,21 +125,43 @@ def test_graph_decode_equals_eager(name, engines):
 
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen35", "tiny-qwen3moe", "tiny-gemma4moe"])
 def test_graph_prefill_equals_eager(name):
-    """Full micro-batches replay one captured graph (the DeltaNet's chunked
-    prefill and the grouped expert GEMMs inside it): the logits are the eager
-    launches' bit for bit, from position 0 and from a later start, and so is
-    the decode that follows."""
+    """Micro-batches of 512 tokens or more replay a captured graph of their
+    length (the DeltaNet's chunked prefill and the grouped expert GEMMs
+    inside it): the logits are the eager launches' bit for bit, from
+    position 0 and from a later start, and so is the decode that follows.
+    The 37-token remainder runs eagerly."""
     import engine
-    from engine.model import UBATCH
 
     path = catalog.model_path(name, progress=False)
-    graph, eager = (engine.load(path, n_ctx=2048, backend="cuda", eager=e) for e in (False, True))
-    prompt = np.random.default_rng(1).integers(0, graph.config.n_vocab, 2 * UBATCH + 37).tolist()
+    graph, eager = (engine.load(path, n_ctx=2048, backend="cuda", eager=e, ubatch=512) for e in (False, True))
+    prompt = np.random.default_rng(1).integers(0, graph.config.n_vocab, 2 * 512 + 37).tolist()
     for m in (graph, eager):
         m.reset()
     np.testing.assert_array_equal(graph.forward(prompt), eager.forward(prompt))
-    assert graph.backend.pf_graph is not None and eager.backend.pf_graph is None
-    np.testing.assert_array_equal(graph.forward(prompt[:UBATCH]), eager.forward(prompt[:UBATCH]))
+    assert set(graph.backend.pf_graphs) == {512} and not eager.backend.pf_graphs
+    np.testing.assert_array_equal(graph.forward(prompt[:512]), eager.forward(prompt[:512]))
+    assert [graph.decode_next(t) for t in PROMPT] == [eager.decode_next(t) for t in PROMPT]
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen3moe", "tiny-qwen35", "tiny-gemma4moe"])
+def test_a_prompt_of_any_length_from_512_replays_its_own_graph(name):
+    """The default micro-batch (4096): a 700-token prompt is one micro-batch
+    (the DeltaNet's last chunk partial: 700 = 10·64 + 60), captured at its
+    length beside the 512-token one; each replay, from position 0 and after
+    a 100-token prompt, equals the eager pass bit for bit, and so does the
+    decode that follows."""
+    import engine
+
+    path = catalog.model_path(name, progress=False)
+    graph, eager = (engine.load(path, n_ctx=2048, backend="cuda", eager=e) for e in (False, True))
+    prompt = np.random.default_rng(2).integers(0, graph.config.n_vocab, 800).tolist()
+    for first, n in ((0, 700), (0, 512), (0, 700), (0, 512), (100, 700)):
+        for m in (graph, eager):
+            m.reset()
+            if first:
+                m.forward(prompt[:first])
+        np.testing.assert_array_equal(graph.forward(prompt[first:first + n]), eager.forward(prompt[first:first + n]))
+    assert set(graph.backend.pf_graphs) == {512, 700}
     assert [graph.decode_next(t) for t in PROMPT] == [eager.decode_next(t) for t in PROMPT]
 
 
@@ -159,8 +181,9 @@ def test_graph_decode_teacher_forced_matches_forward(engines):
 @pytest.mark.parametrize("name", ["tiny-llama-f32", "qwen3-8b"])
 def test_a_prompt_filling_the_context_prefills_in_one_call(name):
     """Any prompt that fits the default context (4096) runs in one forward()
-    (in micro-batches of model.UBATCH inside it): on the 8B shape the fixed
-    workspace once ran out at 2048 tokens. F32 weights: the NumPy logits too."""
+    (one micro-batch of the CUDA backend's 4096 tokens): on the 8B shape the
+    fixed workspace once ran out at 2048 tokens. F32 weights: the NumPy
+    logits too (NumPy's micro-batches are 512 tokens)."""
     import engine
 
     path = catalog.synth_path(catalog.entry(name))

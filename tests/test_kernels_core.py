@@ -496,10 +496,11 @@ def make_cache(dev, r, n_ctx, n_valid, Hkv, D, kv_f16):
 # of the mask shifts outputs by ~p_key·|v| (checked exactly in
 # test_attention_mask_exact).
 ATTN_ATOL, ATTN_RTOL = 1e-4, 1e-4
-# The tensor-core prefill rounds Q and P to f16 (2^-11 relative, as llama.cpp's
-# tensor-core attention): a score of D products of |q·k| ≲ 2 errs by
-# ≲ sqrt(D)·2·2^-11·scale ~ 1e-3 relative through its exp, and each weight by
-# 2^-11 more; outputs, weighted means of |v| ≲ 5, by ~5e-3 at worst.
+# The tensor-core prefill rounds Q to f16 and scales it in f16 (two roundings
+# of 2^-11 relative), and P to f16, as llama.cpp's tensor-core attention does:
+# a score of D products of |q·k| ≲ 2 errs by ≲ sqrt(D)·2·2·2^-11·scale ~ 2e-3
+# relative through its exp, and each weight by 2^-11 more; outputs, weighted
+# means of |v| ≲ 5, by ~7e-3 at worst.
 ATTN_TC_ATOL, ATTN_TC_RTOL = 1e-2, 1e-2
 
 

@@ -136,6 +136,10 @@ def test_bad_shapes_are_refused_in_one_line():
     with pytest.raises(AnvilError, match=r"moe_gemm: the grouped GEMM needs n_in a multiple of 32 and of F32's block, got 40"):
         moe_gemm.gemm(fd, fd.empty((4 * 40 * 8 * 4,), np.uint8), QType.F32, fd.empty((4, 40), np.uint16),
                  moe_gemm.Grouping.empty(fd.empty, 4, 4), fd.empty((4, 8)), 40, 8)
+    P = 8192 * 8  # an 8192-token micro-batch of top-8: the ids alone are 256 KB, over a block's 227 KB
+    with pytest.raises(AnvilError, match=r"moe_sort: 65536 \(token, expert\) pairs need 263172 bytes of shared memory, "
+                                         r"more than a block's 232448: load the model with a smaller ubatch"):
+        moe_gemm.sort(fd, fd.empty((P,), np.int32), moe_gemm.Grouping.empty(fd.empty, P, 256))
 
 
 # ---- GPU ---------------------------------------------------------------------------
@@ -288,6 +292,26 @@ def bf16(a: np.ndarray) -> np.ndarray:
     b = np.ascontiguousarray(a, np.float32).view(np.uint32)
     r = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)) << np.uint32(16)
     return r.astype(np.uint32).view(np.float32)
+
+
+@gpu
+def test_sort_of_a_full_micro_batch(dev):
+    """moe_sort (one block, the ids in shared memory) on a 4096-token
+    micro-batch of top-8 from 256 experts: 32768 pairs, 132 KB of shared
+    memory; the stable order, offsets and tiles as NumPy has them."""
+    g = rng("sort4096")
+    T, E, k = 4096, 256, 8
+    ids = np.stack([g.choice(E, k, replace=False) for _ in range(T)]).astype(np.int32)
+    P = T * k
+    grouping = moe_gemm.Grouping.empty(dev.empty, P, E)
+    moe_gemm.sort(dev, dev.upload(ids), grouping)
+    flat, pair_at = ids.reshape(-1), grouping.pair_at.numpy()
+    assert pair_at.tolist() == np.argsort(flat, kind="stable").tolist()
+    assert (grouping.pos_of.numpy()[pair_at] == np.arange(P)).all()
+    counts = np.bincount(flat, minlength=E)
+    assert grouping.offsets.numpy().tolist() == [0, *np.cumsum(counts).tolist()]
+    te = grouping.tile_e.numpy()
+    assert int((te >= 0).sum()) == sum(-(-c // moe_gemm.BM) for c in counts)
 
 
 @gpu

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -292,3 +293,87 @@ def test_diff_traces_every_norm():
     diff.engine_tensors(m, [1, 2, 3])
     counts = Counter(k for (_, k), *_ in dev.launches[first:])
     assert counts["rms_norm"] == 2 * m.config.n_layer + 1 and isinstance(m.ops, FoldedNorms), counts
+
+
+def test_a_long_prompt_runs_in_the_backends_micro_batches(monkeypatch):
+    """The CUDA backend's micro-batch is its own (``ubatch``, 4096 by
+    default): a prompt of ubatch + 100 tokens is two prefill passes, each
+    dequantising the weights once, where the NumPy micro-batch would make it
+    nine. The workspace holds one micro-batch, no more than the context."""
+    import engine.backends.cuda as cuda
+    from engine.backends.cuda import UBATCH
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    sized = []  # the tokens each workspace was sized for
+    monkeypatch.setattr(cuda, "workspace_bytes", lambda cfg, tokens: sized.append(tokens) or 256 << 20)
+
+    def passes(n_ctx, n_tokens, **options):
+        dev = RecordingDevice()
+        m = Model(_path("tiny-qwen3"), n_ctx=n_ctx, backend="cuda", eager=True, device=dev, cublas=RecordingCublas(),
+                  **options)
+        m.forward(list(np.arange(n_tokens) % 1000 + 1))
+        counts = Counter(name for (_, name), *_ in dev.launches)
+        assert counts["attention_prefill_tc"] % m.config.n_layer == 0, counts
+        return counts["attention_prefill_tc"] // m.config.n_layer, m.backend
+
+    n, b = passes(2 * UBATCH, UBATCH + 100)
+    assert n == 2 and b.ubatch == UBATCH
+    assert passes(2 * UBATCH, UBATCH + 100, ubatch=512)[0] == 9
+    assert passes(1024, 1000)[0] == 1
+    assert sized == [UBATCH, 512, 1024]
+
+
+def test_the_workspace_grows_with_the_micro_batch():
+    """12 rows of the widest activation a token (at least 256 MB): qwen3-8b's
+    FFN of 12288 at 4096 tokens is 2.4 GB, 8 times its 512 tokens'."""
+    from engine.backends.cuda import workspace_bytes
+    from engine.config import ModelConfig
+    from engine.gguf_file import GGUFFile
+
+    cfg = ModelConfig.from_gguf(GGUFFile(_path("tiny-qwen3")))
+    wide = replace(cfg, n_ff=12288)
+    assert workspace_bytes(wide, 4096) == 12 * 4 * 4096 * 12288 == 8 * workspace_bytes(wide, 512)
+    assert workspace_bytes(cfg, 4096) == 256 << 20  # the tiny shape: the least
+
+
+def test_a_micro_batch_out_of_range_is_refused(monkeypatch):
+    """At least NumPy's (harness diff traces one NumPy micro-batch on both
+    backends), at most 16384; and a MoE model's micro-batch whose (token,
+    expert) pairs moe_sort could not hold is refused at load, before any
+    layer of a prompt has run."""
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    def load(name, **options):
+        return Model(_path(name), backend="cuda", eager=True, device=RecordingDevice(), cublas=RecordingCublas(),
+                     **options)
+
+    for bad in (256, 16385):
+        with pytest.raises(AnvilError, match=f"ubatch {bad}: a micro-batch must be 512 to 16384 tokens"):
+            load("tiny-qwen3", ubatch=bad)
+    monkeypatch.setattr(RecordingDevice, "max_shared", 16 * 1024)  # tiny-qwen3moe: 2 of 8 experts a token
+    with pytest.raises(AnvilError, match=r"ubatch 4096: a micro-batch of 4096 tokens has 8192 \(token, expert\) "
+                                         r"pairs, more than moe_sort sorts in a block's 16384 bytes"):
+        load("tiny-qwen3moe", n_ctx=8192)
+    assert load("tiny-qwen3moe", n_ctx=8192, ubatch=1024).backend.ubatch == 1024  # 2048 pairs: 8 KB
+
+
+def test_prefill_graphs_are_kept_per_length_up_to_four_and_the_full_micro_batch():
+    """Captured prefill passes (a recording device's capture runs the pass
+    and returns a token): one per length from 512 tokens, the first four
+    lengths; a fifth runs eagerly, except the full micro-batch, which always
+    gets one; shorter pieces never do, and a length seen again replays."""
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    dev = RecordingDevice()
+    captured, replayed = [], []
+    dev.capture = lambda fn: (fn(), captured.append(len(captured)))[1] or f"graph {len(captured)}"
+    dev.replay = replayed.append
+    m = Model(_path("tiny-qwen3"), n_ctx=8192, backend="cuda", device=dev, cublas=RecordingCublas())
+    for n in (100, 512, 600, 700, 800, 900, 600, 4096):
+        m.reset()
+        m.forward(list(np.arange(n) % 1000 + 1))
+    assert sorted(m.backend.pf_graphs) == [512, 600, 700, 800, 4096]
+    assert len(captured) == 5 and replayed == [m.backend.pf_graphs[600].graph]

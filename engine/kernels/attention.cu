@@ -739,16 +739,19 @@ attention_prefill(const float* q, const kv_t* k_cache, const kv_t* v_cache, floa
 // [klo, khi] (as attention_prefill finds it):
 //   K, V tiles -> shared memory by cp.async into two buffers, the next tile's
 //       copies in flight while this one is computed (rows past khi zero);
-//   S = Q·Kᵀ: Q's A fragments (rounded to f16 once) in registers, or with
+//   S = Q·Kᵀ: Q's A fragments (rounded to f16 and scaled, once) in registers, or with
 //       heads of 256 read from shared memory per k-step (their 64 registers
 //       would spill beside O's 128), K's B fragments by ldmatrix: TK/8
 //       n-tiles, D/16 k-steps;
-//   mask, online softmax in fp32 on the accumulators (a row's values sit in
+//   the mask, only on the tiles that cross a row's causal edge (or its
+//       window's far edge): a tile every row of the warp sees whole skips it;
+//   online softmax in fp32 on the accumulators (a row's values sit in
 //       the 4 lanes of a quad: two xor shuffles), P rounded to f16 and reused
 //       in registers as the A fragments of O += P·V (an m16n8 accumulator
 //       pair is an m16k16 A fragment), V's B fragments by ldmatrix.trans.
 // outb, where not NULL, gets the output rounded to bf16 too (the Wo GEMM's input).
-// Q and P are rounded to f16 as llama.cpp's own tensor-core attention does;
+// Q is rounded to f16 and multiplied by the scale in f16, and P rounded to
+// f16, as llama.cpp's own tensor-core attention does (fattn-mma-f16.cuh);
 // scores, the softmax and O stay fp32. Shared memory: (TQ + 4 TK) * LDH halves
 // (D=128: 87 KB, D=256: 101 KB; launch.function raises the limit).
 #if KV_F16 && (HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256)
@@ -815,18 +818,22 @@ attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, f
             range_s[1] = hi;
         }
     }
-    // Q tile, rounded to f16 (zeros for padding rows).
+    // Q tile, rounded to f16 and scaled in f16 (zeros for padding rows): the scores come out scaled.
+    const __half2 scale2 = __float2half2_rn(scale);
     for (int i = tid; i < TQ * D / 4; i += TC_THREADS) {
         const int r = i / (D / 4), c = (i % (D / 4)) * 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (t0 + r < T) v = *reinterpret_cast<const float4*>(q + ((size_t)(t0 + r) * n_head + h) * D + c);
         __half2* dst = reinterpret_cast<__half2*>(Qs + r * LDH + c);
-        dst[0] = __floats2half2_rn(v.x, v.y);
-        dst[1] = __floats2half2_rn(v.z, v.w);
+        dst[0] = __hmul2(__floats2half2_rn(v.x, v.y), scale2);
+        dst[1] = __hmul2(__floats2half2_rn(v.z, v.w), scale2);
     }
     __syncthreads();
     const int klo = range_s[0], khi = range_s[1];
     const int qp0 = qpos_s[warp * 16 + gid], qp1 = qpos_s[warp * 16 + gid + 8];
+    // The warp's 16 rows' least and greatest positions (a padding row's -1: its warp masks every tile).
+    const int wq_lo = __reduce_min_sync(0xffffffff, min(qp0, qp1));
+    const int wq_hi = __reduce_max_sync(0xffffffff, max(qp0, qp1));
 
     // This warp's 16 query rows as A fragments, one per k-step: ldmatrix's four
     // 8x8 matrices are rows 0-7 / 8-15 by dims 0-7 / 8-15 of the step.
@@ -891,18 +898,29 @@ attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, f
         }
 
         // Mask, online softmax (rows gid and gid + 8 of the warp's 16), P -> A fragments.
+        // Every row of the warp sees the whole tile (the causal edge is past its
+        // last key, the window's far edge before its first): no mask.
+        const bool whole = kb + TK - 1 <= wq_lo && (window == 0 || wq_hi - kb < window);
         float mx0 = -INFINITY, mx1 = -INFINITY;
+        if (whole) {
 #pragma unroll
-        for (int nt = 0; nt < TK / 8; ++nt) {
+            for (int nt = 0; nt < TK / 8; ++nt) {
+                mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+                mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+            }
+        } else {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int kp = kb + nt * 8 + tig * 2 + e;  // padding rows: qp = -1 sees nothing
-                const bool v0 = kp <= qp0 && (window == 0 || qp0 - kp < window);
-                const bool v1 = kp <= qp1 && (window == 0 || qp1 - kp < window);
-                s[nt][e] = v0 ? s[nt][e] * scale : -INFINITY;
-                s[nt][2 + e] = v1 ? s[nt][2 + e] * scale : -INFINITY;
-                mx0 = fmaxf(mx0, s[nt][e]);
-                mx1 = fmaxf(mx1, s[nt][2 + e]);
+            for (int nt = 0; nt < TK / 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int kp = kb + nt * 8 + tig * 2 + e;  // padding rows: qp = -1 sees nothing
+                    const bool v0 = kp <= qp0 && (window == 0 || qp0 - kp < window);
+                    const bool v1 = kp <= qp1 && (window == 0 || qp1 - kp < window);
+                    s[nt][e] = v0 ? s[nt][e] : -INFINITY;
+                    s[nt][2 + e] = v1 ? s[nt][2 + e] : -INFINITY;
+                    mx0 = fmaxf(mx0, s[nt][e]);
+                    mx1 = fmaxf(mx1, s[nt][2 + e]);
+                }
             }
         }
 #pragma unroll
@@ -928,12 +946,16 @@ attention_prefill_tc(const float* q, const kv_t* k_cache, const kv_t* v_cache, f
         }
         l[0] = l[0] * corr0 + ls0;
         l[1] = l[1] * corr1 + ls1;
+        // O rescaled only where a row's maximum rose (elsewhere corr is exp(0) = 1
+        // exactly): past the first tiles of a row it seldom does.
+        if (!__all_sync(0xffffffff, corr0 == 1.0f && corr1 == 1.0f)) {
 #pragma unroll
-        for (int dt = 0; dt < NDT; ++dt) {
-            o[dt][0] *= corr0;
-            o[dt][1] *= corr0;
-            o[dt][2] *= corr1;
-            o[dt][3] *= corr1;
+            for (int dt = 0; dt < NDT; ++dt) {
+                o[dt][0] *= corr0;
+                o[dt][1] *= corr0;
+                o[dt][2] *= corr1;
+                o[dt][3] *= corr1;
+            }
         }
 
         // O += P·V: per k-step of 16 keys and pair of 8-dim n-tiles, one ldmatrix.x4.trans

@@ -54,17 +54,21 @@ __device__ __forceinline__ float byte2f(uint32_t w) {
 }
 // N little-endian words from p (2-byte aligned, as every field read here):
 // aligned loads and funnel shifts; never reads past the 4-byte word holding p[4N-1].
-template <int N>
+// GLOBAL: p is in global memory and read-only for the kernel, so the loads take
+// the read-only path (deq8: the dequantisation and row lookups read the weights
+// in place; deq32 may read a copy in shared memory, so it keeps generic loads).
+template <int N, bool GLOBAL = false>
 __device__ __forceinline__ void ld_words(const uint8_t* p, uint32_t* w) {
     const uint32_t* a = reinterpret_cast<const uint32_t*>(reinterpret_cast<size_t>(p) & ~(size_t)3);
+    auto ld = [a](int i) { return GLOBAL ? __ldg(a + i) : a[i]; };
     if ((reinterpret_cast<size_t>(p) & 3) == 0) {
 #pragma unroll
-        for (int i = 0; i < N; i++) w[i] = a[i];
+        for (int i = 0; i < N; i++) w[i] = ld(i);
     } else {
-        uint32_t prev = a[0];
+        uint32_t prev = ld(0);
 #pragma unroll
         for (int i = 0; i < N; i++) {
-            const uint32_t next = a[i + 1];
+            const uint32_t next = ld(i + 1);
             w[i] = __funnelshift_r(prev, next, 16);
             prev = next;
         }
@@ -90,6 +94,14 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int& sc, i
         sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
         m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
+}
+
+// The same for the 12 scale bytes held as 3 little-endian words (no byte loads).
+__device__ __forceinline__ void scale_min_k4(int j, const uint32_t (&s)[3], int& sc, int& m) {
+    const int sh = 8 * (j & 3);
+    const int b0 = (s[0] >> sh) & 0xFF, b1 = (s[1] >> sh) & 0xFF, b2 = (s[2] >> sh) & 0xFF;
+    sc = j < 4 ? b0 & 63 : (b2 & 0xF) | ((b0 >> 6) << 4);
+    m = j < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
 }
 
 // ---- per-type dequantisers -------------------------------------------------
@@ -242,15 +254,29 @@ struct DqQ8_0 {
 // sub-block s = e/32; y = (d*sc_s)*q - dmin*mn_s.
 struct DqQ4_K {
     static constexpr int QK = 256, BYTES = 144;
+    // From global memory, p 16-byte aligned (the blocks of a 16-byte aligned
+    // tensor: 144 = 9 * 16), in words, not bytes: d and dmin as one, the
+    // scales as 3, the 8 quants as one 8-byte load. The whole matrix's
+    // dequantisation was bound by its instruction count with byte loads (13
+    // loads and ~157 PTX instructions per 8 values).
     __device__ static void deq8(const uint8_t* p, int i0, float* y) {
-        const block_q4_K* b = reinterpret_cast<const block_q4_K*>(p);
-        const int s = i0 >> 5, l0 = i0 & 31, sh = (s & 1) * 4;
+        const uint32_t* bw = reinterpret_cast<const uint32_t*>(p);
+        const int s = i0 >> 5, sh = (s & 1) * 4;
+        const float2 dm = __half22float2(__ldg(reinterpret_cast<const __half2*>(p)));  // d, dmin
+        const uint32_t sw[3] = {__ldg(bw + 1), __ldg(bw + 2), __ldg(bw + 3)};
+        const uint2 q = __ldg(reinterpret_cast<const uint2*>(p + 16 + 32 * (s >> 1) + (i0 & 31)));
+        const uint32_t w[2] = {q.x, q.y};
         int sc, mn;
-        scale_min_k4(s, b->scales, sc, mn);
-        const float d1 = __half2float(b->d) * (float)sc, m1 = __half2float(b->dmin) * (float)mn;
-        const uint8_t* q = b->qs + 32 * (s >> 1) + l0;
+        scale_min_k4(s, sw, sc, mn);
+        const float d1 = dm.x * u2f(sc), m1 = dm.y * u2f(mn);
 #pragma unroll
-        for (int t = 0; t < 8; t++) y[t] = d1 * u2f((q[t] >> sh) & 15) - m1;
+        for (int i = 0; i < 2; i++) {
+            const uint32_t v = (w[i] >> sh) & 0x0F0F0F0Fu;
+            y[4 * i] = d1 * byte2f<0>(v) - m1;
+            y[4 * i + 1] = d1 * byte2f<1>(v) - m1;
+            y[4 * i + 2] = d1 * byte2f<2>(v) - m1;
+            y[4 * i + 3] = d1 * byte2f<3>(v) - m1;
+        }
     }
     __device__ static void deq32(const uint8_t* p, int i0, float* y) {  // sub-block i0/32
         const block_q4_K* b = reinterpret_cast<const block_q4_K*>(p);
@@ -310,17 +336,21 @@ struct DqQ5_K {
 // y = (d*scales[e/16]) * q.
 struct DqQ6_K {
     static constexpr int QK = 256, BYTES = 210;
-    __device__ static void deq8(const uint8_t* p, int i0, float* y) {
+    __device__ static void deq8(const uint8_t* p, int i0, float* y) {  // words, as deq32 (blocks are 2-byte aligned)
         const block_q6_K* b = reinterpret_cast<const block_q6_K*>(p);
         const int n = i0 >> 7, g = (i0 >> 5) & 3, l0 = i0 & 31;
         const float ds = __half2float(b->d) * (float)b->scales[i0 >> 4];
-        const uint8_t* ql = b->ql + 64 * n + 32 * (g & 1) + l0;
-        const uint8_t* qh = b->qh + 32 * n + l0;
+        uint32_t ql[2], qh[2];
+        ld_words<2, true>(b->ql + 64 * n + 32 * (g & 1) + l0, ql);
+        ld_words<2, true>(b->qh + 32 * n + l0, qh);
         const int sl = (g >> 1) * 4, sh = 2 * g;
 #pragma unroll
-        for (int t = 0; t < 8; t++) {
-            const int q = ((ql[t] >> sl) & 15) | (((qh[t] >> sh) & 3) << 4);
-            y[t] = ds * u2f<32>(q);
+        for (int i = 0; i < 2; i++) {
+            const uint32_t v = ((ql[i] >> sl) & 0x0F0F0F0Fu) | (((qh[i] >> sh) & 0x03030303u) << 4);
+            y[4 * i] = ds * byte2f<0, 32>(v);
+            y[4 * i + 1] = ds * byte2f<1, 32>(v);
+            y[4 * i + 2] = ds * byte2f<2, 32>(v);
+            y[4 * i + 3] = ds * byte2f<3, 32>(v);
         }
     }
     __device__ static void deq32(const uint8_t* p, int i0, float* y) {  // elements i0..i0+31: two scales

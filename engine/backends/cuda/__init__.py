@@ -44,20 +44,27 @@ PRODUCERS_WRITE_BF16 = True
 PENDING_ARCHS: frozenset[str] = frozenset()
 
 CUBLAS_WORKSPACE = 32 << 20  # cuBLAS's scratch on Hopper (its own default there)
-DEFAULT_WORKSPACE_MB = 256  # one micro-batch (model.UBATCH = 512 tokens) of an 8B shape fits
+DEFAULT_WORKSPACE_MB = 256  # the least workspace: one 512-token micro-batch of an 8B shape fits
+# A prompt's micro-batch on the GPU (model.py). Each micro-batch dequantises
+# every weight matrix to bf16 for its GEMMs, ~6.7 ms a pass on qwen3-8b
+# (reports/notes/decode-in-graph-2026-12-01.md), so a 4096-token prompt in
+# 512-token pieces paid it 8 times. The cost is workspace: 12 rows of the
+# widest activation a token (2.4 GB for qwen3-8b), never more than the
+# context needs. At most MAX_UBATCH: a token-by-token MoE launch puts the
+# tokens in grid.z (65535 at most), and element counts stay well inside int.
+UBATCH = 4096
+MAX_UBATCH = 16384
 
 
-def workspace_bytes(cfg: ModelConfig) -> int:
-    """One micro-batch's temporaries: a layer's scratch is a few rows of its
-    widest activation per token. 256 MB holds the 8B shapes' (FFN 14336: under
-    9 rows); qwen36-27b (FFN 17408) ran out past 273 MB (7.7 rows, its
-    DeltaNet's chunked scratch among them). 12 rows of the widest, at least
-    256 MB."""
-    from ...model import UBATCH
-
+def workspace_bytes(cfg: ModelConfig, tokens: int) -> int:
+    """One micro-batch's temporaries (``tokens`` of them): a layer's scratch is
+    a few rows of its widest activation per token. 256 MB holds the 8B
+    shapes' 512 tokens (FFN 14336: under 9 rows); qwen36-27b (FFN 17408) ran
+    out past 273 MB (7.7 rows, its DeltaNet's chunked scratch among them). 12
+    rows of the widest, at least 256 MB."""
     widest = max(cfg.n_embd, cfg.n_ff, 2 * cfg.n_head * max(s.head_dim for s in cfg.layer_shapes or [cfg]),
                  cfg.ssm.conv_dim + cfg.ssm.value_dim if cfg.ssm else 0)
-    return max(DEFAULT_WORKSPACE_MB << 20, 12 * 4 * UBATCH * widest)
+    return max(DEFAULT_WORKSPACE_MB << 20, 12 * 4 * tokens * widest)
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,21 @@ class QWeight:
     n_out: int
     n_in: int
     n_expert: int = 0  # a 3-D expert tensor: n_expert matrices [n_out, n_in] back to back
+
+
+# Prefill graphs (Backend.prefill): from this many tokens a micro-batch is
+# captured, for at most this many lengths.
+GRAPH_MIN_TOKENS = 512
+GRAPH_LENGTHS = 4
+
+
+@dataclass
+class PrefillGraph:
+    """A captured prefill pass of one length: its static inputs, the graph, its logits."""
+    tokens: DArray  # int32 [T]
+    pos: DArray     # int32 [T]
+    graph: object = None
+    logits: DArray | None = None
 
 
 @dataclass(frozen=True)
@@ -672,17 +694,29 @@ class Backend:
     name = "cuda"
 
     def __init__(self, cfg: ModelConfig, n_ctx: int, *, kv_f16: bool = True, eager: bool = False,
-                 workspace_mb: int | None = None, device=None, cublas=None):
-        """``device``/``cublas``: others than the GPU's (recording.py's count launches on any machine)."""
+                 ubatch: int = UBATCH, workspace_mb: int | None = None, device=None, cublas=None):
+        """``ubatch``: a prompt's micro-batch (the workspace holds one).
+        ``device``/``cublas``: others than the GPU's (recording.py's count launches on any machine)."""
+        from ...model import UBATCH as SMALLEST
         from .cublas import Cublas
 
         if cfg.arch in PENDING_ARCHS:
             raise AnvilError(f"the CUDA backend does not run {cfg.arch} models yet: use --backend numpy")
-        self.cfg, self.n_ctx, self.kv_f16, self.eager = cfg, n_ctx, kv_f16, eager
+        if not isinstance(ubatch, int) or not SMALLEST <= ubatch <= MAX_UBATCH:
+            # harness diff traces one NumPy micro-batch (model.UBATCH) and needs it to be one here too
+            raise AnvilError(f"ubatch {ubatch!r}: a micro-batch must be {SMALLEST} to {MAX_UBATCH} tokens")
+        self.cfg, self.n_ctx, self.kv_f16, self.eager, self.ubatch = cfg, n_ctx, kv_f16, eager, ubatch
         self.dev = device or Device()
+        if cfg.moe is not None:  # refused at load, not halfway through a prompt's layers
+            pairs = min(ubatch, n_ctx) * cfg.moe.n_expert_used
+            if launchers.moe_gemm.sort_shared(cfg.moe.n_expert, pairs) > self.dev.max_shared:
+                raise AnvilError(f"ubatch {ubatch}: a micro-batch of {min(ubatch, n_ctx)} tokens has {pairs} "
+                                 f"(token, expert) pairs, more than moe_sort sorts in a block's "
+                                 f"{self.dev.max_shared} bytes of shared memory: give a smaller ubatch")
         self.cublas = cublas or Cublas(self.dev.stream)
         self.cublas.set_workspace(self.dev.empty((CUBLAS_WORKSPACE,), np.uint8))
-        self.workspace = Workspace(self.dev, workspace_mb << 20 if workspace_mb else workspace_bytes(cfg))
+        self.workspace = Workspace(self.dev, workspace_mb << 20 if workspace_mb else
+                                   workspace_bytes(cfg, min(ubatch, n_ctx)))
         self.weights: Workspace | None = None  # sized from the file on the first upload
         self.stacked: dict = {}
         self.constants: dict[tuple[int, float], DArray] = {}
@@ -694,8 +728,8 @@ class Backend:
         self.graph = None
         self.logits: DArray | None = None  # the decode step's logits: a fixed workspace address, replay after replay
         self._device_state = None  # (token, pos) the buffers hold for the next step
-        # prefill of full micro-batches: static inputs, the captured pass, its logits
-        self.pf_tokens = self.pf_pos = self.pf_graph = self.pf_logits = None
+        # prefill micro-batches of GRAPH_MIN_TOKENS or more: a captured pass per length
+        self.pf_graphs: dict[int, PrefillGraph] = {}
 
     def upload(self, gf: GGUFFile, name: str):
         if self.weights is None:
@@ -736,36 +770,39 @@ class Backend:
     def prefill(self, model, tokens: np.ndarray, start: int) -> DArray:
         """A prompt micro-batch's forward pass: the last token's logits.
 
-        A full micro-batch (model.UBATCH tokens: every piece of a long prompt
-        but its last) runs as a CUDA graph, as decode does: captured after its
-        first eager run, then replayed with the tokens and positions written
-        into static buffers. The pass's kernels read positions from device
-        memory and size their grids from shapes alone, so one graph serves
-        every start position, and a replay issues the pass without Python
-        (at 512 tokens the GEMMs dominate: reports/notes/fusions-2026-12-01.md
-        measured a small gain). Shorter pieces run eagerly (each length would
-        need its own graph)."""
-        from ...model import UBATCH
-
+        A micro-batch of GRAPH_MIN_TOKENS or more (a benchmark's prompt, every
+        piece of a long one) runs as a CUDA graph, as decode does: captured
+        after its first eager run, then replayed with the tokens and positions
+        written into static buffers. The pass's kernels read positions from
+        device memory and size their grids from shapes alone, so one graph
+        serves every start position, and a replay issues the pass without
+        Python (at 512 tokens the GEMMs dominate:
+        reports/notes/fusions-2026-12-01.md measured a small gain). Each length
+        needs its own graph: the first GRAPH_LENGTHS lengths get one, and a
+        full micro-batch (every piece of a long prompt but its last) always
+        does; shorter pieces (a validation's prompts, each of its own length,
+        run once) run eagerly."""
         T = tokens.size
-        if self.eager or T != UBATCH:
+        g = self.pf_graphs.get(T)
+        full = len(self.pf_graphs) >= GRAPH_LENGTHS and T != self.ubatch
+        if g is None and (self.eager or T < GRAPH_MIN_TOKENS or full):
             return model.run(*self.inputs(tokens, start))
-        if self.pf_tokens is None:
-            self.pf_tokens = self.dev.empty((T,), np.int32)
-            self.pf_pos = self.dev.empty((T,), np.int32)
-        self.dev.upload(tokens.astype(np.int32), self.pf_tokens)
-        self.dev.upload(np.arange(start, start + T, dtype=np.int32), self.pf_pos)
-        if self.pf_graph is not None:
-            self.dev.replay(self.pf_graph)
-            return self.pf_logits
+        if g is None:
+            g = PrefillGraph(self.dev.empty((T,), np.int32), self.dev.empty((T,), np.int32))
+        self.dev.upload(tokens.astype(np.int32), g.tokens)
+        self.dev.upload(np.arange(start, start + T, dtype=np.int32), g.pos)
+        if g.graph is not None:
+            self.dev.replay(g.graph)
+            return g.logits
 
         def body():
             self.workspace.reset()
-            self.pf_logits = model.run(self.pf_tokens, Positions(self.pf_pos, T))
+            g.logits = model.run(g.tokens, Positions(g.pos, T))
 
         body()  # eagerly: compiles, loads and allocates everything the capture will record
-        self.pf_graph = self.dev.capture(body)
-        return self.pf_logits
+        g.graph = self.dev.capture(body)
+        self.pf_graphs[T] = g
+        return g.logits
 
     # ---- decode ---------------------------------------------------------
     def decode_next(self, model, token: int, pos: int) -> int:

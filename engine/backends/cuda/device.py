@@ -155,6 +155,8 @@ class Device:
         self.arch = f"sm_{major}{minor}"
         self.sm_count = check(driver.cuDeviceGetAttribute(
             driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.handle))
+        self.max_shared = check(driver.cuDeviceGetAttribute(  # dynamic shared memory a block may opt in to
+            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, self.handle))
         self.name = check(driver.cuDeviceGetName(256, self.handle)).split(b"\0")[0].decode()
         self.stream = check(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
         # Programmatic dependent launch (common.cuh): each kernel may start

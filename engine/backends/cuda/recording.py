@@ -28,6 +28,7 @@ class _Kernel(tuple):
 
 class RecordingDevice:
     sm_count = 132  # an H200's
+    max_shared = 227 * 1024
     arch = "sm_90"
 
     def __init__(self):

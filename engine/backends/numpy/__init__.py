@@ -6,6 +6,7 @@ import numpy as np
 
 from ...config import ModelConfig
 from ...gguf_file import GGUFFile
+from ...model import UBATCH
 from . import ops
 from .cache import KVLayer, State
 
@@ -15,6 +16,7 @@ class Backend:
 
     name = "numpy"
     ops = ops
+    ubatch = UBATCH  # a prompt's micro-batch (model.py)
 
     def __init__(self, cfg: ModelConfig, n_ctx: int):
         self.cfg, self.n_ctx = cfg, n_ctx

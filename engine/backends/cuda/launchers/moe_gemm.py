@@ -44,11 +44,19 @@ class Grouping:
                    alloc((tiles,), i32), alloc((tiles,), i32))
 
 
+def sort_shared(n_expert: int, P: int) -> int:
+    """moe_sort's dynamic shared memory: the counts and the ids (one block sorts them all)."""
+    return 4 * (n_expert + 1 + P)
+
+
 def sort(dev: Device, ids: DArray, g: Grouping) -> None:
     """Group the pairs of ``ids`` [T, k] by expert, stably, into ``g``."""
     if np.dtype(ids.dtype) != np.int32 or ids.size != g.P:
         raise AnvilError(f"CUDA moe_sort: ids must be int32 with {g.P} entries, got {np.dtype(ids.dtype)} {ids.shape}")
-    shared = 4 * (g.n_expert + 1 + g.P)  # the counts and the ids
+    shared = sort_shared(g.n_expert, g.P)
+    if shared > dev.max_shared:
+        raise AnvilError(f"CUDA moe_sort: {g.P} (token, expert) pairs need {shared} bytes of shared memory, more "
+                         f"than a block's {dev.max_shared}: load the model with a smaller ubatch")
     fn = launch.function(dev, "moe_gemm.cu", "moe_sort", shared=shared)
     dev.launch(fn, (1,), (SORT_THREADS,), (ids, g.P, g.n_expert, g.max_tiles, g.offsets, g.pair_at, g.pos_of,
                                            g.tile_e, g.tile_r0), shared=shared)
