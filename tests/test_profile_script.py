@@ -193,3 +193,32 @@ def test_knob_variants():
     for bad, says in (("gemv.NO_SUCH=1", "has no NO_SUCH"), ("nomodule.X=1", "MODULE.NAME"), ("gemv", "MODULE.NAME")):
         with pytest.raises(SystemExit, match=says):
             mod.parse_knob(bad)
+
+
+def test_a_refused_knob_value_is_reported_and_the_rest_timed():
+    """A knob value the launchers refuse (an AnvilError: a decode layout over 8
+    warps) is dropped with its reason; the other variants still get every
+    round, the warm-up round untimed. A refusal of the step itself is an error."""
+    from engine.errors import AnvilError
+
+    mod = _variants_script()
+    variants = [mod.Variant("whole step")] + mod.parse_knob("attention.TILE_WARPS=2,8")
+    calls = []
+
+    def run(v):
+        calls.append(v.label)
+        if v.label.endswith("=8"):
+            raise AnvilError("CUDA attention: 8 tile warps x 2 head warps is over 8 (GQA 4)")
+        return 100.0 + len(calls)
+
+    times, refused = mod.time_variants(variants, 2, run, lambda: [mod.Variant("extra", leave_out="^x$")])
+    assert refused == {"attention.TILE_WARPS=8": "CUDA attention: 8 tile warps x 2 head warps is over 8 (GQA 4)"}
+    assert [v.label for v in variants] == ["whole step", "attention.TILE_WARPS=2", "extra"]
+    assert {k: len(t) for k, t in times.items()} == {"whole step": 2, "attention.TILE_WARPS=2": 2, "extra": 2}
+    assert calls.count("attention.TILE_WARPS=8") == 1
+
+    def broken(v):
+        raise AnvilError("no such model")
+
+    with pytest.raises(AnvilError):
+        mod.time_variants([mod.Variant("whole step")], 1, broken)

@@ -78,6 +78,32 @@ def parse_knob(spec: str) -> list[Variant]:
     return [Variant(f"{target}={v}", knob=(mod, name, ast.literal_eval(v))) for v in values.split(",")]
 
 
+def time_variants(variants: list[Variant], rounds: int, run, after_warmup=lambda: []) -> tuple[dict, dict]:
+    """Each variant's times (µs a step) over ``rounds`` interleaved rounds
+    after an untimed warm-up round; ``after_warmup()`` may add variants then.
+    A knob value the launchers refuse (a decode layout over 8 warps) is
+    dropped from ``variants`` and returned with its reason, not timed: the
+    other variants still run."""
+    from engine.errors import AnvilError
+
+    times, refused = collections.defaultdict(list), {}
+    for r in range(rounds + 1):
+        for v in list(variants):
+            try:
+                us = run(v)
+            except AnvilError as e:
+                if v.knob is None:
+                    raise
+                refused[v.label] = str(e)
+                variants.remove(v)
+                continue
+            if r:
+                times[v.label].append(us)
+        if r == 0:
+            variants += after_warmup()
+    return times, refused
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -160,14 +186,11 @@ def main() -> None:
         variants += [Variant(label, leave_out=p) for label, p in LEAVE_OUT.items()]
     for spec in a.knob:
         variants += parse_knob(spec)
-    times = collections.defaultdict(list)
-    for r in range(a.rounds + 1):
-        for v in variants:
-            us = run(v)
-            if r:
-                times[v.label].append(us)
-        if r == 0 and a.each:
-            variants += [Variant(name, leave_out="^" + re.escape(name) + "$") for name in sorted(seen)]
+
+    def each_kernel() -> list[Variant]:  # after the warm-up round, which counted the step's launches
+        return [Variant(name, leave_out="^" + re.escape(name) + "$") for name in sorted(seen)] if a.each else []
+
+    times, refused = time_variants(variants, a.rounds, run, each_kernel)
     whole = statistics.median(times["whole step"])
     print(f"decode step at depth {a.depth}, median of {a.rounds} rounds of {a.steps} graph replays")
     print("| variant | launches left out | us a step | saved us | saved % | saved us a launch |")
@@ -177,6 +200,8 @@ def main() -> None:
         n = sum(c for name, c in seen.items() if left_out(v.leave_out, name))
         per = f"{(whole - t) / n:.2f}" if n else ""
         print(f"| {v.label} | {n} | {t:.1f} | {whole - t:.1f} | {100 * (whole - t) / whole:.1f} | {per} |")
+    for label, why in refused.items():
+        print(f"| {label} | refused: {why} | | | | |")
 
 
 if __name__ == "__main__":
