@@ -107,19 +107,9 @@ def _kernel_source(file: str, old: str, new: str):
     """Compile the CUDA kernels from a copy with ``old`` replaced by ``new``
     in ``file`` (and a kernel cache of their own)."""
     def patches():
-        import tempfile
-
         from engine.backends.cuda import compile as nvrtc
 
-        tmp = tempfile.mkdtemp(prefix="anvil-mutant-")
-        kernels = shutil.copytree(nvrtc.KERNELS_DIR, os.path.join(tmp, "kernels"))
-        path = os.path.join(kernels, file)
-        text = open(path).read()
-        if old not in text:
-            raise RuntimeError(f"mutant: {file} no longer contains {old!r}: update the mutant")
-        open(path, "w").write(text.replace(old, new))
-        yield mock.patch.object(nvrtc, "KERNELS_DIR", type(nvrtc.KERNELS_DIR)(kernels))
-        yield mock.patch.dict(os.environ, {"ANVIL_CACHE_DIR": os.path.join(tmp, "cache")})
+        yield nvrtc.edited_kernels(file, (old, new))
     return patches
 
 

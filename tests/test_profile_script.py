@@ -222,3 +222,27 @@ def test_a_refused_knob_value_is_reported_and_the_rest_timed():
 
     with pytest.raises(AnvilError):
         mod.time_variants([mod.Variant("whole step")], 1, broken)
+
+
+def test_kernel_edits_apply_once_and_compile():
+    """decode_variants.py's kernel edits (--edit): each old text is in its
+    kernel file exactly once, and the edited kernels compile (NVRTC, no GPU)
+    for the decode shapes of qwen3-8b; a wrong name is a one-line error."""
+    from engine.backends.cuda import compile as nvrtc
+
+    mod = _variants_script()
+    assert [v.edit for v in mod.parse_edit("all")] == list(mod.EDITS)
+    with pytest.raises(SystemExit, match="expected 'all' or one of"):
+        mod.parse_edit("no such edit")
+    builds = {"attention.cu": ("attention.cu", {"KV_F16": 1, "HEAD_DIM": 128, "GQA": 4}),
+              "gemv.cuh": ("gemv.cu", {"GEMV_ROWS": 16, "GEMV_BULK": 1, "GEMV_PASSES": 1, "GEMV_XQ": 1})}
+    for name, (file, *edits) in mod.EDITS.items():
+        text = (nvrtc.KERNELS_DIR / file).read_text()
+        for old, new in edits:
+            assert text.count(old) == 1, (name, old)
+        compiled, defines = builds[file]
+        with nvrtc.edited_kernels(file, *edits):
+            edited = (nvrtc.KERNELS_DIR / file).read_text()
+            assert all(old not in edited or old in new for old, new in edits), name
+            assert len(nvrtc.compile_cubin(compiled, "sm_90", defines)) > 0, name
+        assert (nvrtc.KERNELS_DIR / file).read_text() == text  # undone on exit

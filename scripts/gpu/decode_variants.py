@@ -3,7 +3,8 @@ in interleaved rounds: kernels left out (what each costs inside the graph)
 and launcher knobs changed (tuning in the graph, not in isolation).
 
     python3 scripts/gpu/decode_variants.py MODEL.gguf [--depth N] [--rounds 3] [--steps 128] [--each]
-        [--knob gemv.WARPS_PER_SM=8,24 --knob attention.DEC_BLOCKS_PER_SM=3 ...] [--no-leave-out]
+        [--knob gemv.WARPS_PER_SM=8,24 --knob attention.DEC_BLOCKS_PER_SM=3 ...] [--edit all | --edit NAME ...]
+        [--no-leave-out]
 
 Leaving kernels out. Nsight Compute times each kernel alone with the caches
 flushed, so it overstates small kernels and cannot see what programmatic
@@ -21,6 +22,13 @@ engine/backends/cuda/launchers) adds a variant per value, the other knobs at
 their defaults. A knob can size what the model allocates (the decode
 attention's splits), so each knob variant loads the model afresh with the
 knob set, and frees it after.
+
+Kernel edits. ``--edit NAME`` (one of EDITS, or ``all``) times the step with
+that kernel source edit made (compile.edited_kernels, as the mutants make
+theirs): a phase of one kernel left out, or its order changed, where
+leaving the whole kernel out says too little. Like a knob, each loads the
+model afresh; like a left-out kernel, its outputs are wrong and only its
+time is read.
 
 Each variant is captured afresh and timed as ``steps`` greedy graph replays,
 as ``engine bench`` times decode; round 0 warms up and is dropped.
@@ -48,12 +56,36 @@ LEAVE_OUT = {  # label: the launch names (regex) left out
     "all but GEMVs": r"^(?!gemv_)",
 }
 
+# name: (kernel file, (old, new), ...): phases of the decode kernels, for --edit
+EDITS = {
+    # the split decode attention: its keys, its partials and ticket, the last block's merge
+    "attention: no keys read": ("attention.cu", ("kb < c1; kb += DEC_WT * 32) {", "kb < c0; kb += DEC_WT * 32) {")),
+    "attention: splits exit after their partials": ("attention.cu", ("if (n_active == 1) return;", "return;")),
+    "attention: no merge": ("attention.cu", ("if (!last) return;", "return;")),
+    # the bulk GEMV's weight copies requested after griddepcontrol.wait and x's loads, not before
+    "gemv bulk: weights after the wait": (
+        "gemv.cuh",
+        ("for (int k = 0; k < min(S, mine); k++) issue(k);  // weights only: before the previous kernel ends", ""),
+        ("    pdl_launch_next();\n    typename Q::Xs xs[P];",
+         "    pdl_launch_next();\n    if (tid == 0)\n        for (int k = 0; k < min(S, mine); k++) issue(k);\n"
+         "    typename Q::Xs xs[P];")),
+}
+
 
 @dataclass(frozen=True)
 class Variant:
     label: str
     leave_out: str | None = None  # regex over launch names
     knob: tuple | None = None  # (module, name, value)
+    edit: str | None = None  # a name of EDITS
+
+
+def parse_edit(name: str) -> list[Variant]:
+    if name == "all":
+        return [Variant(n, edit=n) for n in EDITS]
+    if name not in EDITS:
+        raise SystemExit(f"--edit {name!r}: expected 'all' or one of {', '.join(map(repr, EDITS))}")
+    return [Variant(name, edit=name)]
 
 
 def left_out(pattern: str | None, launch_name: str) -> bool:
@@ -112,9 +144,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--each", action="store_true", help="also leave out each kernel-and-grid of the step alone")
     ap.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=V1,V2")
+    ap.add_argument("--edit", action="append", default=[], metavar="NAME", help="a kernel edit of EDITS, or all")
     ap.add_argument("--no-leave-out", action="store_true", help="only the whole step and the knob variants")
     a = ap.parse_args()
 
+    from engine.backends.cuda import compile as nvrtc
     from engine.backends.cuda.launchers import gemv
     from engine.model import DEFAULT_N_CTX, Model
 
@@ -164,7 +198,18 @@ def main() -> None:
         dev.synchronize()
         return (time.perf_counter() - t0) / a.steps * 1e6
 
+    def afresh() -> float:  # a model loaded as the variant has it (a knob, a kernel edit), timed, freed
+        other = load()
+        try:
+            return timed(other, None)
+        finally:
+            other.backend.dev.free_all()
+
     def run(v: Variant) -> float:
+        if v.edit is not None:
+            file, *edits = EDITS[v.edit]
+            with nvrtc.edited_kernels(file, *edits):
+                return afresh()
         if v.knob is None:
             return timed(m, v.leave_out)
         mod, name, value = v.knob
@@ -172,11 +217,7 @@ def main() -> None:
         setattr(mod, name, value)
         gemv._plans.clear()  # plans follow the knobs
         try:
-            other = load()
-            try:
-                return timed(other, None)
-            finally:
-                other.backend.dev.free_all()
+            return afresh()
         finally:
             setattr(mod, name, default)
             gemv._plans.clear()
@@ -186,6 +227,8 @@ def main() -> None:
         variants += [Variant(label, leave_out=p) for label, p in LEAVE_OUT.items()]
     for spec in a.knob:
         variants += parse_knob(spec)
+    for name in a.edit:
+        variants += parse_edit(name)
 
     def each_kernel() -> list[Variant]:  # after the warm-up round, which counted the step's launches
         return [Variant(name, leave_out="^" + re.escape(name) + "$") for name in sorted(seen)] if a.each else []

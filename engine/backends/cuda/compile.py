@@ -17,6 +17,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
+import tempfile
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -117,6 +120,28 @@ def compile_cubin(name: str, arch: str, defines: dict[str, object] | None = None
     with atomic_open(path) as f:  # concurrent compilers race harmlessly: same bytes
         f.write(cubin + hashlib.sha256(cubin).digest())
     return cubin
+
+
+@contextmanager
+def edited_kernels(file: str, *edits: tuple[str, str]):
+    """Inside the block, every kernel compiles from a copy of the kernels with
+    each ``(old, new)`` of ``edits`` made in ``file`` (every copy of ``old``,
+    which must be there), into a cache of its own: a mutant's deliberate bug, or a
+    timing variant that leaves a kernel's phase out. Modules already loaded
+    on a Device stay as they were: load the model inside the block."""
+    from unittest import mock
+
+    with tempfile.TemporaryDirectory(prefix="anvil-edit-") as tmp:
+        kernels = Path(shutil.copytree(KERNELS_DIR, Path(tmp) / "kernels"))
+        text = (kernels / file).read_text()
+        for old, new in edits:
+            if old not in text:
+                raise AnvilError(f"engine/kernels/{file} no longer contains {old!r}: update the edit")
+            text = text.replace(old, new)
+        (kernels / file).write_text(text)
+        with mock.patch(f"{__name__}.KERNELS_DIR", kernels), \
+                mock.patch.dict(os.environ, {"ANVIL_CACHE_DIR": str(Path(tmp) / "cache")}):
+            yield
 
 
 def kernel_files() -> list[str]:
