@@ -24,7 +24,6 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
