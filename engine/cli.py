@@ -86,6 +86,9 @@ def _load(args):
     model = Model(args.model, n_ctx=args.ctx, backend=args.backend, eager=args.eager, kv_f16=args.kv == "f16",
                   **options)
     args.backend = model.backend.name  # what "auto" chose
+    if args.ubatch is not None and model.backend.ubatch != args.ubatch:  # NumPy's micro-batch is fixed
+        raise AnvilError(f"--ubatch {args.ubatch}: the {args.backend} backend runs a prompt "
+                         f"{model.backend.ubatch} tokens at a time (--ubatch is the cuda backend's)")
     return model
 
 

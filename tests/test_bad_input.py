@@ -406,6 +406,8 @@ def test_non_finite_logits_name_the_step(tmp_path):
     (["generate", "{m}", "--prompt-ids", "1", "--ctx", "99999999"], "must be 1 to the model's trained context 16"),
     (["generate", "{m}", "--prompt-ids", "1", "--backend", "tpu"], "invalid choice: 'tpu'"),
     (["generate", "{m}", "--prompt-ids", "1", "--kv", "f8"], "invalid choice: 'f8'"),
+    (["generate", "{m}", "--prompt-ids", "1", "--backend", "numpy", "--ubatch", "100"],
+     "--ubatch 100: the numpy backend runs a prompt 512 tokens at a time"),
     (["generate", "{m}", "--prompt", "hi", "--prompt-ids", "1"], "not allowed with argument --prompt"),
     (["generate", "{m}", "--prompt-ids", "1", "-n", "99"], "exceeds the context of 16"),
     (["generate", "{m}", "--prompt-ids", "1,99999", "-n", "2"], "token id 99999 is outside the vocabulary"),
