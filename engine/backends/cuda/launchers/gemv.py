@@ -94,7 +94,7 @@ def gemv_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, rows: int | Non
 BULK = True  # gemv.cuh gemv_bulk_impl on sm_90+ (bulk copies into a ring of stages)
 BULK_MIN_BYTES = 8 << 20  # smaller matrices stay with gemv_impl (H200: 2.4 MB 2.45 -> 2.79 us with bulk; the 30B lost ~2% with its 4.7 MB projections on bulk)
 SM_SHARED = 227 * 1024    # shared memory an SM gives its blocks
-WARPS_PER_SM = 16         # what the decode needs resident to keep up with the copies (Q6_K: 8 were too few)
+WARPS_PER_SM = 12         # what the decode needs resident to keep up with the copies (Q6_K: 8 were too few)
 MAX_STAGES = 8            # gemv.cuh GEMV_MAX_STAGES
 MAX_PASSES = 4            # GEMV_PASSES values compiled (1..4)
 
