@@ -85,7 +85,9 @@ def test_gemv_bulk_plan():
     assert gemv.bulk_plan(QType.Q4_K, 40960, 64) is None  # 1280 units: past 4 passes of 256 lanes
     # the H200 sweep's best (reports/notes/gemv-bulk-2026-12-01.md)
     p = gemv.bulk_plan(QType.Q4_K, 4096, 4096)
-    assert (p.rows, p.stages, p.passes) == (16, 1, 1)  # 256 groups, 4 blocks per SM: all requested at once
+    assert (p.rows, p.stages, p.passes) == (16, 1, 1)  # 256 groups, a block each: all requested at once
+    p = gemv.bulk_plan(QType.Q4_K, 4096, 12288, glu=True)  # 3 blocks per SM (WARPS_PER_SM), 2 stages each
+    assert (p.rows, p.stages, p.threads) == (16, 2, 128)
     p = gemv.bulk_plan(QType.Q6_K, 12288, 4096)
     assert (p.rows, p.stages, p.passes) == (4, 2, 2)
 

@@ -62,6 +62,18 @@ EDITS = {
     "attention: no keys read": ("attention.cu", ("kb < c1; kb += DEC_WT * 32) {", "kb < c0; kb += DEC_WT * 32) {")),
     "attention: splits exit after their partials": ("attention.cu", ("if (n_active == 1) return;", "return;")),
     "attention: no merge": ("attention.cu", ("if (!last) return;", "return;")),
+    # the GEMVs' activations not read: values from the thread index instead (what x's loads cost after the wait)
+    "gemv: x not read": (
+        "gemv.cuh",
+        ("ld_x4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }",
+         "ld_x4(const float* p) { const float f = (float)(threadIdx.x & 7); return make_float4(f, f + 1.f, f, 2.f); }")),
+    # a quarter of x's bytes read (what x pre-quantised to int8 would load), or the folded norm's weight not read
+    "gemv: x a quarter of the bytes": (
+        "gemv.cuh",
+        ("        v[i] = ld_x4(p + 4 * i);\n        m = amax4(v[i], m);", "        v[i] = i ? v[0] : ld_x4(p);\n        m = amax4(v[i], m);"),
+        ("const float4 a = ld_x4(p + 32 * g), b = ld_x4(p + 32 * g + 4);", "const float4 a = ld_x4(p + 32 * (g & 2)), b = a;")),
+    "gemv: norm weight not read": (
+        "gemv.cuh", ("const float4 v = ld_x4(p.x), g = ld_x4(p.w);", "const float4 v = ld_x4(p.x), g = make_float4(1.f, 1.f, 1.f, 1.f);")),
     # the bulk GEMV's weight copies requested after griddepcontrol.wait and x's loads, not before
     "gemv bulk: weights after the wait": (
         "gemv.cuh",
