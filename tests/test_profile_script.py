@@ -195,7 +195,7 @@ def test_knob_variants():
             mod.parse_knob(bad)
 
 
-def test_a_refused_knob_value_is_reported_and_the_rest_timed():
+def test_a_refused_knob_value_is_reported_and_the_rest_timed(capsys):
     """A knob value the launchers refuse (an AnvilError: a decode layout over 8
     warps) is dropped with its reason; the other variants still get every
     round, the warm-up round untimed. A refusal of the step itself is an error."""
@@ -216,6 +216,10 @@ def test_a_refused_knob_value_is_reported_and_the_rest_timed():
     assert [v.label for v in variants] == ["whole step", "attention.TILE_WARPS=2", "extra"]
     assert {k: len(t) for k, t in times.items()} == {"whole step": 2, "attention.TILE_WARPS=2": 2, "extra": 2}
     assert calls.count("attention.TILE_WARPS=8") == 1
+    # every time as it is taken, on stderr (a run cut short still says what it measured)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 8 and err[0] == "round 0 (warm-up, dropped): whole step: 101.0 us a step"
+    assert err[-1] == "round 2: extra: 109.0 us a step"
 
     def broken(v):
         raise AnvilError("no such model")

@@ -42,6 +42,7 @@ import collections
 import importlib
 import re
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -127,7 +128,8 @@ def time_variants(variants: list[Variant], rounds: int, run, after_warmup=lambda
     after an untimed warm-up round; ``after_warmup()`` may add variants then.
     A knob value the launchers refuse (a decode layout over 8 warps) is
     dropped from ``variants`` and returned with its reason, not timed: the
-    other variants still run."""
+    other variants still run. Each time is also printed to stderr as it is
+    taken, so a run cut short by a time limit still says what it measured."""
     from engine.errors import AnvilError
 
     times, refused = collections.defaultdict(list), {}
@@ -141,6 +143,8 @@ def time_variants(variants: list[Variant], rounds: int, run, after_warmup=lambda
                 refused[v.label] = str(e)
                 variants.remove(v)
                 continue
+            print(f"round {r}{' (warm-up, dropped)' if r == 0 else ''}: {v.label}: {us:.1f} us a step",
+                  file=sys.stderr, flush=True)
             if r:
                 times[v.label].append(us)
         if r == 0:
