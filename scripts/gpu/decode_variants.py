@@ -63,6 +63,22 @@ EDITS = {
     "attention: no keys read": ("attention.cu", ("kb < c1; kb += DEC_WT * 32) {", "kb < c0; kb += DEC_WT * 32) {")),
     "attention: splits exit after their partials": ("attention.cu", ("if (n_active == 1) return;", "return;")),
     "attention: no merge": ("attention.cu", ("if (!last) return;", "return;")),
+    # the decode attention reading pos (written by the step's first kernel, two or more kernels back: done once
+    # this one starts) before its wait, so the split's range is known when the wait returns
+    "attention: pos before the wait": (
+        "attention.cu",
+        ("    KERNEL_START();\n    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n"
+         "    const int qp = pos[t];\n",
+         "    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n"
+         "    const int qp = pos[t];\n    KERNEL_START();\n")),
+    # the decode attention's keys read before its wait (q and the step's row stale: a timing only), what
+    # loading the cached rows under the kernel before it could save at most
+    "attention: waits after its keys": (
+        "attention.cu",
+        ("    KERNEL_START();\n    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n",
+         "    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n"),
+        ("    // Merge the tile warps of each head.\n    __syncthreads();\n",
+         "    // Merge the tile warps of each head.\n    KERNEL_START();\n    __syncthreads();\n")),
     # the GEMVs' activations not read: values from the thread index instead (what x's loads cost after the wait)
     "gemv: x not read": (
         "gemv.cuh",
