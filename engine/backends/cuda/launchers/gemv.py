@@ -94,9 +94,9 @@ def gemv_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, rows: int | Non
 BULK = True  # gemv.cuh gemv_bulk_impl on sm_90+ (bulk copies into a ring of stages)
 BULK_MIN_BYTES = 8 << 20  # smaller matrices stay with gemv_impl (H200: 2.4 MB 2.45 -> 2.79 us with bulk; the 30B lost ~2% with its 4.7 MB projections on bulk)
 SM_SHARED = 227 * 1024    # shared memory an SM gives its blocks
-# Warps a SM keeps resident: enough to keep up with the copies (Q6_K: 8 were too few), and no more, since every
-# block reads all of x from L2 after its wait (qwen3-8b's decode graph, 8/12/16/24: 2409/2368/2441/2492 us a
-# step; A/B 12 against 16: tg128 1.025x, reports/notes/decode-in-graph-2026-12-01.md)
+# Warps an SM keeps resident: enough to keep up with the copies (Q6_K: 8 were too few), and no more, since every
+# block reads all of x from L2 after its wait (the sweep in the decode graph and the A/B against 16:
+# reports/notes/decode-in-graph-2026-12-01.md, ab-20261202T060308Z-f089fa7b)
 WARPS_PER_SM = 12
 MAX_STAGES = 8            # gemv.cuh GEMV_MAX_STAGES
 MAX_PASSES = 4            # GEMV_PASSES values compiled (1..4)
