@@ -236,18 +236,20 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
 // first one's (token, head) index): out = sum_s O_s e_s / sum_s L_s e_s with
 // e_s = exp(M_s - M), M = max_s M_s, over the n_active splits that had keys.
 // The other blocks' partials are read from L2 (__ldcg). Latency, not work, is
-// its cost (it runs after the slowest split): a warp per head loads the
-// splits' (M, L) at once and keeps e_s and L_s of the first MERGE_KEEP splits
-// in shared memory (the block's, free by now: all of them in every decode
-// shape the catalog has); then every thread sums its MERGE_PER outputs over
-// the splits, the loads of 8 splits for all its outputs in flight together
-// (an L2 round trip per 8 splits: at depth 4096 a KV head's 65 splits were
-// 33 round trips in a row, two splits at a time).
+// its cost (the whole layer waits on it, after the slowest split), so the
+// loads are issued together: every thread first requests its MERGE_PER
+// outputs' O_s of the first MERGE_BATCH splits (they do not wait on M), then
+// a warp per head loads the splits' (M_s, L_s) at once, forms M and keeps
+// e_s and L_s of the first MERGE_KEEP splits in shared memory (the block's,
+// free by now: all of them in every decode shape the catalog has). At depth
+// 4096 (33 splits a KV head on qwen3-8b) that is one L2 round trip for
+// each, where a loop over the splits was five in a row.
 // The sums run in split order (fma chains), so the result does not depend on
 // the layout.
 constexpr int MERGE_PER = (G * D + DEC_WARPS * 32 - 1) / (DEC_WARPS * 32);  // outputs per thread
 constexpr int DEC_SMEM = DEC_WARPS * HPW * (D + 32 + 2);                     // floats (launchers/attention.py decode_shared)
-constexpr int MERGE_KEEP = (DEC_SMEM - 2 * G) / (2 * G) < 256 ? (DEC_SMEM - 2 * G) / (2 * G) : 256;
+constexpr int MERGE_KEEP = (DEC_SMEM - G) / (2 * G) < 256 ? (DEC_SMEM - G) / (2 * G) / 32 * 32 : 256;
+constexpr int MERGE_BATCH = 80 / MERGE_PER < MERGE_KEEP ? 80 / MERGE_PER : MERGE_KEEP;  // ~80 registers of O_s
 static_assert(MERGE_KEEP >= 32, "merge: room for 32 splits' weights");
 // A short context has few splits (tg128: at most 5). Up to MERGE_FEW of them
 // (16 loads a thread; 32 spilled at GQA 8), each thread loads (M_s, L_s) and
@@ -291,52 +293,67 @@ __device__ __forceinline__ void merge_few(const float* part_o, const float* part
 __device__ __forceinline__ void merge_splits(const float* part_o, const float* part_ml, float* out, float* smem,
                                              size_t hq0, int n_splits, int n_active) {
     if (n_active <= MERGE_FEW) return merge_few(part_o, part_ml, out, hq0, n_splits, n_active);
+    constexpr bool EVEN = G * D % (DEC_WARPS * 32) == 0;  // every thread has MERGE_PER outputs
+    const float2* ml2 = reinterpret_cast<const float2*>(part_ml);
     float* e_s = smem;                       // [G][MERGE_KEEP]: e_s of the first splits
     float* l_s = smem + G * MERGE_KEEP;      // [G][MERGE_KEEP]: their L_s
-    float* hl = smem + 2 * G * MERGE_KEEP;   // [G][2]: M, L of each head
+    float* hm = smem + 2 * G * MERGE_KEEP;   // [G]: M of each head
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     __syncthreads();  // smem (o_s) is no longer read by this block's own pass
-    for (int h = w; h < G; h += DEC_WARPS) {
-        const float* ml = part_ml + (hq0 + h) * n_splits * 2;
-        float M = -INFINITY;
-        for (int u = lane; u < n_active; u += 32) M = fmaxf(M, __ldcg(ml + 2 * u));
-        M = warp_max(M);
-        for (int u = lane; u < min(n_active, MERGE_KEEP); u += 32) {
-            e_s[h * MERGE_KEEP + u] = __expf(__ldcg(ml + 2 * u) - M);
-            l_s[h * MERGE_KEEP + u] = __ldcg(ml + 2 * u + 1);
-        }
-        __syncwarp();
-        if (lane == 0) {
-            float L = 0.0f;
-            for (int u = 0; u < n_active; u++) {
-                const bool kept = u < MERGE_KEEP;
-                const float e = kept ? e_s[h * MERGE_KEEP + u] : __expf(__ldcg(ml + 2 * u) - M);
-                L += (kept ? l_s[h * MERGE_KEEP + u] : __ldcg(ml + 2 * u + 1)) * e;
-            }
-            hl[2 * h] = M;
-            hl[2 * h + 1] = L;
-        }
-    }
-    __syncthreads();
-    float O[MERGE_PER];
-#pragma unroll
-    for (int j = 0; j < MERGE_PER; ++j) O[j] = 0.0f;
-#pragma unroll 8
-    for (int u = 0; u < n_active; ++u) {
-#pragma unroll
-        for (int j = 0; j < MERGE_PER; ++j) {
-            const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
-            if (G * D % (DEC_WARPS * 32) == 0 || i < G * D) {
-                const float* ml = part_ml + (hq0 + h) * n_splits * 2;
-                const float e = u < MERGE_KEEP ? e_s[h * MERGE_KEEP + u] : __expf(__ldcg(ml + 2 * u) - hl[2 * h]);
-                O[j] += __ldcg(part_o + ((hq0 + h) * n_splits + u) * D + d) * e;
-            }
-        }
-    }
+    float ob[MERGE_PER][MERGE_BATCH];
 #pragma unroll
     for (int j = 0; j < MERGE_PER; ++j) {
         const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
-        if (G * D % (DEC_WARPS * 32) == 0 || i < G * D) out[(hq0 + h) * D + d] = O[j] / hl[2 * h + 1];
+#pragma unroll
+        for (int u = 0; u < MERGE_BATCH; ++u)
+            ob[j][u] = u < n_active && (EVEN || i < G * D) ? __ldcg(part_o + ((hq0 + h) * n_splits + u) * D + d) : 0.0f;
+    }
+    for (int h = w; h < G; h += DEC_WARPS) {
+        const float2* ml = ml2 + (hq0 + h) * n_splits;
+        float2 v[MERGE_KEEP / 32];
+        float M = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < MERGE_KEEP / 32; ++k) {
+            const int u = lane + 32 * k;
+            v[k] = u < n_active ? __ldcg(ml + u) : make_float2(-INFINITY, 0.0f);
+            M = fmaxf(M, v[k].x);
+        }
+        for (int u = MERGE_KEEP + lane; u < n_active; u += 32) M = fmaxf(M, __ldcg(ml + u).x);
+        M = warp_max(M);
+#pragma unroll
+        for (int k = 0; k < MERGE_KEEP / 32; ++k) {
+            const int u = lane + 32 * k;
+            if (u < n_active) {
+                e_s[h * MERGE_KEEP + u] = __expf(v[k].x - M);
+                l_s[h * MERGE_KEEP + u] = v[k].y;
+            }
+        }
+        if (lane == 0) hm[h] = M;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < MERGE_PER; ++j) {
+        const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
+        if (!EVEN && i >= G * D) continue;
+        const float2* ml = ml2 + (hq0 + h) * n_splits;
+        const float M = hm[h];
+        float L = 0.0f, O = 0.0f;
+        for (int u = 0; u < n_active; ++u) {
+            const bool kept = u < MERGE_KEEP;
+            const float2 far = kept ? make_float2(0.0f, 0.0f) : __ldcg(ml + u);
+            const float e = kept ? e_s[h * MERGE_KEEP + u] : __expf(far.x - M);
+            L += (kept ? l_s[h * MERGE_KEEP + u] : far.y) * e;
+        }
+#pragma unroll
+        for (int u = 0; u < MERGE_BATCH; ++u)
+            if (u < n_active) O += ob[j][u] * e_s[h * MERGE_KEEP + u];
+        // splits past the first batch (none at depth 4096 on qwen3-8b): 8 splits' loads in flight at a time
+#pragma unroll 8
+        for (int u = MERGE_BATCH; u < n_active; ++u) {
+            const float e = u < MERGE_KEEP ? e_s[h * MERGE_KEEP + u] : __expf(__ldcg(ml + u).x - M);
+            O += __ldcg(part_o + ((hq0 + h) * n_splits + u) * D + d) * e;
+        }
+        out[(hq0 + h) * D + d] = O / L;
     }
 }
 
@@ -534,14 +551,8 @@ attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float
         }
     }
     if (n_active == 1) return;
-    __shared__ bool last;
-    __threadfence();  // this block's partials, before its ticket
-    __syncthreads();
     unsigned* ticket = tickets + (size_t)t * n_head_kv + g;
-    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == (unsigned)n_active - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!last_block(ticket, n_active)) return;
     merge_splits(part_o, part_ml, out, smem, (size_t)t * n_head + (size_t)g * G, n_splits, n_active);
     if (threadIdx.x == 0) *ticket = 0u;
 }

@@ -92,6 +92,28 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// ---- the last of n blocks -------------------------------------------------------
+// True in every thread of the block that is the last of the n blocks calling
+// it with this ticket (a device counter at 0; that block returns it to 0 when
+// done, for the next launch and graph replay). What every block wrote before
+// the call is visible to the last one after it: the barrier orders a block's
+// writes before thread 0's atomic, whose release (gpu scope, cumulative)
+// publishes them and whose acquire, followed by the barrier, makes the other
+// blocks' writes visible to all the last block's threads. One thread's
+// acq_rel atomic, where a fence.sc in every thread (__threadfence) before it
+// and another after were slower.
+__device__ __forceinline__ bool last_block(unsigned* ticket, unsigned n) {
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned old;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(ticket) : "memory");
+        last = old == n - 1;
+    }
+    __syncthreads();
+    return last;
+}
+
 // Sum over a whole block (blockDim.x a multiple of 32, at most 1024); every
 // thread gets the result. `scratch` holds 32 floats of shared memory.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

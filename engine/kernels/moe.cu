@@ -138,13 +138,7 @@ extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)
 moe_router_f32(const void* W, const float* x, float* logits, int n_in, int n_expert, float scale, int k, int norm,
                int* ids, float* weights, unsigned* done) {
     WITH_LAYOUT_f32(n_in, ROUTER_CALL)
-    __shared__ bool last;
-    __threadfence();  // this block's logits, before its ticket
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!last_block(done, gridDim.x)) return;
     if (threadIdx.x < 32) route_row(logits, n_expert, k, norm, scale, ids, weights, threadIdx.x);
     if (threadIdx.x == 0) *done = 0u;
 }

@@ -62,7 +62,8 @@ EDITS = {
     # the split decode attention: its keys, its partials and ticket, the last block's merge
     "attention: no keys read": ("attention.cu", ("kb < c1; kb += DEC_WT * 32) {", "kb < c0; kb += DEC_WT * 32) {")),
     "attention: splits exit after their partials": ("attention.cu", ("if (n_active == 1) return;", "return;")),
-    "attention: no merge": ("attention.cu", ("if (!last) return;", "return;")),
+    "attention: no merge": ("attention.cu", ("if (!last_block(ticket, n_active)) return;",
+                                             "last_block(ticket, n_active);\n    return;")),
     # the decode attention reading pos (written by the step's first kernel, two or more kernels back: done once
     # this one starts) before its wait, so the split's range is known when the wait returns
     "attention: pos before the wait": (
