@@ -248,8 +248,9 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
 // the layout.
 constexpr int MERGE_PER = (G * D + DEC_WARPS * 32 - 1) / (DEC_WARPS * 32);  // outputs per thread
 constexpr int DEC_SMEM = DEC_WARPS * HPW * (D + 32 + 2);                     // floats (launchers/attention.py decode_shared)
-constexpr int MERGE_KEEP = (DEC_SMEM - G) / (2 * G) < 256 ? (DEC_SMEM - G) / (2 * G) / 32 * 32 : 256;
-constexpr int MERGE_BATCH = 80 / MERGE_PER < MERGE_KEEP ? 80 / MERGE_PER : MERGE_KEEP;  // ~80 registers of O_s
+constexpr int MERGE_KEEP = (DEC_SMEM - 2 * G) / G < 256 ? (DEC_SMEM - 2 * G) / G / 32 * 32 : 256;
+constexpr int MERGE_REGS = MERGE_PER <= 4 ? 80 : 32;  // registers for O_s (wide heads: the pass before needs theirs)
+constexpr int MERGE_BATCH = MERGE_REGS / MERGE_PER < MERGE_KEEP ? MERGE_REGS / MERGE_PER : MERGE_KEEP;
 static_assert(MERGE_KEEP >= 32, "merge: room for 32 splits' weights");
 // A short context has few splits (tg128: at most 5). Up to MERGE_FEW of them
 // (16 loads a thread; 32 spilled at GQA 8), each thread loads (M_s, L_s) and
@@ -295,9 +296,8 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
     if (n_active <= MERGE_FEW) return merge_few(part_o, part_ml, out, hq0, n_splits, n_active);
     constexpr bool EVEN = G * D % (DEC_WARPS * 32) == 0;  // every thread has MERGE_PER outputs
     const float2* ml2 = reinterpret_cast<const float2*>(part_ml);
-    float* e_s = smem;                       // [G][MERGE_KEEP]: e_s of the first splits
-    float* l_s = smem + G * MERGE_KEEP;      // [G][MERGE_KEEP]: their L_s
-    float* hm = smem + 2 * G * MERGE_KEEP;   // [G]: M of each head
+    float* e_s = smem;                   // [G][MERGE_KEEP]: e_s of the first splits
+    float* hl = smem + G * MERGE_KEEP;   // [G][2]: M, L of each head
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     __syncthreads();  // smem (o_s) is no longer read by this block's own pass
     float ob[MERGE_PER][MERGE_BATCH];
@@ -308,6 +308,7 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
         for (int u = 0; u < MERGE_BATCH; ++u)
             ob[j][u] = u < n_active && (EVEN || i < G * D) ? __ldcg(part_o + ((hq0 + h) * n_splits + u) * D + d) : 0.0f;
     }
+    // A warp per head, a lane per split: M, e_s and L = sum_s L_s e_s (a warp sum) of the head
     for (int h = w; h < G; h += DEC_WARPS) {
         const float2* ml = ml2 + (hq0 + h) * n_splits;
         float2 v[MERGE_KEEP / 32];
@@ -320,40 +321,43 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
         }
         for (int u = MERGE_KEEP + lane; u < n_active; u += 32) M = fmaxf(M, __ldcg(ml + u).x);
         M = warp_max(M);
+        float L = 0.0f;
 #pragma unroll
         for (int k = 0; k < MERGE_KEEP / 32; ++k) {
             const int u = lane + 32 * k;
             if (u < n_active) {
-                e_s[h * MERGE_KEEP + u] = __expf(v[k].x - M);
-                l_s[h * MERGE_KEEP + u] = v[k].y;
+                const float e = __expf(v[k].x - M);
+                e_s[h * MERGE_KEEP + u] = e;
+                L += v[k].y * e;
             }
         }
-        if (lane == 0) hm[h] = M;
+        for (int u = MERGE_KEEP + lane; u < n_active; u += 32) {
+            const float2 f = __ldcg(ml + u);
+            L += f.y * __expf(f.x - M);
+        }
+        L = warp_sum(L);
+        if (lane == 0) {
+            hl[2 * h] = M;
+            hl[2 * h + 1] = L;
+        }
     }
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < MERGE_PER; ++j) {
         const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
         if (!EVEN && i >= G * D) continue;
-        const float2* ml = ml2 + (hq0 + h) * n_splits;
-        const float M = hm[h];
-        float L = 0.0f, O = 0.0f;
-        for (int u = 0; u < n_active; ++u) {
-            const bool kept = u < MERGE_KEEP;
-            const float2 far = kept ? make_float2(0.0f, 0.0f) : __ldcg(ml + u);
-            const float e = kept ? e_s[h * MERGE_KEEP + u] : __expf(far.x - M);
-            L += (kept ? l_s[h * MERGE_KEEP + u] : far.y) * e;
-        }
+        float O = 0.0f;
 #pragma unroll
         for (int u = 0; u < MERGE_BATCH; ++u)
             if (u < n_active) O += ob[j][u] * e_s[h * MERGE_KEEP + u];
         // splits past the first batch (none at depth 4096 on qwen3-8b): 8 splits' loads in flight at a time
+        const float2* ml = ml2 + (hq0 + h) * n_splits;
 #pragma unroll 8
         for (int u = MERGE_BATCH; u < n_active; ++u) {
-            const float e = u < MERGE_KEEP ? e_s[h * MERGE_KEEP + u] : __expf(__ldcg(ml + u).x - M);
+            const float e = u < MERGE_KEEP ? e_s[h * MERGE_KEEP + u] : __expf(__ldcg(ml + u).x - hl[2 * h]);
             O += __ldcg(part_o + ((hq0 + h) * n_splits + u) * D + d) * e;
         }
-        out[(hq0 + h) * D + d] = O / L;
+        out[(hq0 + h) * D + d] = O / hl[2 * h + 1];
     }
 }
 
