@@ -78,9 +78,10 @@ def test_attention_compiles(kv_f16, head_dim, gqa):
 
 def test_launch_shapes():
     """Shape-only launch decisions (no GPU): split counts and shared memory."""
-    # 8B-like decode (132 SMs, 8 KV heads): ~2 blocks per SM, no chunk under 128 keys
-    assert attention.decode_splits(132, 1, 8, 4096) == 32
-    assert attention.decode_splits(132, 1, 8, 131072) == 33
+    # 8B-like decode (132 SMs, 8 KV heads): a block per SM, no chunk under 128 keys
+    assert attention.decode_splits(132, 1, 8, 4096) == 17
+    assert attention.decode_splits(132, 1, 8, 1024) == 8
+    assert attention.decode_splits(132, 1, 8, 131072) == 17
     assert attention.decode_splits(132, 1, 1, 100) == 1
     # decode warps: two query heads each from GQA 4 (one below), then key tiles up to 8 warps
     assert [attention.decode_layout(g) for g in (1, 2, 3, 4, 7, 8, 12, 16)] == [
@@ -598,7 +599,7 @@ def test_attention_decode_8b_shape(dev):
 @gpu
 def test_attention_decode_many_splits(dev):
     """More active splits than the merge keeps weights for in shared memory
-    (GQA 16, heads of 64: 48 kept; 105 active): the rest read from L2."""
+    (GQA 16, heads of 64: 96 kept; 105 active): the rest read from L2."""
     assert attention.decode_splits(dev.sm_count, 1, 1, 16384) >= 105
     run_attention(dev, rng("dec-many"), 1, 9999, 16384, 1, 16, 64, 1, 0, "decode")
 
