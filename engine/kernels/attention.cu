@@ -251,6 +251,7 @@ constexpr int DEC_SMEM = DEC_WARPS * HPW * (D + 32 + 2);                     // 
 constexpr int MERGE_KEEP = (DEC_SMEM - 2 * G) / G < 256 ? (DEC_SMEM - 2 * G) / G / 32 * 32 : 256;
 constexpr int MERGE_REGS = MERGE_PER <= 4 ? 80 : 32;  // registers for O_s (wide heads: the pass before needs theirs)
 constexpr int MERGE_BATCH = MERGE_REGS / MERGE_PER < MERGE_KEEP ? MERGE_REGS / MERGE_PER : MERGE_KEEP;
+constexpr int MERGE_STEP = MERGE_PER <= 4 ? 8 : 2;  // splits a step after the batch: at most 32 loads a thread
 static_assert(MERGE_KEEP >= 32, "merge: room for 32 splits' weights");
 // A short context has few splits (tg128: at most 5). Up to MERGE_FEW of them
 // (16 loads a thread; 32 spilled at GQA 8), each thread loads (M_s, L_s) and
@@ -342,22 +343,32 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
         }
     }
     __syncthreads();
+    float O[MERGE_PER];
+#pragma unroll
+    for (int j = 0; j < MERGE_PER; ++j) {
+        const int h = (threadIdx.x + j * DEC_WARPS * 32) / D;
+        O[j] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < MERGE_BATCH; ++u)
+            if (u < n_active) O[j] += ob[j][u] * e_s[h * MERGE_KEEP + u];
+    }
+    // splits past the first batch (none at depth 4096 on qwen3-8b): the loads of MERGE_STEP splits for all
+    // the thread's outputs in flight at a time
+#pragma unroll MERGE_STEP
+    for (int u = MERGE_BATCH; u < n_active; ++u) {
+#pragma unroll
+        for (int j = 0; j < MERGE_PER; ++j) {
+            const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
+            if (EVEN || i < G * D) {
+                const float e = u < MERGE_KEEP ? e_s[h * MERGE_KEEP + u] : __expf(__ldcg(ml2 + (hq0 + h) * n_splits + u).x - hl[2 * h]);
+                O[j] += __ldcg(part_o + ((hq0 + h) * n_splits + u) * D + d) * e;
+            }
+        }
+    }
 #pragma unroll
     for (int j = 0; j < MERGE_PER; ++j) {
         const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
-        if (!EVEN && i >= G * D) continue;
-        float O = 0.0f;
-#pragma unroll
-        for (int u = 0; u < MERGE_BATCH; ++u)
-            if (u < n_active) O += ob[j][u] * e_s[h * MERGE_KEEP + u];
-        // splits past the first batch (none at depth 4096 on qwen3-8b): 8 splits' loads in flight at a time
-        const float2* ml = ml2 + (hq0 + h) * n_splits;
-#pragma unroll 8
-        for (int u = MERGE_BATCH; u < n_active; ++u) {
-            const float e = u < MERGE_KEEP ? e_s[h * MERGE_KEEP + u] : __expf(__ldcg(ml + u).x - hl[2 * h]);
-            O += __ldcg(part_o + ((hq0 + h) * n_splits + u) * D + d) * e;
-        }
-        out[(hq0 + h) * D + d] = O / hl[2 * h + 1];
+        if (EVEN || i < G * D) out[(hq0 + h) * D + d] = O[j] / hl[2 * h + 1];
     }
 }
 
