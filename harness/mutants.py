@@ -422,9 +422,9 @@ MUTANTS += [
            "norm's weight not applied (x/rms only)", lambda c: c.arch in ("llama", "qwen2", "qwen3"),
            _kernel_source("gemv.cuh", "return make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);",
                           "return make_float4(v.x, v.y, v.z, v.w);"), backends=("cuda",)),
-    Mutant("attn-merge-first-split", "split decode attention: the last block merges only the first split's "
-           "keys (a long context's later keys dropped)", _any,
-           _kernel_source("attention.cu", "for (int u = 0; u < n_active; ++u) {", "for (int u = 0; u < 1; ++u) {"),
+    Mutant("attn-merge-first-split", "split decode attention: the last block's merge takes only the first "
+           "split's values (the later splits' dropped, their softmax mass kept)", _any,
+           _kernel_source("attention.cu", "e_s[h * MERGE_KEEP + u] = e;", "e_s[h * MERGE_KEEP + u] = u ? 0.0f : e;"),
            backends=("cuda",)),
     Mutant("attn-store-head0-key", "decode attention storing the step's K/V rows: every KV head stores "
            "head 0's key", _any,

@@ -590,6 +590,20 @@ def test_attention_decode_sweep_layouts(dev, monkeypatch, tile_warps, v_early, h
 
 
 @gpu
+@pytest.mark.parametrize("min_chunk,min_blocks", [(256, None), (512, None), (None, 2), (256, 2)])
+@pytest.mark.parametrize("L", [37, 1000, 4096])
+@pytest.mark.parametrize("G,D", [(4, 128), (8, 128)])
+def test_attention_decode_min_chunk_and_blocks(dev, monkeypatch, min_chunk, min_blocks, L, G, D):
+    """The split lengths and register bounds the sweep times (launchers/
+    attention.py MIN_CHUNK, MIN_BLOCKS) compute the same attention: fewer,
+    longer splits active at a short context (one at 37 keys), the grid's at a
+    long one."""
+    monkeypatch.setattr(attention, "MIN_CHUNK", min_chunk)
+    monkeypatch.setattr(attention, "MIN_BLOCKS", min_blocks)
+    run_attention(dev, rng("dec-mc", min_chunk, min_blocks, L, G, D), 1, L - 1, 8192, 8, G, D, 1, 0, "decode")
+
+
+@gpu
 def test_attention_decode_8b_shape(dev):
     """Llama/Qwen-8B layer: 32 heads, 8 KV heads, D 128, f16, 1500 cached."""
     run_attention(dev, rng("dec8b"), 1, 1499, 8192, 8, 4, 128, 1, 0, "decode")

@@ -127,17 +127,18 @@ SWEEP = SCRIPT.parent / "attention_decode_sweep.py"
 @pytest.mark.gpu
 def test_attention_decode_sweep_times_and_compares_layouts():
     """One shape, one depth, the default layout and two warps per head, each
-    with V requested late and early and one or four heads a warp: a row
-    each, all timed, every output as the first's (other sums)."""
+    with V requested late and early, one or four heads a warp, and splits of
+    any length or of 256 keys at least: a row each, all timed, every output
+    as the first's (other sums)."""
     out = subprocess.run([sys.executable, str(SWEEP), "--shape", "qwen3-8b", "--depth", "1024", "--blocks-per-sm", "4",
-                          "--tile-warps", "0", "2", "--v-early", "0", "1", "--heads-per-warp", "0", "4"], capture_output=True, text=True,
-                         check=True).stdout
+                          "--tile-warps", "0", "2", "--v-early", "0", "1", "--heads-per-warp", "0", "4",
+                          "--min-chunk", "0", "256"], capture_output=True, text=True, check=True).stdout
     rows = [ln.split("|")[1:-1] for ln in out.splitlines() if ln.startswith("| qwen3-8b")]
-    assert [(r[3].strip(), r[4].strip(), r[5].strip()) for r in rows] == [
-        ("default", "0", "default"), ("default", "0", "4"), ("default", "1", "default"), ("default", "1", "4"),
-        ("2", "0", "default"), ("2", "0", "4"), ("2", "1", "default"), ("2", "1", "4")]
+    assert [tuple(c.strip() for c in r[3:8]) for r in rows] == [
+        (tw, ve, hpw, mc, "default") for tw in ("default", "2") for ve in ("0", "1") for hpw in ("default", "4")
+        for mc in ("default", "256")]
     for r in rows:
-        assert float(r[7]) > 0 and float(r[9]) < 1e-5, r
+        assert float(r[9]) > 0 and float(r[11]) < 1e-5, r
 
 
 def _variants_script():

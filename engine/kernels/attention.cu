@@ -190,7 +190,17 @@ constexpr int DEC_WT = DEC_TILE_WARPS;
 constexpr int DEC_WT = NHG >= 8 ? 1 : 8 / NHG;      // warps across the tiles of a head
 #endif
 constexpr int DEC_WARPS = NHG * DEC_WT;             // launchers/attention.py decode_layout()
+#ifdef DEC_MIN_BLOCKS                               // launchers/attention.py MIN_BLOCKS (a sweep's)
+#define DEC_BOUNDS DEC_WARPS * 32, DEC_MIN_BLOCKS
+#else
+#define DEC_MIN_BLOCKS 1
+#define DEC_BOUNDS DEC_WARPS * 32                 // a second argument of 1 changes the register allocation
+#endif
+#ifdef DEC_CHUNK                                    // launchers/attention.py MIN_CHUNK (a sweep's)
+constexpr int DEC_MIN_CHUNK = DEC_CHUNK > 32 * DEC_WT ? DEC_CHUNK : 32 * DEC_WT;
+#else
 constexpr int DEC_MIN_CHUNK = 32 * DEC_WT;          // below that some warps idle anyway
+#endif
 constexpr int EPL = KCH > D / 32 ? KCH : D / 32;    // K/V elements per lane per row (16 B, or 32 B for f32 D=256)
 constexpr int LPR = D / EPL;                        // lanes per K/V row
 constexpr int RPW = 32 / LPR;                       // K/V rows per warp step
@@ -249,7 +259,7 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
 constexpr int MERGE_PER = (G * D + DEC_WARPS * 32 - 1) / (DEC_WARPS * 32);  // outputs per thread
 constexpr int DEC_SMEM = DEC_WARPS * HPW * (D + 32 + 2);                     // floats (launchers/attention.py decode_shared)
 constexpr int MERGE_KEEP = (DEC_SMEM - 2 * G) / G < 256 ? (DEC_SMEM - 2 * G) / G / 32 * 32 : 256;
-constexpr int MERGE_REGS = MERGE_PER <= 4 ? 80 : 32;  // registers for O_s (wide heads: the pass before needs theirs)
+constexpr int MERGE_REGS = MERGE_PER <= 4 && DEC_MIN_BLOCKS == 1 ? 80 : 32;  // registers for O_s (wide heads, or two blocks an SM: fewer)
 constexpr int MERGE_BATCH = MERGE_REGS / MERGE_PER < MERGE_KEEP ? MERGE_REGS / MERGE_PER : MERGE_KEEP;
 constexpr int MERGE_STEP = MERGE_PER <= 4 ? 8 : 2;  // splits a step after the batch: at most 32 loads a thread
 static_assert(MERGE_KEEP >= 32, "merge: room for 32 splits' weights");
@@ -326,7 +336,7 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
 #pragma unroll
         for (int k = 0; k < MERGE_KEEP / 32; ++k) {
             const int u = lane + 32 * k;
-            if (u < n_active) {
+            if (u < n_active) {  // e_s of the splits that had keys
                 const float e = __expf(v[k].x - M);
                 e_s[h * MERGE_KEEP + u] = e;
                 L += v[k].y * e;
@@ -374,7 +384,7 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
 
 // Shared memory (floats): o_s [DEC_WARPS][HPW][D], p_s [DEC_WARPS][HPW][32],
 // ml_s [DEC_WARPS][HPW][2].
-extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
+extern "C" __global__ void __launch_bounds__(DEC_BOUNDS)
 attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float* part_o,
                  float* part_ml, unsigned* tickets, const int* pos, int n_head, int n_head_kv, float scale,
                  int window, const float* __restrict__ k_new, const float* __restrict__ v_new) {

@@ -4,14 +4,18 @@ caches cycled past the L2 (as a decode step meets them), with PDL as the
 engine launches it.
 
     python3 scripts/gpu/attention_decode_sweep.py [--shape qwen3-8b 30b] [--depth 128 1024 4096 16384] \\
-        [--blocks-per-sm 4 8 16] [--tile-warps 0 2] [--v-early 0 1] [--heads-per-warp 0 4]
+        [--blocks-per-sm 4 8 16] [--tile-warps 0 2] [--v-early 0 1] [--heads-per-warp 0 4] \\
+        [--min-chunk 0 256 512] [--min-blocks 0 2]
 
-A layout is (DEC_BLOCKS_PER_SM, TILE_WARPS, V_EARLY, HEADS_PER_WARP): the
-split count's blocks per SM, the warps across a head's key tiles (0:
-attention.cu's default), whether a tile's V rows are requested with its K
-rows, and the query heads a warp scores from each K/V row it loads (0: the
-default, one up to GQA 8; the warps of the other heads read the same rows
-again, through L1). Each
+A layout is (DEC_BLOCKS_PER_SM, TILE_WARPS, V_EARLY, HEADS_PER_WARP,
+MIN_CHUNK, MIN_BLOCKS): the split count's blocks per SM, the warps across a
+head's key tiles (0: attention.cu's default), whether a tile's V rows are
+requested with its K rows, the query heads a warp scores from each K/V row
+it loads (0: the default, one up to GQA 8; the warps of the other heads read
+the same rows again, through L1), the keys a split takes at least (0: a
+tile a warp; more leaves fewer, longer splits active where the context is
+short, while the grid keeps its size for long ones), and the blocks an SM
+the kernel's registers must allow (0: as the compiler chooses). Each
 row also gives the bandwidth on the cache (K and V rows read once) and the
 largest difference from the default layout's output (other splits sum in
 another order: ~1e-7 expected).
@@ -54,12 +58,13 @@ def prepare(dev, shape, depth, n_ctx):
     return caches, q, pos, dev.empty((1, Hkv * G * D)), (k, v)  # (k, v): the buffers the views point into
 
 
-def run(dev, shape, depth, bps, tile_warps, v_early, hpw, prepared, launches=40, reps=10):
+def run(dev, shape, depth, bps, tile_warps, v_early, hpw, prepared, launches=40, reps=10, min_chunk=0,
+        min_blocks=0):
     from engine.backends.cuda.launchers import attention as A
 
     Hkv, G, D = shape
     A.DEC_BLOCKS_PER_SM, A.TILE_WARPS, A.V_EARLY = bps, (tile_warps or None), bool(v_early)
-    A.HEADS_PER_WARP = hpw or None
+    A.HEADS_PER_WARP, A.MIN_CHUNK, A.MIN_BLOCKS = hpw or None, min_chunk or None, min_blocks or None
     caches, q, pos, out, _ = prepared
     scale = 1.0 / np.sqrt(D)
     A.attention(dev, q, *caches[0], out, pos, scale)  # compiles, takes its scratch and tickets
@@ -86,6 +91,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tile-warps", nargs="+", type=int, default=[0, 2])
     ap.add_argument("--v-early", nargs="+", type=int, default=[0, 1])
     ap.add_argument("--heads-per-warp", nargs="+", type=int, default=[0])
+    ap.add_argument("--min-chunk", nargs="+", type=int, default=[0])
+    ap.add_argument("--min-blocks", nargs="+", type=int, default=[0])
     ap.add_argument("--n-ctx", type=int, default=0, help="cache rows (default: depth + 4096, at least 4096, "
                                                          "as profile_decode.py)")
     a = ap.parse_args(argv)
@@ -93,17 +100,21 @@ def main(argv=None) -> int:
     from engine.errors import AnvilError
 
     dev = Device()
-    print("| shape | keys | blocks/SM | tile warps | V early | heads/warp | splits | us | GB/s | max diff |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| shape | keys | blocks/SM | tile warps | V early | heads/warp | min chunk | min blocks | splits | us | GB/s "
+          "| max diff |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in a.shape:
         for depth in a.depth:
             n_ctx = a.n_ctx or max(4096, depth + 4096)
             prepared, base = prepare(dev, SHAPES[name], depth, n_ctx), None
             for bps in a.blocks_per_sm:
-                for tw, ve, hpw in itertools.product(a.tile_warps, a.v_early, a.heads_per_warp):
-                    lay = f"| {name} | {depth} | {bps} | {tw or 'default'} | {ve} | {hpw or 'default'} |"
+                for tw, ve, hpw, mc, mb in itertools.product(a.tile_warps, a.v_early, a.heads_per_warp,
+                                                             a.min_chunk, a.min_blocks):
+                    lay = (f"| {name} | {depth} | {bps} | {tw or 'default'} | {ve} | {hpw or 'default'} "
+                           f"| {mc or 'default'} | {mb or 'default'} |")
                     try:
-                        us, gbs, o, splits = run(dev, SHAPES[name], depth, bps, tw, ve, hpw, prepared)
+                        us, gbs, o, splits = run(dev, SHAPES[name], depth, bps, tw, ve, hpw, prepared,
+                                                 min_chunk=mc, min_blocks=mb)
                     except AnvilError as e:
                         print(f"{lay} | | | | {e} |")
                         continue

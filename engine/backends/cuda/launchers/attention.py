@@ -18,6 +18,8 @@ DEC_BLOCKS_PER_SM = 2   # split so decode fills ~2 blocks per SM at full context
 TILE_WARPS = None       # decode warps across a head's key tiles; None: attention.cu's default (a sweep sets it)
 V_EARLY = True          # attention.cu DEC_V_EARLY: a tile's V loads issued with its K loads (a sweep clears it)
 HEADS_PER_WARP = None   # attention.cu DEC_HPW: query heads a decode warp scores; None: its default (a sweep sets it)
+MIN_CHUNK = None        # attention.cu DEC_CHUNK: keys a decode split takes at least; None: a tile a warp (a sweep sets it)
+MIN_BLOCKS = None       # attention.cu DEC_MIN_BLOCKS: decode blocks an SM the registers must allow (a sweep sets it)
 PF_BQ = 32              # attention.cu: queries per prefill block
 TC_TQ, TC_THREADS = 64, 128  # attention.cu: queries and threads per tensor-core prefill block
 TC_HEAD_DIMS = (64, 128, 256)  # attention.cu: head sizes of the tensor-core prefill (f16 caches)
@@ -165,6 +167,10 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         defines["DEC_V_EARLY"] = 0
     if HEADS_PER_WARP:
         defines["DEC_HPW"] = HEADS_PER_WARP
+    if MIN_CHUNK:
+        defines["DEC_CHUNK"] = MIN_CHUNK
+    if MIN_BLOCKS:
+        defines["DEC_MIN_BLOCKS"] = MIN_BLOCKS
     warps, _ = decode_layout(G)
     shared = decode_shared(G, head_dim)
     fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
