@@ -40,9 +40,12 @@ def test_decode_attention_tile_warps_override(monkeypatch):
     monkeypatch.setattr(attention, "HEADS_PER_WARP", 4)  # one warp scores the 4 heads of each row it loads
     assert attention.decode_layout(4) == (8, 4) and attention.decode_layout(8) == (8, 4)
     assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 4, "DEC_HPW": 4})) > 0
-    # fewer, longer splits (keys a split takes at least) and registers for two blocks an SM
+    # fewer, longer splits (keys a split takes at least), more of the merge's loads at once; and a
+    # layout with more outputs a thread than merge registers (one split's loads first)
     assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 4, "DEC_CHUNK": 256,
-                                                             "DEC_MIN_BLOCKS": 2})) > 0
+                                                             "DEC_MERGE_REGS": 80})) > 0
+    assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 4, "HEAD_DIM": 512, "DEC_HPW": 4,
+                                                             "DEC_TILE_WARPS": 1})) > 0
 
 
 def test_cache_key_covers_defines_arch_and_headers(tmp_path, monkeypatch):

@@ -590,17 +590,17 @@ def test_attention_decode_sweep_layouts(dev, monkeypatch, tile_warps, v_early, h
 
 
 @gpu
-@pytest.mark.parametrize("min_chunk,min_blocks", [(256, None), (512, None), (None, 2), (256, 2)])
+@pytest.mark.parametrize("min_chunk,merge_regs", [(256, None), (512, None), (None, 80), (256, 80)])
 @pytest.mark.parametrize("L", [37, 1000, 4096])
 @pytest.mark.parametrize("G,D", [(4, 128), (8, 128)])
-def test_attention_decode_min_chunk_and_blocks(dev, monkeypatch, min_chunk, min_blocks, L, G, D):
-    """The split lengths and register bounds the sweep times (launchers/
-    attention.py MIN_CHUNK, MIN_BLOCKS) compute the same attention: fewer,
+def test_attention_decode_min_chunk_and_merge_regs(dev, monkeypatch, min_chunk, merge_regs, L, G, D):
+    """The split lengths and merge batches the sweep times (launchers/
+    attention.py MIN_CHUNK, MERGE_REGS) compute the same attention: fewer,
     longer splits active at a short context (one at 37 keys), the grid's at a
-    long one."""
+    long one; more of the merge's loads before M is known."""
     monkeypatch.setattr(attention, "MIN_CHUNK", min_chunk)
-    monkeypatch.setattr(attention, "MIN_BLOCKS", min_blocks)
-    run_attention(dev, rng("dec-mc", min_chunk, min_blocks, L, G, D), 1, L - 1, 8192, 8, G, D, 1, 0, "decode")
+    monkeypatch.setattr(attention, "MERGE_REGS", merge_regs)
+    run_attention(dev, rng("dec-mc", min_chunk, merge_regs, L, G, D), 1, L - 1, 8192, 8, G, D, 1, 0, "decode")
 
 
 @gpu
@@ -615,6 +615,15 @@ def test_attention_decode_many_splits(dev):
     (GQA 16, heads of 64: 96 kept; 105 active): the rest read from L2."""
     assert attention.decode_splits(dev.sm_count, 1, 1, 16384) >= 105
     run_attention(dev, rng("dec-many"), 1, 9999, 16384, 1, 16, 64, 1, 0, "decode")
+
+
+@gpu
+def test_attention_decode_many_splits_few_outputs(dev):
+    """A KV head's G*D outputs fewer than the merging block's threads (GQA 2,
+    heads of 64: 128 outputs, 256 threads) with more active splits than the
+    merge's first batch (79): the threads without an output read nothing."""
+    assert attention.decode_splits(dev.sm_count, 1, 2, 16384) >= 79
+    run_attention(dev, rng("dec-many-few"), 1, 9999, 16384, 2, 2, 64, 1, 0, "decode")
 
 
 @gpu

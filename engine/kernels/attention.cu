@@ -190,12 +190,6 @@ constexpr int DEC_WT = DEC_TILE_WARPS;
 constexpr int DEC_WT = NHG >= 8 ? 1 : 8 / NHG;      // warps across the tiles of a head
 #endif
 constexpr int DEC_WARPS = NHG * DEC_WT;             // launchers/attention.py decode_layout()
-#ifdef DEC_MIN_BLOCKS                               // launchers/attention.py MIN_BLOCKS (a sweep's)
-#define DEC_BOUNDS DEC_WARPS * 32, DEC_MIN_BLOCKS
-#else
-#define DEC_MIN_BLOCKS 1
-#define DEC_BOUNDS DEC_WARPS * 32                 // a second argument of 1 changes the register allocation
-#endif
 #ifdef DEC_CHUNK                                    // launchers/attention.py MIN_CHUNK (a sweep's)
 constexpr int DEC_MIN_CHUNK = DEC_CHUNK > 32 * DEC_WT ? DEC_CHUNK : 32 * DEC_WT;
 #else
@@ -249,24 +243,31 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
 // its cost (the whole layer waits on it, after the slowest split), so the
 // loads are issued together: every thread first requests its MERGE_PER
 // outputs' O_s of the first MERGE_BATCH splits (they do not wait on M), then
-// a warp per head loads the splits' (M_s, L_s) at once, forms M and keeps
-// e_s and L_s of the first MERGE_KEEP splits in shared memory (the block's,
-// free by now: all of them in every decode shape the catalog has). At depth
-// 4096 (33 splits a KV head on qwen3-8b) that is one L2 round trip for
-// each, where a loop over the splits was five in a row.
-// The sums run in split order (fma chains), so the result does not depend on
-// the layout.
+// a warp per head, a lane per split, loads the splits' (M_s, L_s) at once and
+// forms M, e_s and L with warp reductions, keeping e_s of the first
+// MERGE_KEEP splits in shared memory (the block's, free by now: all of them
+// in every decode shape the catalog has). A serial loop over the splits, or
+// a shared-memory chain per output, cost microseconds a layer at depth.
+// O sums run in split order (fma chains); L is a warp tree over the lanes'
+// split-ordered sums: neither depends on the block's layout.
 constexpr int MERGE_PER = (G * D + DEC_WARPS * 32 - 1) / (DEC_WARPS * 32);  // outputs per thread
 constexpr int DEC_SMEM = DEC_WARPS * HPW * (D + 32 + 2);                     // floats (launchers/attention.py decode_shared)
 constexpr int MERGE_KEEP = (DEC_SMEM - 2 * G) / G < 256 ? (DEC_SMEM - 2 * G) / G / 32 * 32 : 256;
-constexpr int MERGE_REGS = MERGE_PER <= 4 && DEC_MIN_BLOCKS == 1 ? 80 : 32;  // registers for O_s (wide heads, or two blocks an SM: fewer)
-constexpr int MERGE_BATCH = MERGE_REGS / MERGE_PER < MERGE_KEEP ? MERGE_REGS / MERGE_PER : MERGE_KEEP;
+#ifdef DEC_MERGE_REGS                               // launchers/attention.py MERGE_REGS (a sweep's)
+constexpr int MERGE_REGS = DEC_MERGE_REGS;
+#else
+constexpr int MERGE_REGS = 32;                      // registers a thread holds O_s in (more: fewer blocks an SM)
+#endif
+// the splits whose O_s are loaded before M is known
+constexpr int MERGE_BATCH = MERGE_REGS / MERGE_PER >= MERGE_KEEP ? MERGE_KEEP
+                            : MERGE_REGS / MERGE_PER > 1         ? MERGE_REGS / MERGE_PER
+                                                                 : 1;
 constexpr int MERGE_STEP = MERGE_PER <= 4 ? 8 : 2;  // splits a step after the batch: at most 32 loads a thread
 static_assert(MERGE_KEEP >= 32, "merge: room for 32 splits' weights");
 // A short context has few splits (tg128: at most 5). Up to MERGE_FEW of them
 // (16 loads a thread; 32 spilled at GQA 8), each thread loads (M_s, L_s) and
 // O_s of every split for all its outputs at once, one L2 round trip instead
-// of two, and forms the same sums in the same order as below.
+// of two (its L sums in split order, so its rounding differs from below).
 constexpr int MERGE_FEW = 16 / MERGE_PER < 8 ? (16 / MERGE_PER < 2 ? 2 : 16 / MERGE_PER) : 8;
 __device__ __forceinline__ void merge_few(const float* part_o, const float* part_ml, float* out, size_t hq0,
                                           int n_splits, int n_active) {
@@ -310,7 +311,7 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
     float* e_s = smem;                   // [G][MERGE_KEEP]: e_s of the first splits
     float* hl = smem + G * MERGE_KEEP;   // [G][2]: M, L of each head
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    __syncthreads();  // smem (o_s) is no longer read by this block's own pass
+    // smem (o_s) is no longer read by this block's own pass: last_block()'s barriers came after its reads
     float ob[MERGE_PER][MERGE_BATCH];
 #pragma unroll
     for (int j = 0; j < MERGE_PER; ++j) {
@@ -356,11 +357,11 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
     float O[MERGE_PER];
 #pragma unroll
     for (int j = 0; j < MERGE_PER; ++j) {
-        const int h = (threadIdx.x + j * DEC_WARPS * 32) / D;
+        const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D;
         O[j] = 0.0f;
 #pragma unroll
         for (int u = 0; u < MERGE_BATCH; ++u)
-            if (u < n_active) O[j] += ob[j][u] * e_s[h * MERGE_KEEP + u];
+            if (u < n_active && (EVEN || i < G * D)) O[j] += ob[j][u] * e_s[h * MERGE_KEEP + u];
     }
     // splits past the first batch (none at depth 4096 on qwen3-8b): the loads of MERGE_STEP splits for all
     // the thread's outputs in flight at a time
@@ -384,7 +385,7 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
 
 // Shared memory (floats): o_s [DEC_WARPS][HPW][D], p_s [DEC_WARPS][HPW][32],
 // ml_s [DEC_WARPS][HPW][2].
-extern "C" __global__ void __launch_bounds__(DEC_BOUNDS)
+extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
 attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float* part_o,
                  float* part_ml, unsigned* tickets, const int* pos, int n_head, int n_head_kv, float scale,
                  int window, const float* __restrict__ k_new, const float* __restrict__ v_new) {

@@ -5,17 +5,19 @@ engine launches it.
 
     python3 scripts/gpu/attention_decode_sweep.py [--shape qwen3-8b 30b] [--depth 128 1024 4096 16384] \\
         [--blocks-per-sm 4 8 16] [--tile-warps 0 2] [--v-early 0 1] [--heads-per-warp 0 4] \\
-        [--min-chunk 0 256 512] [--min-blocks 0 2]
+        [--min-chunk 0 256 512] [--merge-regs 0 80]
 
 A layout is (DEC_BLOCKS_PER_SM, TILE_WARPS, V_EARLY, HEADS_PER_WARP,
-MIN_CHUNK, MIN_BLOCKS): the split count's blocks per SM, the warps across a
+MIN_CHUNK, MERGE_REGS): the split count's blocks per SM, the warps across a
 head's key tiles (0: attention.cu's default), whether a tile's V rows are
 requested with its K rows, the query heads a warp scores from each K/V row
 it loads (0: the default, one up to GQA 8; the warps of the other heads read
 the same rows again, through L1), the keys a split takes at least (0: a
 tile a warp; more leaves fewer, longer splits active where the context is
-short, while the grid keeps its size for long ones), and the blocks an SM
-the kernel's registers must allow (0: as the compiler chooses). Each
+short, while the grid keeps its size for long ones), and the registers a
+thread of the merging block holds its first O_s loads in (0: the default;
+more loads at once, but the kernel's register count, and so the blocks an
+SM holds, follows). Each
 row also gives the bandwidth on the cache (K and V rows read once) and the
 largest difference from the default layout's output (other splits sum in
 another order: ~1e-7 expected).
@@ -59,12 +61,12 @@ def prepare(dev, shape, depth, n_ctx):
 
 
 def run(dev, shape, depth, bps, tile_warps, v_early, hpw, prepared, launches=40, reps=10, min_chunk=0,
-        min_blocks=0):
+        merge_regs=0):
     from engine.backends.cuda.launchers import attention as A
 
     Hkv, G, D = shape
     A.DEC_BLOCKS_PER_SM, A.TILE_WARPS, A.V_EARLY = bps, (tile_warps or None), bool(v_early)
-    A.HEADS_PER_WARP, A.MIN_CHUNK, A.MIN_BLOCKS = hpw or None, min_chunk or None, min_blocks or None
+    A.HEADS_PER_WARP, A.MIN_CHUNK, A.MERGE_REGS = hpw or None, min_chunk or None, merge_regs or None
     caches, q, pos, out, _ = prepared
     scale = 1.0 / np.sqrt(D)
     A.attention(dev, q, *caches[0], out, pos, scale)  # compiles, takes its scratch and tickets
@@ -92,7 +94,7 @@ def main(argv=None) -> int:
     ap.add_argument("--v-early", nargs="+", type=int, default=[0, 1])
     ap.add_argument("--heads-per-warp", nargs="+", type=int, default=[0])
     ap.add_argument("--min-chunk", nargs="+", type=int, default=[0])
-    ap.add_argument("--min-blocks", nargs="+", type=int, default=[0])
+    ap.add_argument("--merge-regs", nargs="+", type=int, default=[0])
     ap.add_argument("--n-ctx", type=int, default=0, help="cache rows (default: depth + 4096, at least 4096, "
                                                          "as profile_decode.py)")
     a = ap.parse_args(argv)
@@ -100,7 +102,7 @@ def main(argv=None) -> int:
     from engine.errors import AnvilError
 
     dev = Device()
-    print("| shape | keys | blocks/SM | tile warps | V early | heads/warp | min chunk | min blocks | splits | us | GB/s "
+    print("| shape | keys | blocks/SM | tile warps | V early | heads/warp | min chunk | merge regs | splits | us | GB/s "
           "| max diff |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in a.shape:
@@ -109,12 +111,12 @@ def main(argv=None) -> int:
             prepared, base = prepare(dev, SHAPES[name], depth, n_ctx), None
             for bps in a.blocks_per_sm:
                 for tw, ve, hpw, mc, mb in itertools.product(a.tile_warps, a.v_early, a.heads_per_warp,
-                                                             a.min_chunk, a.min_blocks):
+                                                             a.min_chunk, a.merge_regs):
                     lay = (f"| {name} | {depth} | {bps} | {tw or 'default'} | {ve} | {hpw or 'default'} "
                            f"| {mc or 'default'} | {mb or 'default'} |")
                     try:
                         us, gbs, o, splits = run(dev, SHAPES[name], depth, bps, tw, ve, hpw, prepared,
-                                                 min_chunk=mc, min_blocks=mb)
+                                                 min_chunk=mc, merge_regs=mb)
                     except AnvilError as e:
                         print(f"{lay} | | | | {e} |")
                         continue

@@ -19,7 +19,7 @@ TILE_WARPS = None       # decode warps across a head's key tiles; None: attentio
 V_EARLY = True          # attention.cu DEC_V_EARLY: a tile's V loads issued with its K loads (a sweep clears it)
 HEADS_PER_WARP = None   # attention.cu DEC_HPW: query heads a decode warp scores; None: its default (a sweep sets it)
 MIN_CHUNK = None        # attention.cu DEC_CHUNK: keys a decode split takes at least; None: a tile a warp (a sweep sets it)
-MIN_BLOCKS = None       # attention.cu DEC_MIN_BLOCKS: decode blocks an SM the registers must allow (a sweep sets it)
+MERGE_REGS = None       # attention.cu DEC_MERGE_REGS: registers for the merge's first loads; None: its default (a sweep sets it)
 PF_BQ = 32              # attention.cu: queries per prefill block
 TC_TQ, TC_THREADS = 64, 128  # attention.cu: queries and threads per tensor-core prefill block
 TC_HEAD_DIMS = (64, 128, 256)  # attention.cu: head sizes of the tensor-core prefill (f16 caches)
@@ -169,8 +169,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         defines["DEC_HPW"] = HEADS_PER_WARP
     if MIN_CHUNK:
         defines["DEC_CHUNK"] = MIN_CHUNK
-    if MIN_BLOCKS:
-        defines["DEC_MIN_BLOCKS"] = MIN_BLOCKS
+    if MERGE_REGS:
+        defines["DEC_MERGE_REGS"] = MERGE_REGS
     warps, _ = decode_layout(G)
     shared = decode_shared(G, head_dim)
     fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
