@@ -371,7 +371,8 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
         for (int j = 0; j < MERGE_PER; ++j) {
             const int i = threadIdx.x + j * DEC_WARPS * 32, h = i / D, d = i % D;
             if (EVEN || i < G * D) {
-                const float e = u < MERGE_KEEP ? e_s[h * MERGE_KEEP + u] : __expf(__ldcg(ml2 + (hq0 + h) * n_splits + u).x - hl[2 * h]);
+                const float e = u < MERGE_KEEP ? e_s[h * MERGE_KEEP + u]
+                                               : __expf(__ldcg(ml2 + (hq0 + h) * n_splits + u).x - hl[2 * h]);
                 O[j] += __ldcg(part_o + ((hq0 + h) * n_splits + u) * D + d) * e;
             }
         }
