@@ -82,6 +82,17 @@ def test_launch_shapes():
     assert attention.decode_splits(132, 1, 8, 4096) == 32
     assert attention.decode_splits(132, 1, 8, 131072) == 33
     assert attention.decode_splits(132, 1, 1, 100) == 1
+    # the wide kernel (a block an SM) where a full cache leaves a split at most 256 keys, at f16 heads of 128
+    # from GQA 4: qwen3-8b's layer up to 4352 rows (17 splits), the 30B MoE's up to 8448 (33 splits)
+    assert attention.decode_plan(132, 1, 8, 4096, 4, 128, True) == (17, attention.WIDE_MERGE_REGS)
+    assert attention.decode_plan(132, 1, 8, 4224, 4, 128, True) == (17, attention.WIDE_MERGE_REGS)
+    assert attention.decode_plan(132, 1, 8, 4400, 4, 128, True) == (33, None)
+    assert attention.decode_plan(132, 1, 4, 8192, 8, 128, True) == (33, attention.WIDE_MERGE_REGS)
+    assert attention.decode_plan(132, 1, 4, 16384, 8, 128, True) == (66, None)
+    # not measured there: f32 caches, other heads, GQA under 4
+    assert attention.decode_plan(132, 1, 8, 4096, 4, 128, False) == (32, None)
+    assert attention.decode_plan(132, 1, 8, 4096, 4, 64, True) == (32, None)
+    assert attention.decode_plan(132, 1, 8, 4096, 2, 128, True) == (32, None)
     # decode warps: two query heads each from GQA 4 (one below), then key tiles up to 8 warps
     assert [attention.decode_layout(g) for g in (1, 2, 3, 4, 7, 8, 12, 16)] == [
         (8, 1), (8, 1), (6, 1), (8, 2), (8, 2), (8, 2), (6, 2), (8, 2)]
@@ -601,6 +612,18 @@ def test_attention_decode_min_chunk_and_merge_regs(dev, monkeypatch, min_chunk, 
     monkeypatch.setattr(attention, "MIN_CHUNK", min_chunk)
     monkeypatch.setattr(attention, "MERGE_REGS", merge_regs)
     run_attention(dev, rng("dec-mc", min_chunk, merge_regs, L, G, D), 1, L - 1, 8192, 8, G, D, 1, 0, "decode")
+
+
+@gpu
+@pytest.mark.parametrize("L", [1, 37, 1000, 4096])
+@pytest.mark.parametrize("Hkv,G,n_ctx", [(8, 4, 4096), (4, 8, 8192)])
+def test_attention_decode_wide(dev, L, Hkv, G, n_ctx):
+    """The wide kernel (launchers/attention.py decode_plan: a block an SM,
+    more registers) on the caches that take it: qwen3-8b's and the 30B MoE's
+    layers, from one key to a full cache."""
+    splits, merge_regs = attention.decode_plan(dev.sm_count, 1, Hkv, n_ctx, G, 128, True)
+    assert merge_regs == attention.WIDE_MERGE_REGS and splits <= -(-dev.sm_count // Hkv)
+    run_attention(dev, rng("dec-wide", L, G), 1, L - 1, n_ctx, Hkv, G, 128, 1, 0, "decode")
 
 
 @gpu

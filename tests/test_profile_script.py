@@ -127,18 +127,22 @@ SWEEP = SCRIPT.parent / "attention_decode_sweep.py"
 @pytest.mark.gpu
 def test_attention_decode_sweep_times_and_compares_layouts():
     """One shape, one depth, the default layout and two warps per head, each
-    with V requested late and early, one or four heads a warp, and splits of
-    any length or of 256 keys at least: a row each, all timed, every output
+    with V requested late and early, one or four heads a warp, splits of
+    any length or of 256 keys at least, and the launcher's wide kernel or
+    not (a cache of 4096 rows takes it): a row each, all timed, every output
     as the first's (other sums)."""
     out = subprocess.run([sys.executable, str(SWEEP), "--shape", "qwen3-8b", "--depth", "1024", "--blocks-per-sm", "4",
                           "--tile-warps", "0", "2", "--v-early", "0", "1", "--heads-per-warp", "0", "4",
-                          "--min-chunk", "0", "256"], capture_output=True, text=True, check=True).stdout
+                          "--min-chunk", "0", "256", "--wide", "0", "1", "--n-ctx", "4096"],
+                         capture_output=True, text=True, check=True).stdout
     rows = [ln.split("|")[1:-1] for ln in out.splitlines() if ln.startswith("| qwen3-8b")]
-    assert [tuple(c.strip() for c in r[3:8]) for r in rows] == [
-        (tw, ve, hpw, mc, "default") for tw in ("default", "2") for ve in ("0", "1") for hpw in ("default", "4")
-        for mc in ("default", "256")]
+    assert [tuple(c.strip() for c in r[3:9]) for r in rows] == [
+        (tw, ve, hpw, mc, "default", wd) for tw in ("default", "2") for ve in ("0", "1") for hpw in ("default", "4")
+        for mc in ("default", "256") for wd in ("0", "1")]
     for r in rows:
-        assert float(r[9]) > 0 and float(r[11]) < 1e-5, r
+        assert float(r[10]) > 0 and float(r[12]) < 1e-5, r
+    # the wide kernel: a block an SM, so fewer splits than four blocks an SM
+    assert max(int(r[9]) for r in rows if r[8].strip() == "1") < min(int(r[9]) for r in rows if r[8].strip() == "0")
 
 
 def _variants_script():

@@ -253,6 +253,8 @@ __device__ __forceinline__ void split_range(int qp, int window, int n_splits, in
 constexpr int MERGE_PER = (G * D + DEC_WARPS * 32 - 1) / (DEC_WARPS * 32);  // outputs per thread
 constexpr int DEC_SMEM = DEC_WARPS * HPW * (D + 32 + 2);                     // floats (launchers/attention.py decode_shared)
 constexpr int MERGE_KEEP = (DEC_SMEM - 2 * G) / G < 256 ? (DEC_SMEM - 2 * G) / G / 32 * 32 : 256;
+// launchers/attention.py decode_plan's wide kernel sets DEC_MERGE_REGS 80: the kernel takes 184 registers at GQA 4
+// (a block an SM), and ptxas then keeps more of a tile's loads in flight in the main loop too.
 #ifdef DEC_MERGE_REGS                               // launchers/attention.py MERGE_REGS (a sweep's)
 constexpr int MERGE_REGS = DEC_MERGE_REGS;
 #else

@@ -20,6 +20,9 @@ V_EARLY = True          # attention.cu DEC_V_EARLY: a tile's V loads issued with
 HEADS_PER_WARP = None   # attention.cu DEC_HPW: query heads a decode warp scores; None: its default (a sweep sets it)
 MIN_CHUNK = None        # attention.cu DEC_CHUNK: keys a decode split takes at least; None: a tile a warp (a sweep sets it)
 MERGE_REGS = None       # attention.cu DEC_MERGE_REGS: registers for the merge's first loads; None: its default (a sweep sets it)
+WIDE = True             # the wide decode kernel where decode_plan() takes it (a sweep clears it)
+WIDE_SPLIT_KEYS = 256   # ... where a full cache leaves each split of a block an SM at most this many keys
+WIDE_MERGE_REGS = 80    # ... its DEC_MERGE_REGS: 184 registers a thread at GQA 4 (ptxas, sm_90), a block an SM
 PF_BQ = 32              # attention.cu: queries per prefill block
 TC_TQ, TC_THREADS = 64, 128  # attention.cu: queries and threads per tensor-core prefill block
 TC_HEAD_DIMS = (64, 128, 256)  # attention.cu: head sizes of the tensor-core prefill (f16 caches)
@@ -60,13 +63,36 @@ def kv_store(dev: Device, k: DArray, v: DArray, k_cache: DArray, v_cache: DArray
                [k, v, k_cache, v_cache, pos, T, kv_dim])
 
 
-def decode_splits(sm_count: int, T: int, n_head_kv: int, n_ctx: int) -> int:
+def decode_splits(sm_count: int, T: int, n_head_kv: int, n_ctx: int, blocks_per_sm: int | None = None) -> int:
     """Fixed split count for the decode kernel: enough blocks for
-    ~DEC_BLOCKS_PER_SM per SM, never chunks shorter than SPLIT_MIN_KEYS of the
-    whole cache. Depends on shapes only (graph-safe); the kernel gives short
-    contexts fewer, shorter splits on the device."""
-    want = launch.ceil_div(DEC_BLOCKS_PER_SM * sm_count, n_head_kv * T)
+    ~blocks_per_sm (DEC_BLOCKS_PER_SM) per SM, never chunks shorter than
+    SPLIT_MIN_KEYS of the whole cache. Depends on shapes only (graph-safe);
+    the kernel gives short contexts fewer, shorter splits on the device."""
+    want = launch.ceil_div((blocks_per_sm or DEC_BLOCKS_PER_SM) * sm_count, n_head_kv * T)
     return max(1, min(launch.ceil_div(n_ctx, SPLIT_MIN_KEYS), want))
+
+
+def decode_plan(sm_count: int, T: int, n_head_kv: int, n_ctx: int, gqa: int, head_dim: int,
+                kv_f16: bool) -> tuple[int, int | None]:
+    """(splits, DEC_MERGE_REGS or None) of the decode kernel for a cache of
+    n_ctx rows: shapes only, so graph-safe.
+
+    The wide kernel: where a full cache split over one block an SM leaves each
+    split at most WIDE_SPLIT_KEYS keys, the kernel takes a block an SM and
+    the registers that frees (WIDE_MERGE_REGS for the merge's first loads,
+    184 a thread at GQA 4). With them ptxas keeps more of a tile's loads in
+    flight; at 128 registers it interleaves K's loads with the scores. On the
+    H200 (reports/notes/decode-attention-merge-2026-12-02.md) the decode step
+    of qwen3-8b at depth 64 took 2312 us against 2401, and the kernel alone
+    was faster up to 4096 keys on the 8B and 30B MoE layers but 4-14% slower
+    at 16384 with two blocks' grid: so long caches keep two blocks an SM and
+    128 registers. Measured at f16 heads of 128, GQA 4 and 8: only there."""
+    wide_shape = kv_f16 and head_dim == 128 and gqa >= 4
+    if WIDE and wide_shape and MERGE_REGS is None:
+        one = decode_splits(sm_count, T, n_head_kv, n_ctx, blocks_per_sm=1)
+        if launch.ceil_div(n_ctx, one) <= WIDE_SPLIT_KEYS:
+            return one, WIDE_MERGE_REGS
+    return decode_splits(sm_count, T, n_head_kv, n_ctx), MERGE_REGS
 
 
 def decode_layout(gqa: int) -> tuple[int, int]:
@@ -86,14 +112,6 @@ def decode_shared(gqa: int, head_dim: int) -> int:
     and (m, l)."""
     warps, hpw = decode_layout(gqa)
     return 4 * warps * hpw * (head_dim + 32 + 2)
-
-
-def attention_scratch_nbytes(dev: Device, T: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int) -> int:
-    """Scratch the decode path needs (0 for prefill or a single split)."""
-    if T > DECODE_MAX_T:
-        return 0
-    s = decode_splits(dev.sm_count, T, n_head_kv, n_ctx)
-    return 0 if s == 1 else 4 * T * n_head * s * (head_dim + 2)
 
 
 def _tc(k_cache: DArray) -> bool:
@@ -159,8 +177,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         launch.check_f32(k_new, v_new)
         assert T == 1 and k_new.size == v_new.size == n_head_kv * head_dim, (T, k_new.shape, v_new.shape)
 
-    n_splits = decode_splits(dev.sm_count, T, n_head_kv, n_ctx)
     G = defines["GQA"]
+    n_splits, merge_regs = decode_plan(dev.sm_count, T, n_head_kv, n_ctx, G, head_dim, bool(defines["KV_F16"]))
     if TILE_WARPS:
         defines["DEC_TILE_WARPS"] = TILE_WARPS
     if not V_EARLY:
@@ -169,8 +187,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         defines["DEC_HPW"] = HEADS_PER_WARP
     if MIN_CHUNK:
         defines["DEC_CHUNK"] = MIN_CHUNK
-    if MERGE_REGS:
-        defines["DEC_MERGE_REGS"] = MERGE_REGS
+    if merge_regs:
+        defines["DEC_MERGE_REGS"] = merge_regs
     warps, _ = decode_layout(G)
     shared = decode_shared(G, head_dim)
     fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
