@@ -14,7 +14,8 @@ from ..device import DArray, Device
 
 DECODE_MAX_T = 4        # up to this many queries use the split-K decode kernel
 SPLIT_MIN_KEYS = 128    # decode splits: never more than n_ctx / SPLIT_MIN_KEYS
-DEC_BLOCKS_PER_SM = 2   # split so decode fills ~2 blocks per SM at full context (the sweep's best at 16k keys)
+DEC_BLOCKS_PER_SM = 2   # split so decode fills ~2 blocks per SM at full context (the sweep's best at 16k keys);
+                        # one where decode_plan() takes the wide kernel
 TILE_WARPS = None       # decode warps across a head's key tiles; None: attention.cu's default (a sweep sets it)
 V_EARLY = True          # attention.cu DEC_V_EARLY: a tile's V loads issued with its K loads (a sweep clears it)
 HEADS_PER_WARP = None   # attention.cu DEC_HPW: query heads a decode warp scores; None: its default (a sweep sets it)
