@@ -136,6 +136,14 @@ def run_tg(model, n: int, start_token: int, tokens_out: list | None = None, cont
     return n / dt
 
 
+def bench_ctx(depth: int, n_prompt: int = 512, n_gen: int = 128) -> int | None:
+    """The cache a bench at ``depth`` sizes, as llama-bench sizes its own:
+    depth + the longer test (None at depth 0: the model's default). The
+    decode attention's split plan depends on it (launchers/attention.py
+    decode_plan), so whatever times a bench's step sizes its cache so too."""
+    return depth + max(n_prompt, n_gen) if depth else None
+
+
 def depth_context(n_vocab: int, depth: int, seed: int = 0) -> np.ndarray:
     """The ``depth`` context tokens a test at that depth starts from (the
     llama-cpp-python arm draws the same)."""

@@ -124,12 +124,12 @@ def cmd_generate(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import bench, format_table
+    from .bench import bench, bench_ctx, format_table
 
     if not (args.n_prompt or args.n_gen):
         raise AnvilError("nothing to measure: -p/--n-prompt and -n/--n-gen are both 0")
-    if args.ctx is None and args.n_depth:
-        args.ctx = args.n_depth + max(args.n_prompt, args.n_gen)  # llama-bench sizes its cache so
+    if args.ctx is None:
+        args.ctx = bench_ctx(args.n_depth, args.n_prompt, args.n_gen)
     model = _load(args)
     for flag, n in (("-p/--n-prompt", args.n_prompt), ("-n/--n-gen", args.n_gen)):
         if args.n_depth + n > model.n_ctx:

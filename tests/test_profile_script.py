@@ -255,3 +255,21 @@ def test_kernel_edits_apply_once_and_compile():
             assert all(old not in edited or old in new for old, new in edits), name
             assert len(nvrtc.compile_cubin(compiled, "sm_90", defines)) > 0, name
         assert (nvrtc.KERNELS_DIR / file).read_text() == text  # undone on exit
+
+
+def test_variants_size_the_cache_as_the_bench(monkeypatch):
+    """decode_variants.py times the step a bench at that depth runs: its
+    cache is engine bench's (bench_ctx: depth + the longer test, the model's
+    default at depth 0), since the decode attention's split plan follows the
+    cache size; a --ctx too small for the steps is a one-line error."""
+    from engine.backends.cuda.launchers import attention
+    from engine.bench import bench_ctx
+
+    assert bench_ctx(0) is None and bench_ctx(4096) == 4608 and bench_ctx(4096, 0, 128) == 4224
+    # the plans differ: qwen3-8b's 8 KV heads at GQA 4 take the wide kernel at 4224 rows, not at 4608
+    assert attention.decode_plan(132, 1, 8, 4224, 4, 128, True)[1] is not None
+    assert attention.decode_plan(132, 1, 8, 4608, 4, 128, True)[1] is None
+    mod = _variants_script()
+    monkeypatch.setattr(sys, "argv", ["decode_variants.py", "model.gguf", "--depth", "4096", "--ctx", "4100"])
+    with pytest.raises(SystemExit, match="--ctx 4100: depth 4096 and 128 steps need 4232 rows"):
+        mod.main()

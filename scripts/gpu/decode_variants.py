@@ -2,9 +2,14 @@
 in interleaved rounds: kernels left out (what each costs inside the graph)
 and launcher knobs changed (tuning in the graph, not in isolation).
 
-    python3 scripts/gpu/decode_variants.py MODEL.gguf [--depth N] [--rounds 3] [--steps 128] [--each]
+    python3 scripts/gpu/decode_variants.py MODEL.gguf [--depth N] [--ctx N] [--rounds 3] [--steps 128] [--each]
         [--knob gemv.WARPS_PER_SM=8,24 --knob attention.DEC_BLOCKS_PER_SM=3 ...] [--edit all | --edit NAME ...]
         [--no-leave-out]
+
+The cache is sized as ``harness bench`` sizes it at that depth (engine.bench
+bench_ctx: depth + 512 for its pp512 test), so the step timed is the one
+the scoreboard's tg128 @ dN runs: the decode attention's split plan depends
+on the cache size (launchers/attention.py decode_plan). ``--ctx`` sets it.
 
 Leaving kernels out. Nsight Compute times each kernel alone with the caches
 flushed, so it overstates small kernels and cannot see what programmatic
@@ -173,6 +178,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
     ap.add_argument("--depth", type=int, default=0)
+    ap.add_argument("--ctx", type=int, default=None, help="cache rows (default: as harness bench at --depth)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--each", action="store_true", help="also leave out each kernel-and-grid of the step alone")
@@ -183,10 +189,16 @@ def main() -> None:
 
     from engine.backends.cuda import compile as nvrtc
     from engine.backends.cuda.launchers import gemv
-    from engine.model import DEFAULT_N_CTX, Model
+    from engine.bench import bench_ctx
+    from engine.model import Model
+
+    # the bench's cache, or room for the warm-up steps past a long --steps
+    n_ctx = a.ctx or bench_ctx(a.depth, n_gen=a.steps + 8)
+    if n_ctx is not None and n_ctx < a.depth + a.steps + 8:
+        raise SystemExit(f"--ctx {n_ctx}: depth {a.depth} and {a.steps} steps need {a.depth + a.steps + 8} rows")
 
     def load():
-        return Model(a.model, backend="cuda", n_ctx=max(DEFAULT_N_CTX, a.depth + 4096))
+        return Model(a.model, backend="cuda", n_ctx=n_ctx)
 
     m = load()
     prompt = [(7 * i) % 1000 + 1 for i in range(max(a.depth, 4))]

@@ -75,9 +75,11 @@ def profile(path: str, prefill: int = 0, depth: int = 0, launches_json: str | No
     from cuda.bindings import driver
 
     from engine.backends.cuda.device import check
-    from engine.model import DEFAULT_N_CTX, Model
+    from engine.bench import bench_ctx
+    from engine.model import Model
 
-    m = Model(path, backend="cuda", eager=True, n_ctx=max(DEFAULT_N_CTX, depth + 4096) if depth else None)
+    # the cache harness bench sizes at this depth: the decode attention's split plan follows it
+    m = Model(path, backend="cuda", eager=True, n_ctx=bench_ctx(depth, n_prompt=max(512, prefill)))
     dev = m.backend.dev
     recorded = []
     launch = dev.launch
