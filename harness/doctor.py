@@ -102,7 +102,7 @@ def check_nvrtc() -> Check:
 
 
 def check_nvrtc_compile() -> Check:
-    """A real compile of decode.cu for sm_90 into a throw-away cache (needs
+    """A real compile of argmax.cu for sm_90 into a throw-away cache (needs
     NVRTC and the CUDA headers, not a GPU)."""
     from engine.backends.cuda import compile as nvrtc
 
@@ -113,17 +113,17 @@ def check_nvrtc_compile() -> Check:
         os.environ.pop("ANVIL_NO_COMPILE", None)
         try:
             t0 = time.perf_counter()
-            cubin = nvrtc.compile_cubin("decode.cu", "sm_90")
+            cubin = nvrtc.compile_cubin("argmax.cu", "sm_90")
             dt = time.perf_counter() - t0
         except Exception as e:
-            return Check("nvrtc compile", False, f"decode.cu for sm_90: {_first_line(e)}", fix)
+            return Check("nvrtc compile", False, f"argmax.cu for sm_90: {_first_line(e)}", fix)
         finally:
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-    return Check("nvrtc compile", True, f"decode.cu -> sm_90 cubin, {len(cubin)} bytes in {dt:.2f} s "
+    return Check("nvrtc compile", True, f"argmax.cu -> sm_90 cubin, {len(cubin)} bytes in {dt:.2f} s "
                  f"(headers: {nvrtc.cuda_include_dir()})", fix)
 
 

@@ -49,35 +49,35 @@ def test_decode_attention_tile_warps_override(monkeypatch):
 
 
 def test_cache_key_covers_defines_arch_and_headers(tmp_path, monkeypatch):
-    base = nvrtc.cache_key("decode.cu", "sm_90")
-    assert nvrtc.cache_key("decode.cu", "sm_90", {"X": 1}) != base
-    assert nvrtc.cache_key("decode.cu", "sm_80") != base
+    base = nvrtc.cache_key("argmax.cu", "sm_90")
+    assert nvrtc.cache_key("argmax.cu", "sm_90", {"X": 1}) != base
+    assert nvrtc.cache_key("argmax.cu", "sm_80") != base
     # an edit to an included header changes the key of every file including it
     kernels = tmp_path / "k"
     kernels.mkdir()
-    for f in ("decode.cu", "common.cuh"):
+    for f in ("argmax.cu", "common.cuh"):
         (kernels / f).write_text((nvrtc.KERNELS_DIR / f).read_text())
     monkeypatch.setattr(nvrtc, "KERNELS_DIR", kernels)
-    before = nvrtc.cache_key("decode.cu", "sm_90")
+    before = nvrtc.cache_key("argmax.cu", "sm_90")
     (kernels / "common.cuh").write_text((kernels / "common.cuh").read_text() + "\n// edit\n")
-    assert nvrtc.cache_key("decode.cu", "sm_90") != before
+    assert nvrtc.cache_key("argmax.cu", "sm_90") != before
 
 
 def test_cache_hit_and_no_compile_switch(monkeypatch):
-    nvrtc.compile_cubin("decode.cu", "sm_90")
+    nvrtc.compile_cubin("argmax.cu", "sm_90")
     monkeypatch.setenv("ANVIL_NO_COMPILE", "1")
-    assert nvrtc.compile_cubin("decode.cu", "sm_90")  # cached: allowed
+    assert nvrtc.compile_cubin("argmax.cu", "sm_90")  # cached: allowed
     with pytest.raises(nvrtc.AnvilError, match="ANVIL_NO_COMPILE"):
-        nvrtc.compile_cubin("decode.cu", "sm_90", {"SOMETHING_NEW": 1})
+        nvrtc.compile_cubin("argmax.cu", "sm_90", {"SOMETHING_NEW": 1})
 
 
 @pytest.mark.parametrize("damage", ["cut", "flip", "empty"])
 def test_a_damaged_cache_entry_is_compiled_again(damage):
-    fresh = nvrtc.compile_cubin("decode.cu", "sm_90")
-    (entry,) = nvrtc.cache_dir().glob("decode-sm_90-*.cubin")
+    fresh = nvrtc.compile_cubin("argmax.cu", "sm_90")
+    (entry,) = nvrtc.cache_dir().glob("argmax-sm_90-*.cubin")
     data = entry.read_bytes()
     entry.write_bytes({"cut": data[: len(data) // 2], "flip": bytes([data[0] ^ 1]) + data[1:], "empty": b""}[damage])
-    assert nvrtc.compile_cubin("decode.cu", "sm_90") == fresh
+    assert nvrtc.compile_cubin("argmax.cu", "sm_90") == fresh
     assert entry.read_bytes() == data  # repaired
 
 

@@ -39,7 +39,7 @@ KERNELS = {
     "elementwise.cu": ["silu_mul", "gelu_tanh_mul", "sigmoid_mul", "add", "scale", "softcap", "f32_to_bf16",
                        "f32_to_f16", "bias_add_rows", "sigmoid_mul_rows", "copy_cols"],
     "deltanet.cu": ["causal_conv", "decay_gates", "delta_rule", "delta_rule_chunked"],
-    "argmax.cu": ["argmax", "argmax_partial", "argmax_final"],
+    "argmax.cu": ["argmax", "argmax_blocks"],
 }
 ATTN_KERNELS = ["kv_store", "attention_decode", "attention_prefill"]
 ATTN_SHAPES = list(itertools.product([0, 1], [64, 128, 256, 512], [1, 4, 8, 9]))  # KV_F16, HEAD_DIM, GQA (9: a short head group)
@@ -896,8 +896,17 @@ def test_argmax_ties(dev, n):
         v = x.copy()
         v[where] = bad
         cases[f"{bad} at {where}"] = v
+    # every call reuses the blocks' ticket: a ticket not returned to 0 leaves the next answer unwritten
     for name, v in cases.items():
         dev.fill(out, 0xFF)
         argmax.argmax(dev, dev.upload(v), out)
         want = int(np.argmax(v)) if np.isfinite(v).all() else -1
         assert int(out.numpy()[0]) == want, f"argmax {name} n={n}: got {out.numpy()[0]}, want {want} (seed {SEED})"
+    # decode's form: the same launch feeds the choice back as the step's token and moves its position on
+    token, pos = dev.upload(np.array([-7], np.int32)), dev.upload(np.array([41], np.int32))
+    for step, name in enumerate(("ties", "max last")):
+        dev.fill(out, 0xFF)
+        argmax.argmax(dev, dev.upload(cases[name]), out, feed=(token, pos))
+        want = int(np.argmax(cases[name]))
+        got = (int(out.numpy()[0]), int(token.numpy()[0]), int(pos.numpy()[0]))
+        assert got == (want, want, 42 + step), f"argmax feed {name} n={n}: out, token, pos {got} (seed {SEED})"

@@ -8,9 +8,15 @@
 // Napkin math: 152k logits = 608 KB. One block streams that at maybe
 // 100-150 GB/s (one SM's worth of outstanding loads) = ~5 µs; spread over
 // ~100 blocks it is a ~1 µs read. So launchers/argmax.py uses the single-block `argmax`
-// for small n and `argmax_partial` (many blocks, one (value, index) per
-// block into a scratch buffer) + `argmax_final` (one block) for large n.
+// for small n and `argmax_blocks` for large n: many blocks, one (value, index)
+// per block into a scratch buffer, which the last block to finish reduces.
 // Decode reads back only the int at `out`.
+//
+// Given `token` and `pos` (the decode step's inputs, in device memory), the
+// kernel also feeds its choice back: token = out, pos += 1, so the captured
+// step's next replay runs the next position with no host write and no kernel
+// after this one (a separate one-thread launch for that cost the step 72 us
+// of its 2256 on qwen3-8b in the graph, H200: reports/notes/decode-tail-2026-12-02.md).
 #include "common.cuh"
 
 #define NO_INDEX 0x7fffffff
@@ -62,17 +68,33 @@ __device__ __forceinline__ bool scan(const float* x, int begin, int end, float& 
     return finite;
 }
 
-extern "C" __global__ void argmax(const float* x, int n, int* out) {
+// The answer of a block's reduced (bv, bi) with every read finite or not, into
+// *out, fed back into the decode step's inputs when given (thread 0).
+__device__ __forceinline__ void answer(bool finite, int bi, int* out, int* token, int* pos) {
+    if (threadIdx.x != 0) return;
+    const int a = !finite ? NON_FINITE : bi == NO_INDEX ? 0 : bi;
+    *out = a;
+    if (token != nullptr) {
+        *token = a;
+        *pos += 1;
+    }
+}
+
+extern "C" __global__ void argmax(const float* x, int n, int* out, int* token, int* pos) {
     KERNEL_START();
     float bv;
     int bi;
     const bool finite = __syncthreads_and(scan(x, 0, n, bv, bi));
     block_argmax(bv, bi);
-    if (threadIdx.x == 0) *out = !finite ? NON_FINITE : bi == NO_INDEX ? 0 : bi;
+    answer(finite, bi, out, token, pos);
 }
 
-// Pass 1: block b takes the contiguous slice [b*chunk, (b+1)*chunk).
-extern "C" __global__ void argmax_partial(const float* x, int n, float* part_val, int* part_idx) {
+// Block b takes the contiguous slice [b*chunk, (b+1)*chunk) into its partial;
+// the last block to finish (common.cuh last_block, with `ticket`) reduces the
+// gridDim.x partials (indices compared explicitly, so their order does not
+// matter) and returns the ticket to 0.
+extern "C" __global__ void argmax_blocks(const float* x, int n, float* part_val, int* part_idx, unsigned* ticket,
+                                         int* out, int* token, int* pos) {
     KERNEL_START();
     const int chunk = (n + gridDim.x - 1) / gridDim.x;
     const int begin = blockIdx.x * chunk;
@@ -85,20 +107,17 @@ extern "C" __global__ void argmax_partial(const float* x, int n, float* part_val
         part_val[blockIdx.x] = bv;
         part_idx[blockIdx.x] = finite ? bi : NON_FINITE;
     }
-}
-
-// Pass 2: one block over the n_parts partial results (indices compared
-// explicitly, so the order of the partials does not matter).
-extern "C" __global__ void argmax_final(const float* part_val, const int* part_idx, int n_parts, int* out) {
-    KERNEL_START();
-    float bv = -INFINITY;
-    int bi = NO_INDEX;
-    bool finite = true;
-    for (int i = threadIdx.x; i < n_parts; i += blockDim.x) {
-        finite &= part_idx[i] != NON_FINITE;
-        take_better(bv, bi, part_val[i], part_idx[i]);
+    if (!last_block(ticket, gridDim.x)) return;
+    bv = -INFINITY;
+    bi = NO_INDEX;
+    bool all_finite = true;
+    for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) {
+        const int idx = __ldcg(part_idx + i);
+        all_finite &= idx != NON_FINITE;
+        take_better(bv, bi, __ldcg(part_val + i), idx);
     }
-    finite = __syncthreads_and(finite);
+    all_finite = __syncthreads_and(all_finite);
     block_argmax(bv, bi);
-    if (threadIdx.x == 0) *out = !finite ? NON_FINITE : bi == NO_INDEX ? 0 : bi;
+    answer(all_finite, bi, out, token, pos);
+    if (threadIdx.x == 0) *ticket = 0;  // for the next launch
 }

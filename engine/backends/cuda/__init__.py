@@ -8,8 +8,8 @@ cores, a group of projections stored back to back at once, so no
 dequantised copy of the model is kept.
 
 Decode runs as one CUDA graph per sequence step: the token id, its position
-and the KV length live in device memory, the graph's last kernel advances
-them, and the host only reads back the chosen token. Every kernel is
+and the KV length live in device memory, the graph's last kernel (the argmax)
+advances them, and the host only reads back the chosen token. Every kernel is
 launched with programmatic dependent launch on Hopper (device.py,
 kernels/common.cuh): it may start while the previous one finishes, and the
 matrix-vector kernels fetch their weights before waiting for their input.
@@ -837,5 +837,5 @@ class Backend:
 
         self.workspace.reset()
         self.logits = model.run(self.token, Positions(self.pos, 1))
-        launchers.argmax.argmax(self.dev, self.logits, self.next_token)
-        launchers.decode.advance(self.dev, self.next_token, self.token, self.pos)
+        # the greedy choice, fed back as the next replay's token and position
+        launchers.argmax.argmax(self.dev, self.logits, self.next_token, feed=(self.token, self.pos))

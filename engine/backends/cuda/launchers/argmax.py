@@ -1,6 +1,7 @@
 """Launcher for argmax.cu: greedy sampling on the device (one block for
-small vocabularies, two passes with a scratch buffer for large ones); -1
-when a logit is not finite."""
+small vocabularies, many that the last to finish reduces for large ones);
+-1 when a logit is not finite. In decode it also advances the step's
+token and position (``feed``)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,17 @@ from ..device import DArray, Device
 ARGMAX_ONE_BLOCK = 32768  # below this one block is as fast as two passes
 
 
-def argmax(dev: Device, x: DArray, out: DArray, scratch: DArray | None = None) -> None:
+def argmax(dev: Device, x: DArray, out: DArray, scratch: DArray | None = None,
+           feed: tuple[DArray, DArray] | None = None) -> None:
     """out[0] (int32, device) = index of the largest element of x, lowest
-    index among ties (np.argmax)."""
+    index among ties (np.argmax). ``feed`` (token, pos), the decode step's
+    inputs: the same launch then sets token = out and pos += 1."""
     launch.check_f32(x)
     assert out.dtype == np.int32
+    token, pos = feed if feed is not None else (launch.null(), launch.null())
     n = x.size
     if n <= ARGMAX_ONE_BLOCK:
-        dev.launch(launch.function(dev, "argmax.cu", "argmax"), (1,), (1024,), [x, n, out])
+        dev.launch(launch.function(dev, "argmax.cu", "argmax"), (1,), (1024,), [x, n, out, token, pos])
         return
     # ~8 elements per thread in 256-thread blocks, at most ~4 blocks per SM.
     nb = min(launch.ceil_div(n, 2048), 4 * dev.sm_count)
@@ -28,5 +32,6 @@ def argmax(dev: Device, x: DArray, out: DArray, scratch: DArray | None = None) -
     assert buf.nbytes >= 8 * nb
     part_val = DArray(buf.ptr, (nb,), np.dtype(np.float32), dev)
     part_idx = DArray(buf.ptr + 4 * nb, (nb,), np.dtype(np.int32), dev)
-    dev.launch(launch.function(dev, "argmax.cu", "argmax_partial"), (nb,), (256,), [x, n, part_val, part_idx])
-    dev.launch(launch.function(dev, "argmax.cu", "argmax_final"), (1,), (256,), [part_val, part_idx, nb, out])
+    ticket = launch.counter(dev, "argmax")  # the last block reduces the partials
+    dev.launch(launch.function(dev, "argmax.cu", "argmax_blocks"), (nb,), (256,),
+               [x, n, part_val, part_idx, ticket, out, token, pos])
