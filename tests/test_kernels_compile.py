@@ -3,6 +3,13 @@ keyed on everything that changes the machine code."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from engine.backends.cuda import compile as nvrtc
@@ -118,3 +125,37 @@ def test_every_kernel_waits_for_the_previous_one_before_touching_memory():
     pre = before_wait("moe.cu", "moe_down_impl")
     assert "h[" not in pre and "h +" not in pre and "add[" not in pre \
         and "weights[" not in pre and "dot_rows" not in pre
+
+
+def _sass(cubin: bytes, function: str) -> list[str]:
+    """The opcodes of ``function`` in ``cubin``, in order (cuobjdump and the
+    nvdisasm it runs, from the test extra's cuda-toolkit[cuobjdump,nvdisasm])."""
+    spec = importlib.util.find_spec("nvidia")
+    tools = [Path(p) / "cu13" / "bin" / "cuobjdump" for p in (spec.submodule_search_locations if spec else [])]
+    tool = next((t for t in tools if t.is_file()), None)
+    assert tool is not None and (tool.parent / "nvdisasm").is_file(), \
+        "cuobjdump or nvdisasm missing: pip install 'cuda-toolkit[cuobjdump,nvdisasm]==13.*' (the test extra)"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([str(tool), "-sass", "-fun", function, f.name], capture_output=True, text=True,
+                             check=True, env={**os.environ, "NVDISASM_PATH": str(tool.parent)}).stdout
+    return re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", out)
+
+
+@pytest.mark.parametrize("function, defines, copy", [
+    ("gemv_q4_k", {"GEMV_ROWS": 16}, "LDGSTS"),                                          # per-warp staging
+    ("gemv_q6_k", {"GEMV_ROWS": 4, "GEMV_BULK": 1, "GEMV_PASSES": 2}, "UBLKCP"),        # the bulk ring
+    ("gemv_glu_silu_q4_k", {"GEMV_ROWS": 16, "GEMV_BULK": 1, "GEMV_GLU": 1, "GEMV_NORM": 1}, "UBLKCP"),
+])
+def test_gemv_weights_requested_before_the_pdl_wait(function, defines, copy):
+    """The decode GEMVs ask for their first weights before waiting on the
+    previous kernel (common.cuh: that overlap is what the PDL launch buys
+    them). ptxas may move instructions, so the machine code is read: the
+    weight copies (cp.async: LDGSTS; bulk: UBLKCP) come before the wait
+    (griddepcontrol.wait: ACQBULK)."""
+    ops = _sass(nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_XQ": 1, **defines}), function)
+    assert "ACQBULK" in ops, f"{function}: no griddepcontrol.wait in its machine code"
+    first_copy = next((i for i, op in enumerate(ops) if op.startswith(copy)), None)
+    assert first_copy is not None and first_copy < ops.index("ACQBULK"), \
+        f"{function} {defines}: the first {copy} is not before the PDL wait (ACQBULK)"
