@@ -127,9 +127,9 @@ def test_every_kernel_waits_for_the_previous_one_before_touching_memory():
         and "weights[" not in pre and "dot_rows" not in pre
 
 
-def _sass(cubin: bytes, function: str) -> list[str]:
-    """The opcodes of ``function`` in ``cubin``, in order (cuobjdump and the
-    nvdisasm it runs, from the test extra's cuda-toolkit[cuobjdump,nvdisasm])."""
+def _cuobjdump(cubin: bytes, *args: str) -> str:
+    """cuobjdump's output for ``cubin`` (cuobjdump and the nvdisasm it runs, from
+    the test extra's cuda-toolkit[cuobjdump,nvdisasm])."""
     spec = importlib.util.find_spec("nvidia")
     tools = [Path(p) / "cu13" / "bin" / "cuobjdump" for p in (spec.submodule_search_locations if spec else [])]
     tool = next((t for t in tools if t.is_file()), None)
@@ -138,9 +138,20 @@ def _sass(cubin: bytes, function: str) -> list[str]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([str(tool), "-sass", "-fun", function, f.name], capture_output=True, text=True,
-                             check=True, env={**os.environ, "NVDISASM_PATH": str(tool.parent)}).stdout
+        return subprocess.run([str(tool), *args, f.name], capture_output=True, text=True, check=True,
+                              env={**os.environ, "NVDISASM_PATH": str(tool.parent)}).stdout
+
+
+def _sass(cubin: bytes, function: str) -> list[str]:
+    """The opcodes of ``function`` in ``cubin``, in order."""
+    out = _cuobjdump(cubin, "-sass", "-fun", function)
     return re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", out)
+
+
+def _stack_bytes(cubin: bytes) -> dict[str, int]:
+    """Each function's stack frame in bytes: arrays the compiler kept in local memory, and spills."""
+    out = _cuobjdump(cubin, "--dump-resource-usage")
+    return {m[0]: int(m[1]) for m in re.findall(r"Function (\w+):\s*\n\s*REG:\d+ STACK:(\d+)", out)}
 
 
 @pytest.mark.parametrize("function, defines, copy", [
@@ -159,3 +170,17 @@ def test_gemv_weights_requested_before_the_pdl_wait(function, defines, copy):
     first_copy = next((i for i, op in enumerate(ops) if op.startswith(copy)), None)
     assert first_copy is not None and first_copy < ops.index("ACQBULK"), \
         f"{function} {defines}: the first {copy} is not before the PDL wait (ACQBULK)"
+
+
+@pytest.mark.parametrize("defines", [{"GEMV_ROWS": 16}, {"GEMV_ROWS": 16, "GEMV_BULK": 1},
+                                     {"GEMV_ROWS": 4, "GEMV_BULK": 1, "GEMV_PASSES": 2},
+                                     {"GEMV_ROWS": 16, "GEMV_BULK": 1, "GEMV_GLU": 1, "GEMV_NORM": 1}],
+                         ids=["warp", "bulk", "bulk-2-passes", "bulk-glu-norm"])
+def test_decode_gemvs_keep_their_values_in_registers(defines):
+    """No decode GEMV of a block type has a stack frame: an array the compiler
+    cannot keep in registers (an index it cannot resolve, or a spill) puts a
+    round trip through L1 on every unit of every row."""
+    stacks = _stack_bytes(nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_XQ": 1, **defines}))
+    names = [f"gemv_{'glu_silu_' if 'GEMV_GLU' in defines else ''}{t}" for t in
+             ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k")]
+    assert {n: stacks.get(n) for n in names} == {n: 0 for n in names}
