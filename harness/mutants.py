@@ -426,6 +426,9 @@ MUTANTS += [
            "split's values (the later splits' dropped, their softmax mass kept)", _any,
            _kernel_source("attention.cu", "e_s[h * MERGE_KEEP + u] = e;", "e_s[h * MERGE_KEEP + u] = u ? 0.0f : e;"),
            backends=("cuda",)),
+    Mutant("decode-feed-position-stuck", "graph decode's argmax feeding the step back: the token written "
+           "but the position not moved on (each step overwrites the last cache row)", _any,
+           _kernel_source("argmax.cu", "*pos += 1;", "*pos += 0;"), backends=("cuda",)),
     Mutant("attn-store-head0-key", "decode attention storing the step's K/V rows: every KV head stores "
            "head 0's key", _any,
            _kernel_source("attention.cu", "to_kv(k_new[g * D + i])", "to_kv(k_new[i])"), backends=("cuda",)),
