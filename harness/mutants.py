@@ -429,9 +429,12 @@ MUTANTS += [
     Mutant("decode-feed-position-stuck", "graph decode's argmax feeding the step back: the token written "
            "but the position not moved on (each step overwrites the last cache row)", _any,
            _kernel_source("argmax.cu", "*pos += 1;", "*pos += 0;"), backends=("cuda",)),
+    Mutant("attn-qk-fold-k-weight", "decode attention forming the Q/K norms itself (FoldedNorms): the step's "
+           "key normalised with the query's norm weight", lambda c: c.qk_norm,
+           _kernel_source("attention.cu", "G * D, k_w, eps", "G * D, q_w, eps"), backends=("cuda",)),
     Mutant("attn-store-head0-key", "decode attention storing the step's K/V rows: every KV head stores "
            "head 0's key", _any,
-           _kernel_source("attention.cu", "to_kv(k_new[g * D + i])", "to_kv(k_new[i])"), backends=("cuda",)),
+           _kernel_source("attention.cu", ": k_new[g * D + i]);", ": k_new[i]);"), backends=("cuda",)),
     Mutant("deq-q4k-scale-nibble-swapped", "Q4_K dequantised word by word (prefill's bf16 weights, embedding "
            "rows): sub-blocks 4-7 take their min's low bits as their scale's", _any,
            _kernel_source("quants.cuh", "(b2 & 0xF) | ((b0 >> 6) << 4)", "(b2 >> 4) | ((b0 >> 6) << 4)"),

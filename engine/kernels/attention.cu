@@ -14,9 +14,11 @@
 //   kv_store            K/V rows of this step -> cache rows pos[t] (f16: round to nearest)
 //   attention_decode    split-K "flash decoding" for few queries (decode, T=1); the last
 //                       split block of a KV head merges the splits' partial softmaxes; at
-//                       T=1 it also stores the step's K/V rows (no kv_store launch)
+//                       T=1 it also stores the step's K/V rows (no kv_store launch), and
+//                       where given the Q/K norm weights, forms the per-head RMSNorm with
+//                       RoPE of its query heads and that key row itself (no qk_norm_rope)
 //   attention_prefill   tiled online-softmax (flash-attention style), fp32 CUDA cores
-#include "common.cuh"
+#include "rope.cuh"
 
 #ifndef KV_F16
 #define KV_F16 1
@@ -391,7 +393,9 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
 attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float* part_o,
                  float* part_ml, unsigned* tickets, const int* pos, int n_head, int n_head_kv, float scale,
-                 int window, const float* __restrict__ k_new, const float* __restrict__ v_new) {
+                 int window, const float* __restrict__ k_new, const float* __restrict__ v_new,
+                 const float* __restrict__ q_w, const float* __restrict__ k_w, float eps, int n_rot,
+                 float theta_scale, float freq_scale, const float* __restrict__ freq_div, int neox) {
     KERNEL_START();
     const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;
     const int qp = pos[t];
@@ -399,38 +403,59 @@ attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float
     split_range(qp, window, n_splits, s, c0, c1, n_active);
     if (s >= n_active) return;  // whole block: no barrier skipped
 
-    // With k_new/v_new (one query, launchers/attention.py): this step's own K
-    // and V rows [n_head_kv * D], stored here instead of by a kv_store launch.
-    // Only the last active split sees position qp; it writes KV head g's row,
-    // rounded as kv_store rounds, before any of its warps reads it (global
-    // writes are visible to the block after the barrier).
-    if (k_new != nullptr && s == n_active - 1) {
-        const size_t dst = ((size_t)qp * n_head_kv + g) * D;
-        for (int i = threadIdx.x; i < D; i += blockDim.x) {
-            k_cache[dst + i] = to_kv(k_new[g * D + i]);
-            v_cache[dst + i] = to_kv(v_new[g * D + i]);
-        }
-        __syncthreads();
-    }
-
     extern __shared__ __align__(16) float smem[];
     float* o_s = smem;
     float* p_s = smem + DEC_WARPS * HPW * D;
     float* ml_s = p_s + DEC_WARPS * HPW * 32;
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+
+    // With q_w/k_w (one query, launchers/attention.py qk=): q and k_new are
+    // the projections as they came, and the block forms the per-head RMSNorm
+    // with RoPE (rope.cuh norm_rope_head, qk_norm_rope's arithmetic) of its G
+    // query heads, and the last active split that of KV head g's key, a warp a
+    // head into shared memory (qk_s [G+1][D], laid over o_s and p_s: free
+    // until the tiles are merged; launchers/attention.py decode_shared). Every
+    // split block forms the same G heads from the same bits, in L2; that was a
+    // launch of its own a layer before.
+    const bool fused = q_w != nullptr;
+    const bool stores = k_new != nullptr && s == n_active - 1;
+    float* qk_s = smem;
+    const float* qt = q + ((size_t)t * n_head + (size_t)g * G) * D;  // the G query heads of KV head g
+    if (fused) {
+        const Rope r{n_rot, theta_scale, freq_scale, freq_div, neox};
+        for (int h = w; h <= G; h += DEC_WARPS) {
+            if (h < G) norm_rope_head(qt + h * D, qk_s + h * D, qk_s + h * D, q_w, eps, D, qp, r);
+            else if (stores) norm_rope_head(k_new + g * D, qk_s + G * D, qk_s + G * D, k_w, eps, D, qp, r);
+        }
+        __syncthreads();
+    }
+
+    // With k_new/v_new (one query, launchers/attention.py): this step's own K
+    // and V rows [n_head_kv * D], stored here instead of by a kv_store launch.
+    // Only the last active split sees position qp; it writes KV head g's row,
+    // rounded as kv_store rounds, before any of its warps reads it (global
+    // writes are visible to the block after the barrier).
+    if (stores) {
+        const size_t dst = ((size_t)qp * n_head_kv + g) * D;
+        for (int i = threadIdx.x; i < D; i += blockDim.x) {
+            k_cache[dst + i] = to_kv(fused ? qk_s[G * D + i] : k_new[g * D + i]);
+            v_cache[dst + i] = to_kv(v_new[g * D + i]);
+        }
+    }
+
     const int h0 = (w % NHG) * HPW, wt = w / NHG;  // this warp's first head (of G) and tile lane
     constexpr bool RAGGED = NHG * HPW != G;        // the last head group is short (G = 9, 11, ...)
     const int rl = lane / LPR, dl = (lane % LPR) * EPL;  // this lane's row (of RPW) and first dim, K and V alike
     const int kj = rl + RPW * (lane % LPR);              // the tile key whose score this lane ends with
 
-    // This lane's dims of its heads' queries, in registers (the G query heads of
-    // KV head g are contiguous in q[t]).
-    const float* qt = q + ((size_t)t * n_head + (size_t)g * G) * D;
+    // This lane's dims of its heads' queries, in registers.
+    const float* qsrc = fused ? qk_s : qt;
     float qr[HPW][EPL];
 #pragma unroll
     for (int h = 0; h < HPW; ++h)
 #pragma unroll
-        for (int c = 0; c < EPL; ++c) qr[h][c] = (RAGGED && h0 + h >= G) ? 0.0f : qt[(h0 + h) * D + dl + c];
+        for (int c = 0; c < EPL; ++c) qr[h][c] = (RAGGED && h0 + h >= G) ? 0.0f : qsrc[(h0 + h) * D + dl + c];
+    if (stores || fused) __syncthreads();  // the row stored before it is read; qk_s read before p_s is written
 
     float m[HPW], l[HPW], o[HPW][EPL];
 #pragma unroll

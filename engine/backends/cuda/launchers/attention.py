@@ -10,6 +10,7 @@ import numpy as np
 from ....errors import AnvilError
 from .. import launch
 from ..device import DArray, Device
+from .rope import NormRope
 
 
 DECODE_MAX_T = 4        # up to this many queries use the split-K decode kernel
@@ -110,9 +111,10 @@ def decode_layout(gqa: int) -> tuple[int, int]:
 
 def decode_shared(gqa: int, head_dim: int) -> int:
     """Dynamic shared memory of the decode kernel: per warp and head, O, P
-    and (m, l)."""
+    and (m, l); before them, the G query heads and the key head it
+    normalises and rotates itself (qk=)."""
     warps, hpw = decode_layout(gqa)
-    return 4 * warps * hpw * (head_dim + 32 + 2)
+    return 4 * max(warps * hpw * (head_dim + 32 + 2), (gqa + 1) * head_dim)
 
 
 def _tc(k_cache: DArray) -> bool:
@@ -128,7 +130,8 @@ def path_of(T: int, k_cache: DArray) -> str:
 
 def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DArray, pos: DArray,
               scale: float, window: int = 0, scratch: DArray | None = None, path: str | None = None,
-              k_new: DArray | None = None, v_new: DArray | None = None, outb: DArray | None = None) -> None:
+              k_new: DArray | None = None, v_new: DArray | None = None, outb: DArray | None = None,
+              qk: NormRope | None = None) -> None:
     """Causal GQA attention of q [T, n_head, head_dim] (query t at position
     pos[t]) over the cache rows it can see; out [T, n_head*head_dim].
 
@@ -138,6 +141,11 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     k_new, v_new [1, n_head_kv*head_dim] (decode of one query only): this
     step's K and V rows, which the kernel stores into cache row pos[0] before
     reading it (as kv_store would; one launch instead of two).
+
+    qk (with k_new, v_new): q and k_new are the projections before the
+    per-head RMSNorm and RoPE, which the kernel applies as qk_norm_rope
+    would, the same bits (one launch instead of two); q and k_new are left
+    as they were.
 
     path: None picks decode (split-K) for T <= DECODE_MAX_T, else the
     tensor-core prefill where the cache is f16 and the head size one of
@@ -159,6 +167,7 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     launch.check_bf16_bits(outb, out.size)
 
     assert k_new is None or path == "decode", "the step's K/V rows are stored by the decode kernel only"
+    assert qk is None or k_new is not None, "the Q/K norms are formed by the decode kernel that stores the row"
     if path == "prefill_tc":
         assert tc, (k_cache.dtype, head_dim)
         shared = 2 * (TC_TQ + 4 * tc_keys(head_dim)) * (head_dim + 8)  # Q, two K and two V tiles of f16 rows padded by 8
@@ -205,4 +214,5 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         part_ml = DArray(buf.ptr + 4 * n_part * head_dim, (n_part, 2), np.dtype(np.float32), dev)
     dev.launch(fn, (n_splits, n_head_kv, T), (32 * warps,),
                [q, k_cache, v_cache, out, part_o, part_ml, tickets, pos, n_head, n_head_kv] + args_tail
-               + [launch.null_or(k_new), launch.null_or(v_new)], shared=shared)
+               + [launch.null_or(k_new), launch.null_or(v_new)]
+               + (qk.args(head_dim) if qk is not None else NormRope.none()), shared=shared)
