@@ -431,7 +431,7 @@ MUTANTS += [
            _kernel_source("argmax.cu", "*pos += 1;", "*pos += 0;"), backends=("cuda",)),
     Mutant("attn-qk-fold-k-weight", "decode attention forming the Q/K norms itself (FoldedNorms): the step's "
            "key normalised with the query's norm weight", lambda c: c.qk_norm,
-           _kernel_source("attention.cu", "G * D, k_w, eps", "G * D, q_w, eps"), backends=("cuda",)),
+           _kernel_source("attention.cu", "(kr, k_w, eps", "(kr, q_w, eps"), backends=("cuda",)),
     Mutant("attn-store-head0-key", "decode attention storing the step's K/V rows: every KV head stores "
            "head 0's key", _any,
            _kernel_source("attention.cu", ": k_new[g * D + i]);", ": k_new[i]);"), backends=("cuda",)),

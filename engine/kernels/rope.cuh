@@ -1,6 +1,7 @@
 // RoPE of one pair and the per-head RMSNorm with RoPE of qwen3-style
-// attention: shared by rope.cu and the decode attention, which forms its
-// query heads and the step's key head itself (attention.cu, DEC_QK_NORM).
+// attention: rope.cu's, and the decode attention's, which forms its query
+// heads and the step's key head itself in registers (attention.cu
+// norm_rope_lane: the same angles, its own layout of the sums).
 //
 // Same arithmetic as llama.cpp's rope_norm / rope_neox (architectures.md
 // §0.3, ext_factor 0, attn_factor 1):
@@ -15,15 +16,22 @@
 #pragma once
 #include "common.cuh"
 
+// (cos, sin) of pair i's angle at position p.
+__device__ __forceinline__ float2 rope_cos_sin(int p, int i, float theta_scale, float freq_scale,
+                                               const float* freq_div) {
+    const float theta_base = (float)p * __powf(theta_scale, (float)i);
+    const float theta_extrap = freq_div ? theta_base / freq_div[i] : theta_base;
+    const float theta = freq_scale * theta_extrap;
+    return make_float2(__cosf(theta), __sinf(theta));
+}
+
 // Pair i (< n_rot/2) of a head at position p: read from src, rotated into dst
 // (the same buffer, or a shared-memory copy of the head and its global row).
 template <bool NEOX>
 __device__ __forceinline__ void rotate_pair(const float* src, float* dst, int p, int i, int n_rot, float theta_scale,
                                             float freq_scale, const float* freq_div) {
-    const float theta_base = (float)p * __powf(theta_scale, (float)i);
-    const float theta_extrap = freq_div ? theta_base / freq_div[i] : theta_base;
-    const float theta = freq_scale * theta_extrap;
-    const float c = __cosf(theta), s = __sinf(theta);
+    const float2 cs = rope_cos_sin(p, i, theta_scale, freq_scale, freq_div);
+    const float c = cs.x, s = cs.y;
     const int i0 = NEOX ? i : 2 * i;
     const int i1 = NEOX ? i + n_rot / 2 : 2 * i + 1;
     const float x0 = src[i0], x1 = src[i1];
@@ -31,8 +39,7 @@ __device__ __forceinline__ void rotate_pair(const float* src, float* dst, int p,
     dst[i1] = x0 * s + x1 * c;
 }
 
-// RoPE's parameters as the host passes them (launchers/rope.py): the kernels
-// that rotate take them as one argument.
+// RoPE's parameters as the host passes them (launchers/rope.py).
 struct Rope {
     int n_rot;
     float theta_scale, freq_scale;

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....config import ROPE_NEOX
 from ....errors import AnvilError
 from .. import launch
 from ..device import DArray, Device
-from .rope import NormRope
+from .rope import NormRope, qk_norm_rope
 
 
 DECODE_MAX_T = 4        # up to this many queries use the split-K decode kernel
@@ -111,10 +112,23 @@ def decode_layout(gqa: int) -> tuple[int, int]:
 
 def decode_shared(gqa: int, head_dim: int) -> int:
     """Dynamic shared memory of the decode kernel: per warp and head, O, P
-    and (m, l); before them, the G query heads and the key head it
-    normalises and rotates itself (qk=)."""
+    and (m, l)."""
     warps, hpw = decode_layout(gqa)
-    return 4 * max(warps * hpw * (head_dim + 32 + 2), (gqa + 1) * head_dim)
+    return 4 * warps * hpw * (head_dim + 32 + 2)
+
+
+def decode_lane_dims(head_dim: int, kv_f16: bool) -> int:
+    """attention.cu's EPL: the dims of a K/V row each decode lane holds (16
+    bytes of the cache, at least head_dim / 32)."""
+    return max(8 if kv_f16 else 4, head_dim // 32)
+
+
+def decode_forms_qk(qk: NormRope, head_dim: int, kv_f16: bool) -> bool:
+    """Whether the decode kernel can form these Q/K norms with RoPE itself
+    (attention.cu norm_rope_lane): NORM pairs always; NEOX pairs one shuffle
+    apart, n_rot a power of two of at least two lanes' dims."""
+    n, epl = qk.n_rot, decode_lane_dims(head_dim, kv_f16)
+    return qk.rope_type != ROPE_NEOX or (n & (n - 1) == 0 and n >= 2 * epl)
 
 
 def _tc(k_cache: DArray) -> bool:
@@ -144,8 +158,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
 
     qk (with k_new, v_new): q and k_new are the projections before the
     per-head RMSNorm and RoPE, which the kernel applies as qk_norm_rope
-    would, the same bits (one launch instead of two); q and k_new are left
-    as they were.
+    would (one launch instead of two), leaving q and k_new as they were;
+    where it cannot (decode_forms_qk), qk_norm_rope runs first, in place.
 
     path: None picks decode (split-K) for T <= DECODE_MAX_T, else the
     tensor-core prefill where the cache is f16 and the head size one of
@@ -187,6 +201,10 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         launch.check_f32(k_new, v_new)
         assert T == 1 and k_new.size == v_new.size == n_head_kv * head_dim, (T, k_new.shape, v_new.shape)
 
+    if qk is not None and not decode_forms_qk(qk, head_dim, bool(defines["KV_F16"])):
+        qk_norm_rope(dev, q, k_new.reshape(1, n_head_kv, head_dim), pos, qk.rope_type, qk.n_rot, qk.base, qk.scale,
+                     qk.freq_div, qk.q_w, qk.k_w, qk.eps)
+        qk = None
     G = defines["GQA"]
     n_splits, merge_regs = decode_plan(dev.sm_count, T, n_head_kv, n_ctx, G, head_dim, bool(defines["KV_F16"]))
     if TILE_WARPS:
