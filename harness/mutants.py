@@ -434,7 +434,7 @@ MUTANTS += [
            _kernel_source("attention.cu", "(kr, k_w, eps", "(kr, q_w, eps"), backends=("cuda",)),
     Mutant("attn-store-head0-key", "decode attention storing the step's K/V rows: every KV head stores "
            "head 0's key", _any,
-           _kernel_source("attention.cu", ": k_new[g * D + i]);", ": k_new[i]);"), backends=("cuda",)),
+           _kernel_source("attention.cu", "to_kv(k_new[g * D + i])", "to_kv(k_new[i])"), backends=("cuda",)),
     Mutant("deq-q4k-scale-nibble-swapped", "Q4_K dequantised word by word (prefill's bf16 weights, embedding "
            "rows): sub-blocks 4-7 take their min's low bits as their scale's", _any,
            _kernel_source("quants.cuh", "(b2 & 0xF) | ((b0 >> 6) << 4)", "(b2 >> 4) | ((b0 >> 6) << 4)"),
