@@ -429,9 +429,6 @@ MUTANTS += [
     Mutant("decode-feed-position-stuck", "graph decode's argmax feeding the step back: the token written "
            "but the position not moved on (each step overwrites the last cache row)", _any,
            _kernel_source("argmax.cu", "*pos += 1;", "*pos += 0;"), backends=("cuda",)),
-    Mutant("attn-qk-fold-k-weight", "decode attention forming the Q/K norms itself (FoldedNorms): the step's "
-           "key normalised with the query's norm weight", lambda c: c.qk_norm,
-           _kernel_source("attention.cu", "(kr, k_w, eps", "(kr, q_w, eps"), backends=("cuda",)),
     Mutant("attn-store-head0-key", "decode attention storing the step's K/V rows: every KV head stores "
            "head 0's key", _any,
            _kernel_source("attention.cu", "to_kv(k_new[g * D + i])", "to_kv(k_new[i])"), backends=("cuda",)),

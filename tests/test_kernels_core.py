@@ -579,59 +579,6 @@ def test_attention_decode_stores_the_step_row(dev, kv_f16, G, D, L, window):
 
 
 @gpu
-@pytest.mark.parametrize("rope_type", [ROPE_NEOX, ROPE_NORM])
-@pytest.mark.parametrize("kv_f16", [1, 0])
-@pytest.mark.parametrize("Hkv,G,D,n_rot,ff,n_ctx", [
-    (2, 4, 128, 128, False, 4096),   # the default decode kernel
-    (8, 4, 128, 128, False, 4096),   # qwen3-8b's layer: the wide kernel (f16)
-    (2, 8, 128, 128, True, 4096),    # frequency divisors
-    (2, 2, 256, 64, False, 4096),    # partial rotation (qwen35: 64 of 256)
-    (1, 8, 512, 512, True, 4096),    # gemma4's full layers: heads of 512
-    (2, 4, 128, 96, False, 4096),    # NEOX pairs not a shuffle apart: qk_norm_rope first (NORM: formed)
-])
-@pytest.mark.parametrize("L", [1, 37, 1000])
-def test_attention_decode_forms_the_qk_norms(dev, rope_type, kv_f16, Hkv, G, D, n_rot, ff, n_ctx, L):
-    """Decode given the Q/K norm weights (qk=): q and the step's key row come
-    as projected, and the kernel applies the per-head RMSNorm and RoPE
-    itself (left as they were). The stored key row is the NumPy norm with
-    RoPE within test_qk_norm_rope's bound (and the f16 cache's rounding);
-    the output that of qk_norm_rope then the attention, within attention's."""
-    r = rng("dec-qk", rope_type, kv_f16, Hkv, G, D, n_rot, L)
-    H = Hkv * G
-    kc, vc, _, _ = make_cache(dev, r, n_ctx, L - 1, Hkv, D, kv_f16)
-    kc2, vc2 = dev.upload(kc.numpy()), dev.upload(vc.numpy())
-    q = (r.standard_normal((1, H, D)) * 3).astype(np.float32)
-    k_row = (r.standard_normal((1, Hkv, D)) * 3).astype(np.float32)
-    v_row = r.standard_normal((1, Hkv * D)).astype(np.float32)
-    qw, kw = ((r.standard_normal(D) * 0.3 + 1).astype(np.float32) for _ in range(2))
-    fdiv = r.uniform(1.0, 8.0, n_rot // 2).astype(np.float32) if ff else None
-    pos, scale, base, eps = np.array([L - 1], np.int32), 1.0 / np.sqrt(D), 1e6, 1e-6
-    dpos, dfdiv, dqw, dkw = (dev.upload(a) if a is not None else None for a in (pos, fdiv, qw, kw))
-    dq, dk, dv = dev.upload(q), dev.upload(k_row), dev.upload(v_row)
-    qk = rope.NormRope(dqw, dkw, eps, rope_type, n_rot, base, 1.0, dfdiv)
-    formed = attention.decode_forms_qk(qk, D, bool(kv_f16))
-    assert formed == (rope_type == ROPE_NORM or n_rot != 96)
-    fused = poisoned(dev, (1, H * D))
-    attention.attention(dev, dq, kc, vc, fused, dpos, scale, k_new=dk.reshape(1, Hkv * D), v_new=dv, qk=qk)
-    what = f"{rope_type} f16={kv_f16} Hkv={Hkv} G={G} D={D} n_rot={n_rot} L={L} (seed {SEED})"
-    if formed:
-        np.testing.assert_array_equal(dq.numpy(), q, err_msg=f"the kernel changed q, {what}")
-        np.testing.assert_array_equal(dk.numpy(), k_row, err_msg=f"the kernel changed k_new, {what}")
-    kn = ops.rope_one(ops.rms_norm(k_row, kw, eps), (*ops.rope_angles(pos, n_rot, base, 1.0, fdiv), rope_type))
-    tol = rope_tolerance(kn, pos, rope_type, n_rot) + 2 * (NORM_ATOL + NORM_RTOL * np.abs(kn).max())
-    if kv_f16:
-        tol = tol + np.abs(kn) * 2.0 ** -10  # an f16 rounding that the error tipped the other way
-    err = np.abs(kc.numpy()[L - 1].astype(np.float64) - kn[0])
-    assert (err <= tol).all(), f"stored key row, {what}: worst err/tol {np.max(err / tol):.3g}"
-    np.testing.assert_array_equal(vc.numpy()[L - 1].reshape(1, -1), v_row.astype(kc.numpy().dtype), err_msg=what)
-    dq2, dk2 = dev.upload(q), dev.upload(k_row)
-    rope.qk_norm_rope(dev, dq2, dk2, dpos, rope_type, n_rot, base, 1.0, dfdiv, dqw, dkw, eps)
-    apart = poisoned(dev, (1, H * D))
-    attention.attention(dev, dq2, kc2, vc2, apart, dpos, scale, k_new=dk2.reshape(1, Hkv * D), v_new=dv)
-    assert_close(fused.numpy(), apart.numpy(), ATTN_ATOL, ATTN_RTOL, f"output against qk_norm_rope's, {what}")
-
-
-@gpu
 @pytest.mark.parametrize("tile_warps,v_early,hpw", [(None, False, None), (2, False, 1), (None, True, 1), (2, True, 1),
                                                    (None, False, 4), (4, True, 2), (8, True, 8)])
 @pytest.mark.parametrize("L", [37, 1000, 4096])

@@ -114,7 +114,6 @@ def test_kernel_source_mutants_still_apply_and_compile():
             ("attn-merge-first-split", "attention.cu", "u ? 0.0f : e;", "attention.cu", {}),
             ("attn-merge-few-last-split", "attention.cu", "u < n_active - 1) {", "attention.cu", {}),
             ("attn-store-head0-key", "attention.cu", "to_kv(k_new[i])", "attention.cu", {}),
-            ("attn-qk-fold-k-weight", "attention.cu", "(kr, q_w, eps", "attention.cu", {}),
             ("decode-feed-position-stuck", "argmax.cu", "*pos += 0;", "argmax.cu", {}),
             ("deq-q4k-scale-nibble-swapped", "quants.cuh", "(b2 >> 4) | ((b0 >> 6) << 4)", "dequant.cu", {}),
             ("attn-prefill-tile-unmasked", "attention.cu", "kb <= wq_lo &&", "attention.cu", {}),

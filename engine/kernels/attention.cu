@@ -14,12 +14,9 @@
 //   kv_store            K/V rows of this step -> cache rows pos[t] (f16: round to nearest)
 //   attention_decode    split-K "flash decoding" for few queries (decode, T=1); the last
 //                       split block of a KV head merges the splits' partial softmaxes; at
-//                       T=1 it also stores the step's K/V rows (no kv_store launch), and
-//                       where given the Q/K norm weights, forms the per-head RMSNorm with
-//                       RoPE of its query heads and that key row itself (no qk_norm_rope;
-//                       norm_rope_lane)
+//                       T=1 it also stores the step's K/V rows (no kv_store launch)
 //   attention_prefill   tiled online-softmax (flash-attention style), fp32 CUDA cores
-#include "rope.cuh"
+#include "common.cuh"
 
 #ifndef KV_F16
 #define KV_F16 1
@@ -389,58 +386,12 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
     }
 }
 
-// With the Q/K norm weights (launchers/attention.py qk=): a lane's EPL dims of
-// a head, as projected, through the per-head RMSNorm with weight w and RoPE
-// at position p (qk_norm_rope's arithmetic, rope.cuh), in registers: a
-// row's LPR lanes hold the head (each of the RPW row groups a copy), so the
-// sum of squares is a butterfly over them; NORM pairs lie within a lane,
-// NEOX pairs (i, i + n_rot/2) n_rot/2/EPL lanes apart (one shuffle: the
-// launcher passes n_rot a power of two of at least 2*EPL). No shared memory
-// or barrier: in shared memory, a warp a head, the step was 0.984x of
-// qk_norm_rope's own launch (reports/notes/decode-qk-fold-2026-12-02.md).
-__device__ __forceinline__ void norm_rope_lane(float (&x)[EPL], const float* w, float eps, int dl, int p,
-                                               const Rope& r) {
-    float ss = 0.0f;
-#pragma unroll
-    for (int c = 0; c < EPL; ++c) ss += x[c] * x[c];
-#pragma unroll
-    for (int k = 1; k < LPR; k <<= 1) ss += __shfl_xor_sync(0xffffffff, ss, k);
-    const float scale = rsqrtf(ss / (float)D + eps);
-#pragma unroll
-    for (int c = 0; c < EPL; ++c) x[c] = (scale * x[c]) * w[dl + c];
-    if (r.neox) {
-        const int half = r.n_rot / 2;
-#pragma unroll
-        for (int c = 0; c < EPL; ++c) {
-            const float other = __shfl_xor_sync(0xffffffff, x[c], half / EPL);  // the pair's other dim
-            const int d = dl + c;
-            if (d < r.n_rot) {
-                const bool lo = d < half;
-                const float2 cs = rope_cos_sin(p, lo ? d : d - half, r.theta_scale, r.freq_scale, r.freq_div);
-                x[c] = lo ? x[c] * cs.x - other * cs.y : other * cs.y + x[c] * cs.x;
-            }
-        }
-    } else {
-#pragma unroll
-        for (int c = 0; c < EPL; c += 2) {
-            if (dl + c < r.n_rot) {
-                const float2 cs = rope_cos_sin(p, (dl + c) / 2, r.theta_scale, r.freq_scale, r.freq_div);
-                const float x0 = x[c], x1 = x[c + 1];
-                x[c] = x0 * cs.x - x1 * cs.y;
-                x[c + 1] = x0 * cs.y + x1 * cs.x;
-            }
-        }
-    }
-}
-
 // Shared memory (floats): o_s [DEC_WARPS][HPW][D], p_s [DEC_WARPS][HPW][32],
 // ml_s [DEC_WARPS][HPW][2].
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
 attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float* part_o,
                  float* part_ml, unsigned* tickets, const int* pos, int n_head, int n_head_kv, float scale,
-                 int window, const float* __restrict__ k_new, const float* __restrict__ v_new,
-                 const float* __restrict__ q_w, const float* __restrict__ k_w, float eps, int n_rot,
-                 float theta_scale, float freq_scale, const float* __restrict__ freq_div, int neox) {
+                 int window, const float* __restrict__ k_new, const float* __restrict__ v_new) {
     KERNEL_START();
     const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;
     const int qp = pos[t];
@@ -448,54 +399,38 @@ attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float
     split_range(qp, window, n_splits, s, c0, c1, n_active);
     if (s >= n_active) return;  // whole block: no barrier skipped
 
-    extern __shared__ __align__(16) float smem[];
-    float* o_s = smem;
-    float* p_s = smem + DEC_WARPS * HPW * D;
-    float* ml_s = p_s + DEC_WARPS * HPW * 32;
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-
-    const bool fused = q_w != nullptr;  // q and k_new as projected: their norms with RoPE formed here
-    const bool stores = k_new != nullptr && s == n_active - 1;
-    const Rope r{n_rot, theta_scale, freq_scale, freq_div, neox};
-    const int h0 = (w % NHG) * HPW, wt = w / NHG;  // this warp's first head (of G) and tile lane
-    constexpr bool RAGGED = NHG * HPW != G;        // the last head group is short (G = 9, 11, ...)
-    const int rl = lane / LPR, dl = (lane % LPR) * EPL;  // this lane's row (of RPW) and first dim, K and V alike
-    const int kj = rl + RPW * (lane % LPR);              // the tile key whose score this lane ends with
-
     // With k_new/v_new (one query, launchers/attention.py): this step's own K
     // and V rows [n_head_kv * D], stored here instead of by a kv_store launch.
     // Only the last active split sees position qp; it writes KV head g's row,
     // rounded as kv_store rounds, before any of its warps reads it (global
-    // writes are visible to the block after the barrier). The key's norm with
-    // RoPE (fused) is warp 0's, its first row group's lanes storing it.
-    if (stores) {
+    // writes are visible to the block after the barrier).
+    if (k_new != nullptr && s == n_active - 1) {
         const size_t dst = ((size_t)qp * n_head_kv + g) * D;
-        if (fused && w == 0) {
-            float kr[EPL];
-#pragma unroll
-            for (int c = 0; c < EPL; ++c) kr[c] = k_new[g * D + dl + c];
-            norm_rope_lane(kr, k_w, eps, dl, qp, r);
-            if (rl == 0)
-#pragma unroll
-                for (int c = 0; c < EPL; ++c) k_cache[dst + dl + c] = to_kv(kr[c]);
-        }
         for (int i = threadIdx.x; i < D; i += blockDim.x) {
-            if (!fused) k_cache[dst + i] = to_kv(k_new[g * D + i]);
+            k_cache[dst + i] = to_kv(k_new[g * D + i]);
             v_cache[dst + i] = to_kv(v_new[g * D + i]);
         }
         __syncthreads();
     }
 
-    // This lane's dims of its heads' queries, in registers (the G query heads
-    // of KV head g are contiguous in q[t]); fused, through their norms and RoPE.
+    extern __shared__ __align__(16) float smem[];
+    float* o_s = smem;
+    float* p_s = smem + DEC_WARPS * HPW * D;
+    float* ml_s = p_s + DEC_WARPS * HPW * 32;
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    const int h0 = (w % NHG) * HPW, wt = w / NHG;  // this warp's first head (of G) and tile lane
+    constexpr bool RAGGED = NHG * HPW != G;        // the last head group is short (G = 9, 11, ...)
+    const int rl = lane / LPR, dl = (lane % LPR) * EPL;  // this lane's row (of RPW) and first dim, K and V alike
+    const int kj = rl + RPW * (lane % LPR);              // the tile key whose score this lane ends with
+
+    // This lane's dims of its heads' queries, in registers (the G query heads of
+    // KV head g are contiguous in q[t]).
     const float* qt = q + ((size_t)t * n_head + (size_t)g * G) * D;
     float qr[HPW][EPL];
 #pragma unroll
-    for (int h = 0; h < HPW; ++h) {
+    for (int h = 0; h < HPW; ++h)
 #pragma unroll
         for (int c = 0; c < EPL; ++c) qr[h][c] = (RAGGED && h0 + h >= G) ? 0.0f : qt[(h0 + h) * D + dl + c];
-        if (fused) norm_rope_lane(qr[h], q_w, eps, dl, qp, r);
-    }
 
     float m[HPW], l[HPW], o[HPW][EPL];
 #pragma unroll

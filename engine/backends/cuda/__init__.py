@@ -18,7 +18,7 @@ matrix-vector kernels fetch their weights before waiting for their input.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,45 +181,26 @@ def _overlap(a: DArray, b: DArray) -> bool:
     return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
 
 
-@dataclass
-class _Deferred:
-    """A norm of one row not launched yet: what it writes (``outs``), how to
-    launch it as asked (``run``), and the operator that can take it
-    (``into``): ``fold(args, kw)`` runs that operator reading through the
-    norm, or returns None where it cannot (another argument is an output)."""
-    outs: tuple[DArray, ...]
-    run: Callable[[], None]
-    into: str
-    fold: Callable[[tuple, dict], object]
-    taken: bool = False
-
-
 class FoldedNorms:
-    """The operators, with a one-row norm folded into the decode kernel that
-    reads its output:
+    """The operators, with a one-row weighted RMSNorm folded into the decode
+    gate/up GEMV that reads it (launchers/gemv.py norm=): the FFN input norm
+    where the model forms it with ``rms_norm`` (the llama family, whose Wo
+    GEMV adds the residual). Inside the decode graph that norm sat between
+    the O projection and gate/up, and gate/up could not hide it (190 us a
+    step on qwen3-8b, reports/notes/decode-in-graph-2026-12-01.md); the
+    attention input norm before the QKV GEMV cost nothing there (folding it
+    into QKV as well, the step was 0.979x), so only ``glu`` folds.
 
-    - the FFN input norm, where the model forms it with ``rms_norm`` (the
-      llama family, whose Wo GEMV adds the residual), into the gate/up GEMV
-      (``glu``, launchers/gemv.py norm=). Inside the decode graph that norm
-      sat between the O projection and gate/up, and gate/up could not hide
-      it (190 us a step on qwen3-8b, reports/notes/decode-in-graph-2026-12-01.md);
-      the attention input norm before the QKV GEMV cost nothing there
-      (folding it into QKV as well, the step was 0.979x), so it stays.
-    - the per-head Q/K norms with RoPE (``qk_norm_rope``: qwen3, gemma3/4),
-      into the attention that reads q and stores the step's key row
-      (``attention`` given the keys as a NewRow, launchers/attention.py qk=):
-      their own launch a layer was 70 us of a 2256 us step on qwen3-8b at
-      depth 0, 111 at 4096 (reports/notes/decode-tail-2026-12-02.md).
+    ``rms_norm`` of one row records the norm instead of launching it and hands
+    out its output array; ``glu`` given that very array reads x through the
+    norm instead. Any other operator settles it first: if it reads the
+    output, or no GEMV took the norm, the norm is launched then (x is as it
+    was: nothing ran in between but GEMVs); otherwise it is dropped, and an
+    operator that later reads the dropped output raises (there is nothing in
+    it). The model code stays the math; prefill (more than one row) is
+    unchanged."""
 
-    The norm records itself instead of launching and hands out its outputs
-    (``rms_norm`` a new array; ``qk_norm_rope`` q and k, which it would
-    change in place); the folding operator given those very arrays reads
-    through the norm instead. Any other operator settles it first: if it
-    reads an output, or nothing took the norm, the norm is launched then (its
-    inputs are as they were: the operators that fold only read them);
-    otherwise it is dropped, and an operator that later reads a dropped
-    output raises (it does not hold the norm's values). The model code stays
-    the math; prefill (more than one row) is unchanged."""
+    FOLDING = {"glu": "_glu"}  # the operator that folds, and its form that takes norm=
 
     def __init__(self, ops: "Ops"):
         self._ops, self._pending, self._dropped = ops, None, []
@@ -234,33 +215,8 @@ class FoldedNorms:
         if x.shape[0] > GEMV_MAX_TOKENS or w is None or len(x.shape) != 2 or x.ptr % 16:  # the GEMV's x alignment
             return self._ops.rms_norm(x, w, eps)
         y = self._ops._empty(x.shape)
-
-        def fold(args, kw):  # glu(y, w_gate, w_up, activation): the GEMV reads x through the norm
-            if args[0] is y and not self._reads(args[1:] + tuple(kw.values()), y):
-                return self._ops._glu(x, *args[1:], norm=(w, eps), **kw)
-
-        self._pending = _Deferred((y,), lambda: launchers.norm.rms_norm(self._ops.dev, x, w, y, eps), "glu", fold)
+        self._pending = {"x": x, "w": w, "eps": eps, "y": y, "taken": False}
         return y
-
-    def qk_norm_rope(self, rotation: Rotation, q: DArray, k: DArray, q_norm: DArray, k_norm: DArray,
-                     eps: float) -> list[DArray]:
-        self._settle((rotation, q, k, q_norm, k_norm))
-        if q.shape[0] != 1:
-            return self._ops.qk_norm_rope(rotation, q, k, q_norm, k_norm, eps)
-        r = rotation
-        qk = launchers.rope.NormRope(q_norm, k_norm, eps, r.rope_type, r.n_rot, r.base, r.scale, r.freq_div)
-
-        def fold(args, kw):  # attention(q, NewRow(cache, k), values, ...): the kernel forms both heads
-            keys = args[1] if len(args) > 1 else kw.get("keys")
-            if not (args[0] is q and isinstance(keys, NewRow) and keys.row is k):
-                return None
-            rest = (keys.cache,) + tuple(a for a in args[2:] + tuple(kw.values()) if a is not keys)
-            if not self._reads(rest, q, k):
-                return self._ops._attention(*args, qk=qk, **kw)
-
-        self._pending = _Deferred((q, k), lambda: self._ops.qk_norm_rope(rotation, q, k, q_norm, k_norm, eps),
-                                  "attention", fold)
-        return [q, k]
 
     def __getattr__(self, name):
         fn = getattr(self._ops, name)
@@ -272,34 +228,34 @@ class FoldedNorms:
                 self._pending = None
                 self._dropped.clear()
             p = self._pending
-            if p is not None and name == p.into and args:
-                y = p.fold(args, kw)
-                if y is not None:
-                    p.taken = True
-                    return y
+            if p is not None and name in self.FOLDING and args and args[0] is p["y"] and self._can_fold(name, args, kw):
+                p["taken"] = True
+                return getattr(self._ops, self.FOLDING[name])(p["x"], *args[1:], norm=(p["w"], p["eps"]), **kw)
             self._settle(args + tuple(kw.values()))
             if name == "end_layer":  # the workspace's rows are reused from here
                 self._dropped.clear()
             return fn(*args, **kw)
         return op
 
-    @staticmethod
-    def _reads(args, *outs: DArray) -> bool:
-        return any(_overlap(a, y) for a in _arrays(args) for y in outs)
+    def _can_fold(self, name: str, args, kw) -> bool:
+        """The GEMV reads the norm's input instead, unless another argument is
+        the unwritten output."""
+        rest = list(args[1:]) + list(kw.values())
+        return not any(_overlap(a, self._pending["y"]) for a in _arrays(rest))
 
     def _settle(self, args) -> None:
         arrays = list(_arrays(args))
         for a in arrays:
             if any(_overlap(a, d) for d in self._dropped):
-                raise AnvilError("CUDA backend: an operator read a norm's output that the kernel reading it had "
-                                 "folded in (FoldedNorms): the model reads it after other operators ran")
+                raise AnvilError("CUDA backend: an operator read a norm's output that its GEMVs had folded in "
+                                 "(FoldedNorms): the model reads it after other operators ran")
         p, self._pending = self._pending, None
         if p is None:
             return
-        if not p.taken or self._reads(arrays, *p.outs):
-            p.run()
+        if not p["taken"] or any(_overlap(a, p["y"]) for a in arrays):
+            launchers.norm.rms_norm(self._ops.dev, p["x"], p["w"], p["y"], p["eps"])
         else:
-            self._dropped.extend(p.outs)
+            self._dropped.append(p["y"])
 
 
 class State:
@@ -538,13 +494,6 @@ class Ops:
 
     def attention(self, q: DArray, keys: DArray, values: DArray, positions: Positions, scale: float,
                   window: int = 0) -> DArray:
-        return self._attention(q, keys, values, positions, scale, window)
-
-    def _attention(self, q: DArray, keys: DArray, values: DArray, positions: Positions, scale: float,
-                   window: int = 0, qk: "launchers.rope.NormRope | None" = None) -> DArray:
-        """``attention``; ``qk`` (decode, the keys a NewRow): q and the new key
-        row before their per-head norms and RoPE, which the kernel forms
-        (FoldedNorms)."""
         T, H, D = q.shape
         out = self._empty((T, H * D))
         k_new = v_new = outb = None
@@ -552,9 +501,8 @@ class Ops:
             keys, k_new, values, v_new = keys.cache, keys.row, values.cache, values.row
         elif launchers.attention.path_of(T, keys) == "prefill_tc":
             outb = self._bf16_beside(out)
-        assert qk is None or k_new is not None, "the Q/K norms fold into the attention that stores the key row"
         launchers.attention.attention(self.dev, q, keys, values, out, positions.dev, scale, window,
-                                      k_new=k_new, v_new=v_new, outb=outb, qk=qk)
+                                      k_new=k_new, v_new=v_new, outb=outb)
         return out
 
     def add(self, a: DArray, b: DArray) -> DArray:

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....config import ROPE_NEOX
 from ....errors import AnvilError
 from .. import launch
 from ..device import DArray, Device
-from .rope import NormRope, qk_norm_rope
 
 
 DECODE_MAX_T = 4        # up to this many queries use the split-K decode kernel
@@ -117,20 +115,6 @@ def decode_shared(gqa: int, head_dim: int) -> int:
     return 4 * warps * hpw * (head_dim + 32 + 2)
 
 
-def decode_lane_dims(head_dim: int, kv_f16: bool) -> int:
-    """attention.cu's EPL: the dims of a K/V row each decode lane holds (16
-    bytes of the cache, at least head_dim / 32)."""
-    return max(8 if kv_f16 else 4, head_dim // 32)
-
-
-def decode_forms_qk(qk: NormRope, head_dim: int, kv_f16: bool) -> bool:
-    """Whether the decode kernel can form these Q/K norms with RoPE itself
-    (attention.cu norm_rope_lane): NORM pairs always; NEOX pairs one shuffle
-    apart, n_rot a power of two of at least two lanes' dims."""
-    n, epl = qk.n_rot, decode_lane_dims(head_dim, kv_f16)
-    return qk.rope_type != ROPE_NEOX or (n & (n - 1) == 0 and n >= 2 * epl)
-
-
 def _tc(k_cache: DArray) -> bool:
     return _kv_f16(k_cache) == 1 and k_cache.shape[2] in TC_HEAD_DIMS
 
@@ -144,8 +128,7 @@ def path_of(T: int, k_cache: DArray) -> str:
 
 def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DArray, pos: DArray,
               scale: float, window: int = 0, scratch: DArray | None = None, path: str | None = None,
-              k_new: DArray | None = None, v_new: DArray | None = None, outb: DArray | None = None,
-              qk: NormRope | None = None) -> None:
+              k_new: DArray | None = None, v_new: DArray | None = None, outb: DArray | None = None) -> None:
     """Causal GQA attention of q [T, n_head, head_dim] (query t at position
     pos[t]) over the cache rows it can see; out [T, n_head*head_dim].
 
@@ -155,11 +138,6 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     k_new, v_new [1, n_head_kv*head_dim] (decode of one query only): this
     step's K and V rows, which the kernel stores into cache row pos[0] before
     reading it (as kv_store would; one launch instead of two).
-
-    qk (with k_new, v_new): q and k_new are the projections before the
-    per-head RMSNorm and RoPE, which the kernel applies as qk_norm_rope
-    would (one launch instead of two), leaving q and k_new as they were;
-    where it cannot (decode_forms_qk), qk_norm_rope runs first, in place.
 
     path: None picks decode (split-K) for T <= DECODE_MAX_T, else the
     tensor-core prefill where the cache is f16 and the head size one of
@@ -181,7 +159,6 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     launch.check_bf16_bits(outb, out.size)
 
     assert k_new is None or path == "decode", "the step's K/V rows are stored by the decode kernel only"
-    assert qk is None or k_new is not None, "the Q/K norms are formed by the decode kernel that stores the row"
     if path == "prefill_tc":
         assert tc, (k_cache.dtype, head_dim)
         shared = 2 * (TC_TQ + 4 * tc_keys(head_dim)) * (head_dim + 8)  # Q, two K and two V tiles of f16 rows padded by 8
@@ -201,10 +178,6 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         launch.check_f32(k_new, v_new)
         assert T == 1 and k_new.size == v_new.size == n_head_kv * head_dim, (T, k_new.shape, v_new.shape)
 
-    if qk is not None and not decode_forms_qk(qk, head_dim, bool(defines["KV_F16"])):
-        qk_norm_rope(dev, q, k_new.reshape(1, n_head_kv, head_dim), pos, qk.rope_type, qk.n_rot, qk.base, qk.scale,
-                     qk.freq_div, qk.q_w, qk.k_w, qk.eps)
-        qk = None
     G = defines["GQA"]
     n_splits, merge_regs = decode_plan(dev.sm_count, T, n_head_kv, n_ctx, G, head_dim, bool(defines["KV_F16"]))
     if TILE_WARPS:
@@ -232,5 +205,4 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         part_ml = DArray(buf.ptr + 4 * n_part * head_dim, (n_part, 2), np.dtype(np.float32), dev)
     dev.launch(fn, (n_splits, n_head_kv, T), (32 * warps,),
                [q, k_cache, v_cache, out, part_o, part_ml, tickets, pos, n_head, n_head_kv] + args_tail
-               + [launch.null_or(k_new), launch.null_or(v_new)]
-               + (qk.args(head_dim) if qk is not None else NormRope.none()), shared=shared)
+               + [launch.null_or(k_new), launch.null_or(v_new)], shared=shared)

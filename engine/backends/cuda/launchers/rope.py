@@ -3,8 +3,6 @@ pairs), alone or after the per-head Q/K RMSNorm."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ....config import ROPE_NEOX, ROPE_NORM
@@ -17,34 +15,6 @@ QKNR_HEADS = 4  # rope.cu: the most heads (warps) a qk_norm_rope block takes
 def rope_theta_scale(base: float, n_rot: int) -> float:
     """``powf(freq_base, -2.0f/n_rot)`` in float32, as llama.cpp computes it on the host."""
     return float(np.power(np.float32(base), np.float32(-2.0) / np.float32(n_rot)))
-
-
-@dataclass(frozen=True)
-class NormRope:
-    """``qk_norm_rope``'s work, for a kernel that does it itself (the decode
-    attention, launchers/attention.py): the per-head norm weights ``q_w``,
-    ``k_w`` [D] and eps, then RoPE as ``rope`` takes it."""
-    q_w: DArray
-    k_w: DArray
-    eps: float
-    rope_type: str
-    n_rot: int
-    base: float
-    scale: float
-    freq_div: DArray | None
-
-    def args(self, head_dim: int) -> list:
-        """The kernel's arguments (attention.cu attention_decode's last eight)."""
-        launch.check_f32(self.q_w, self.k_w, self.freq_div)
-        assert self.q_w.size == self.k_w.size == head_dim and self.n_rot % 2 == 0 and self.n_rot <= head_dim
-        assert self.freq_div is None or self.freq_div.size >= self.n_rot // 2
-        return [self.q_w, self.k_w, float(self.eps), self.n_rot, rope_theta_scale(self.base, self.n_rot),
-                float(self.scale), launch.null_or(self.freq_div), int(self.rope_type == ROPE_NEOX)]
-
-    @staticmethod
-    def none() -> list:
-        """The arguments that leave q and k as given."""
-        return [launch.null(), launch.null(), 0.0, 0, 0.0, 0.0, launch.null(), 0]
 
 
 def rope(dev: Device, x: DArray, pos: DArray, rope_type: str, n_rot: int, base: float,
