@@ -15,9 +15,9 @@
 // Given `token` and `pos` (the decode step's inputs, in device memory), the
 // kernel also feeds its choice back: token = out, pos += 1, so the captured
 // step's next replay runs the next position with no host write and no kernel
-// after this one (leaving the separate one-thread launch that did it out of
-// qwen3-8b's graph saved 72 us of its 2256 a step on the H200:
-// reports/notes/decode-tail-2026-12-02.md).
+// after this one. The separate one-thread launch that did it, and the second
+// argmax pass, are gone: tg128 on qwen3-8b 1.016x on the H200
+// (reports/notes/decode-qk-fold-2026-12-02.md).
 #include "common.cuh"
 
 #define NO_INDEX 0x7fffffff

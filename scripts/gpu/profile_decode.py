@@ -13,8 +13,8 @@ capture) between cuProfilerStart/Stop, after a prompt (4 tokens, or
 kernel launch count (the captured decode graph holds the same kernels,
 launched once per token) and, with ``--launches``, writes what each launch
 moves (``launch_bytes``), from which the summary gives bytes and achieved
-bandwidth per kernel. The context is the engine's default, or the depth
-plus 4096 where that is more (the decode kernels split the cache by it).
+bandwidth per kernel. The cache is sized as ``harness bench`` sizes it at
+that depth (engine.bench bench_ctx): the decode attention splits by it.
 """
 
 from __future__ import annotations
