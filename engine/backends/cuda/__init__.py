@@ -18,7 +18,6 @@ matrix-vector kernels fetch their weights before waiting for their input.
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass
 
 import numpy as np
