@@ -108,9 +108,9 @@ def test_launch_bytes_covers_a_real_decode_step():
     m.forward([1, 2, 3])
     launched, launch = [], dev.launch
 
-    def recording(fn, grid, block, args, shared=0):
+    def recording(fn, grid, block, args, shared=0, cluster=0):
         launched.append((fn[1], args))
-        return launch(fn, grid, block, args, shared)
+        return launch(fn, grid, block, args, shared, cluster)
 
     dev.launch = recording
     m.decode_next(4)
@@ -186,16 +186,19 @@ def test_leave_out_variants_partition_a_decode_step():
 
 def test_knob_variants():
     """--knob MODULE.NAME=V1,V2: a variant per value, the launcher module's
-    attribute and the value as a Python literal; a wrong module or name is a
-    one-line error."""
+    attribute and the value as a Python literal; knobs joined with + are one
+    variant; a wrong module or name is a one-line error."""
     from engine.backends.cuda.launchers import attention, gemv
 
     mod = _variants_script()
     vs = mod.parse_knob("gemv.WARPS_PER_SM=8,24")
     assert [v.label for v in vs] == ["gemv.WARPS_PER_SM=8", "gemv.WARPS_PER_SM=24"]
-    assert [v.knob for v in vs] == [(gemv, "WARPS_PER_SM", 8), (gemv, "WARPS_PER_SM", 24)]
-    assert mod.parse_knob("attention.V_EARLY=False")[0].knob == (attention, "V_EARLY", False)
-    for bad, says in (("gemv.NO_SUCH=1", "has no NO_SUCH"), ("nomodule.X=1", "MODULE.NAME"), ("gemv", "MODULE.NAME")):
+    assert [v.knob for v in vs] == [((gemv, "WARPS_PER_SM", 8),), ((gemv, "WARPS_PER_SM", 24),)]
+    assert mod.parse_knob("attention.V_EARLY=False")[0].knob == ((attention, "V_EARLY", False),)
+    both = mod.parse_knob("attention.CLUSTER=8+attention.TILE_WARPS=8")
+    assert [v.knob for v in both] == [((attention, "CLUSTER", 8), (attention, "TILE_WARPS", 8))]
+    for bad, says in (("gemv.NO_SUCH=1", "has no NO_SUCH"), ("nomodule.X=1", "MODULE.NAME"), ("gemv", "MODULE.NAME"),
+                      ("gemv.WARPS_PER_SM=8,24+attention.CLUSTER=8", "one value a knob")):
         with pytest.raises(SystemExit, match=says):
             mod.parse_knob(bad)
 

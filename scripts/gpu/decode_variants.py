@@ -3,7 +3,8 @@ in interleaved rounds: kernels left out (what each costs inside the graph)
 and launcher knobs changed (tuning in the graph, not in isolation).
 
     python3 scripts/gpu/decode_variants.py MODEL.gguf [--depth N] [--ctx N] [--rounds 3] [--steps 128] [--each]
-        [--knob gemv.WARPS_PER_SM=8,24 --knob attention.DEC_BLOCKS_PER_SM=3 ...] [--edit all | --edit NAME ...]
+        [--knob gemv.WARPS_PER_SM=8,24 --knob attention.DEC_BLOCKS_PER_SM=3 --knob A.X=1+A.Y=2 ...]
+        [--edit all | --edit NAME ...]
         [--no-leave-out]
 
 The cache is sized as ``harness bench`` sizes it at that depth (engine.bench
@@ -77,6 +78,14 @@ EDITS = {
          "    const int qp = pos[t];\n",
          "    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n"
          "    const int qp = pos[t];\n    KERNEL_START();\n")),
+    # the decode attention's splits without keys (all but one in a short context) exit before its wait: pos
+    # is read before it, as above
+    "attention: idle splits exit before the wait": (
+        "attention.cu",
+        ("    KERNEL_START();\n    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n",
+         "    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n"),
+        ("    split_range(qp, window, n_splits, s, c0, c1, n_active);\n",
+         "    split_range(qp, window, n_splits, s, c0, c1, n_active);\n    if (s >= n_active) return;\n    KERNEL_START();\n")),
     # the decode attention's keys read before its wait (q and the step's row stale: a timing only), what
     # loading the cached rows under the kernel before it could save at most
     "attention: waits after its keys": (
@@ -111,7 +120,7 @@ EDITS = {
 class Variant:
     label: str
     leave_out: str | None = None  # regex over launch names
-    knob: tuple | None = None  # (module, name, value)
+    knob: tuple | None = None  # ((module, name, value), ...): set together
     edit: str | None = None  # a name of EDITS
 
 
@@ -133,7 +142,14 @@ def launch_name(kernel: str, grid) -> str:
 
 
 def parse_knob(spec: str) -> list[Variant]:
-    """``gemv.WARPS_PER_SM=8,24`` -> a variant per value (Python literals)."""
+    """``gemv.WARPS_PER_SM=8,24`` -> a variant per value (Python literals);
+    ``attention.CLUSTER=8+attention.CLUSTER_TILE_WARPS=8`` -> one variant
+    with both set."""
+    if "+" in spec:
+        parts = [parse_knob(part) for part in spec.split("+")]
+        if any(len(p) != 1 for p in parts):
+            raise SystemExit(f"--knob {spec!r}: one value a knob where knobs are joined with +")
+        return [Variant(spec, knob=tuple(p[0].knob[0] for p in parts))]
     try:
         target, values = spec.split("=", 1)
         module, name = target.rsplit(".", 1)
@@ -142,7 +158,7 @@ def parse_knob(spec: str) -> list[Variant]:
         raise SystemExit(f"--knob {spec!r}: expected MODULE.NAME=V1,V2 with MODULE in launchers/ ({e})")
     if not hasattr(mod, name):
         raise SystemExit(f"--knob {spec!r}: launchers/{module}.py has no {name}")
-    return [Variant(f"{target}={v}", knob=(mod, name, ast.literal_eval(v))) for v in values.split(",")]
+    return [Variant(f"{target}={v}", knob=((mod, name, ast.literal_eval(v)),)) for v in values.split(",")]
 
 
 def time_variants(variants: list[Variant], rounds: int, run, after_warmup=lambda: []) -> tuple[dict, dict]:
@@ -208,13 +224,13 @@ def main() -> None:
         b, dev = model.backend, model.backend.dev
         launch, names, captured = dev.launch, {}, collections.Counter()
 
-        def filtered(fn, grid, block, args, shared=0):
+        def filtered(fn, grid, block, args, shared=0, cluster=0):
             if int(fn) not in names:
                 names.update({int(f): key[1] for key, f in dev._functions.items()})
             name = launch_name(names.get(int(fn), ""), grid)
             captured[name] += 1
             if not left_out(pattern, name):
-                launch(fn, grid, block, args, shared)
+                launch(fn, grid, block, args, shared, cluster)
 
         def step(tok: int) -> int:
             # the backend's step, not Model.decode_next: a variant's logits may be garbage,
@@ -225,7 +241,7 @@ def main() -> None:
 
         model.reset()
         tok = int(model.forward(prompt).argmax())
-        b.graph = None
+        b.graphs.clear()
         dev.launch = filtered  # the eager step and the capture see the filter; replays do not launch
         try:
             tok = step(tok)
@@ -257,14 +273,15 @@ def main() -> None:
                 return afresh()
         if v.knob is None:
             return timed(m, v.leave_out)
-        mod, name, value = v.knob
-        default = getattr(mod, name)
-        setattr(mod, name, value)
+        defaults = [(mod, name, getattr(mod, name)) for mod, name, _ in v.knob]
+        for mod, name, value in v.knob:
+            setattr(mod, name, value)
         gemv._plans.clear()  # plans follow the knobs
         try:
             return afresh()
         finally:
-            setattr(mod, name, default)
+            for mod, name, value in defaults:
+                setattr(mod, name, value)
             gemv._plans.clear()
 
     variants = [Variant("whole step")]

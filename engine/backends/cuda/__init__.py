@@ -94,6 +94,7 @@ class PrefillGraph:
 class Positions:
     dev: DArray  # int32 [T] on the device
     T: int
+    keys: int | None = None  # the most keys any of them sees, where known (a decode graph's bound): the attention's plan
 
 
 @dataclass(frozen=True)
@@ -501,7 +502,7 @@ class Ops:
         elif launchers.attention.path_of(T, keys) == "prefill_tc":
             outb = self._bf16_beside(out)
         launchers.attention.attention(self.dev, q, keys, values, out, positions.dev, scale, window,
-                                      k_new=k_new, v_new=v_new, outb=outb)
+                                      k_new=k_new, v_new=v_new, outb=outb, max_keys=positions.keys)
         return out
 
     def add(self, a: DArray, b: DArray) -> DArray:
@@ -724,7 +725,7 @@ class Backend:
         self.token = self.dev.empty((1,), np.int32)
         self.pos = self.dev.empty((1,), np.int32)
         self.next_token = self.dev.empty((1,), np.int32)
-        self.graph = None
+        self.graphs: dict[int | None, object] = {}  # by the most keys a step sees (decode_keys)
         self.logits: DArray | None = None  # the decode step's logits: a fixed workspace address, replay after replay
         self._device_state = None  # (token, pos) the buffers hold for the next step
         # prefill micro-batches of GRAPH_MIN_TOKENS or more: a captured pass per length
@@ -819,12 +820,13 @@ class Backend:
         if (token, pos) != self._device_state:
             self.dev.upload(np.array([token], np.int32), self.token)
             self.dev.upload(np.array([pos], np.int32), self.pos)
-        if self.graph is not None and not self.eager:
-            self.dev.replay(self.graph)
+        keys = launchers.attention.decode_keys(pos + 1)
+        if keys in self.graphs and not self.eager:
+            self.dev.replay(self.graphs[keys])
         else:
-            self._decode_body(model)
+            self._decode_body(model, keys)
             if not self.eager:
-                self.graph = self.dev.capture(lambda: self._decode_body(model))
+                self.graphs[keys] = self.dev.capture(lambda: self._decode_body(model, keys))
         nxt = int(self.dev.download(self.next_token)[0])
         self._device_state = (nxt, pos + 1)
         return nxt
@@ -832,9 +834,8 @@ class Backend:
     def decode_logits(self) -> np.ndarray:
         return self.dev.download(self.logits).reshape(-1)
 
-    def _decode_body(self, model) -> None:
-
+    def _decode_body(self, model, keys: int | None) -> None:
         self.workspace.reset()
-        self.logits = model.run(self.token, Positions(self.pos, 1))
+        self.logits = model.run(self.token, Positions(self.pos, 1, keys))
         # the greedy choice, fed back as the next replay's token and position
         launchers.argmax.argmax(self.dev, self.logits, self.next_token, feed=(self.token, self.pos))
