@@ -123,23 +123,6 @@ def test_graph_decode_equals_eager(name, engines):
     assert a == b
 
 
-def test_graph_decode_per_key_bound(monkeypatch):
-    """A decode graph per bound on the keys a step sees (launchers/attention.py
-    decode_keys): steps within the cluster plan's bound replay one graph, the
-    steps past it capture and replay another, with the other plan; the
-    tokens are the eager launches' throughout."""
-    import engine
-    from engine.backends.cuda.launchers import attention
-    from engine.generate import greedy
-
-    monkeypatch.setattr(attention, "CLUSTER", 8)
-    monkeypatch.setattr(attention, "CLUSTER_SPLIT_KEYS", 3)  # a bound of 24 keys: 12 steps past the prompt
-    path = catalog.model_path("tiny-qwen3", progress=False)
-    graph, eager = (engine.load(path, n_ctx=256, backend="cuda", eager=e) for e in (False, True))
-    assert greedy(graph, PROMPT, 24).tokens == greedy(eager, PROMPT, 24).tokens
-    assert sorted(graph.backend.graphs, key=str) == [24, None]
-
-
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen35", "tiny-qwen3moe", "tiny-gemma4moe"])
 def test_graph_prefill_equals_eager(name):
     """Micro-batches of 512 tokens or more replay a captured graph of their

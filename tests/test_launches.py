@@ -124,11 +124,11 @@ def test_prefill_rounds_each_input_once_and_dequantises_each_run_once():
     dev, cublas = RecordingDevice(), Cublas()
     written, launch = set(), dev.launch
 
-    def spy(fn, grid, block, args, shared=0, cluster=0):  # the bf16 arrays kernels write: (y of f32_to_bf16, yb of the others)
+    def spy(fn, grid, block, args, shared=0):  # the bf16 arrays kernels write: (y of f32_to_bf16, yb of the others)
         bf16 = [a for a in args if getattr(a, "dtype", None) == np.uint16]
         if fn[1] in ("f32_to_bf16", "rms_norm", "silu_mul", "attention_prefill_tc"):
             written.update(a.ptr for a in bf16)
-        return launch(fn, grid, block, args, shared, cluster)
+        return launch(fn, grid, block, args, shared)
 
     dev.launch = spy
     m = Model(path, backend="cuda", eager=True, device=dev, cublas=cublas)
@@ -229,9 +229,9 @@ def test_decode_ffn_norm_folds_into_gate_up(name):
     prefill = Counter(k for (_, k), *_ in dev.launches)
     first, launched, launch = len(dev.launches), [], dev.launch
 
-    def spy(fn, grid, block, args, shared=0, cluster=0):
+    def spy(fn, grid, block, args, shared=0):
         launched.append((fn[1], args))
-        return launch(fn, grid, block, args, shared, cluster)
+        return launch(fn, grid, block, args, shared)
 
     dev.launch = spy
     m.decode_next(4)

@@ -108,9 +108,9 @@ def test_launch_bytes_covers_a_real_decode_step():
     m.forward([1, 2, 3])
     launched, launch = [], dev.launch
 
-    def recording(fn, grid, block, args, shared=0, cluster=0):
+    def recording(fn, grid, block, args, shared=0):
         launched.append((fn[1], args))
-        return launch(fn, grid, block, args, shared, cluster)
+        return launch(fn, grid, block, args, shared)
 
     dev.launch = recording
     m.decode_next(4)
@@ -195,10 +195,10 @@ def test_knob_variants():
     assert [v.label for v in vs] == ["gemv.WARPS_PER_SM=8", "gemv.WARPS_PER_SM=24"]
     assert [v.knob for v in vs] == [((gemv, "WARPS_PER_SM", 8),), ((gemv, "WARPS_PER_SM", 24),)]
     assert mod.parse_knob("attention.V_EARLY=False")[0].knob == ((attention, "V_EARLY", False),)
-    both = mod.parse_knob("attention.CLUSTER=8+attention.TILE_WARPS=8")
-    assert [v.knob for v in both] == [((attention, "CLUSTER", 8), (attention, "TILE_WARPS", 8))]
+    both = mod.parse_knob("attention.MIN_CHUNK=256+attention.TILE_WARPS=2")
+    assert [v.knob for v in both] == [((attention, "MIN_CHUNK", 256), (attention, "TILE_WARPS", 2))]
     for bad, says in (("gemv.NO_SUCH=1", "has no NO_SUCH"), ("nomodule.X=1", "MODULE.NAME"), ("gemv", "MODULE.NAME"),
-                      ("gemv.WARPS_PER_SM=8,24+attention.CLUSTER=8", "one value a knob")):
+                      ("gemv.WARPS_PER_SM=8,24+attention.MIN_CHUNK=256", "one value a knob")):
         with pytest.raises(SystemExit, match=says):
             mod.parse_knob(bad)
 

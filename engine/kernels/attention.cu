@@ -198,7 +198,7 @@ constexpr int DEC_MIN_CHUNK = 32 * DEC_WT;          // below that some warps idl
 constexpr int EPL = KCH > D / 32 ? KCH : D / 32;    // K/V elements per lane per row (16 B, or 32 B for f32 D=256)
 constexpr int LPR = D / EPL;                        // lanes per K/V row
 constexpr int RPW = 32 / LPR;                       // K/V rows per warp step
-static_assert(DEC_WARPS <= 16 && NHG * HPW >= G, "decode warp layout");  // launchers/attention.py MAX_DEC_WARPS
+static_assert(DEC_WARPS <= 8 && NHG * HPW >= G, "decode warp layout");
 
 // A tile's V rows are requested with its K rows, not after the scores (V
 // does not wait on them): twice the bytes in flight, where a lane's V rows of
@@ -386,52 +386,8 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
     }
 }
 
-// DEC_CLUSTER > 0 (launchers/attention.py decode_plan, sm_90): the grid's
-// splits of a KV head are one thread-block cluster of DEC_CLUSTER blocks (the
-// block's rank is its split), and the splits merge through distributed shared
-// memory instead of the ticket and L2: each active split leaves its partial
-// (O, M, L of the G heads) in its own shared memory; after a cluster barrier,
-// block r merges outputs [r*MC, r*MC + MC) from every active split's partial,
-// in split order; a second barrier keeps each block's shared memory alive
-// until the others have read it. Inactive splits take part in both barriers
-// (a cluster barrier waits for every block) and merge their share too.
-#ifndef DEC_CLUSTER
-#define DEC_CLUSTER 0
-#endif
-#if DEC_CLUSTER
-constexpr int MC = (G * D + DEC_CLUSTER - 1) / DEC_CLUSTER;  // outputs a block merges
-__device__ __forceinline__ void cluster_merge(float* out, const float* cpart, size_t hq0, int n_active) {
-    cluster_sync();  // every active split's partial is in its shared memory
-    const int i0 = (int)cluster_rank() * MC;
-    for (int i = i0 + threadIdx.x; i < min(i0 + MC, G * D); i += blockDim.x) {
-        const int h = i / D;
-        float mu[DEC_CLUSTER], lu[DEC_CLUSTER], ou[DEC_CLUSTER];
-        float M = -INFINITY;
-#pragma unroll
-        for (int u = 0; u < DEC_CLUSTER; ++u) {
-            mu[u] = u < n_active ? ld_cluster(cpart + G * D + 2 * h, u) : -INFINITY;
-            lu[u] = u < n_active ? ld_cluster(cpart + G * D + 2 * h + 1, u) : 0.0f;
-            ou[u] = u < n_active ? ld_cluster(cpart + i, u) : 0.0f;
-            M = fmaxf(M, mu[u]);
-        }
-        float L = 0.0f, O = 0.0f;
-#pragma unroll
-        for (int u = 0; u < DEC_CLUSTER; ++u) {
-            if (u < n_active) {
-                const float e = __expf(mu[u] - M);
-                L = fmaf(lu[u], e, L);
-                O = fmaf(ou[u], e, O);
-            }
-        }
-        out[(hq0 + h) * D + i % D] = O / L;
-    }
-    cluster_sync();  // the other blocks have read this one's partial
-}
-#endif
-
 // Shared memory (floats): o_s [DEC_WARPS][HPW][D], p_s [DEC_WARPS][HPW][32],
-// ml_s [DEC_WARPS][HPW][2]; with DEC_CLUSTER the block's partial,
-// O [G][D] then (M, L) [G][2].
+// ml_s [DEC_WARPS][HPW][2].
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
 attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float* part_o,
                  float* part_ml, unsigned* tickets, const int* pos, int n_head, int n_head_kv, float scale,
@@ -441,17 +397,7 @@ attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float
     const int qp = pos[t];
     int c0, c1, n_active;
     split_range(qp, window, n_splits, s, c0, c1, n_active);
-    extern __shared__ __align__(16) float smem[];
-    const size_t hq0 = (size_t)t * n_head + (size_t)g * G;  // (token, query head) of the KV head's first head
-    float* cpart = smem + DEC_SMEM;  // DEC_CLUSTER: this split's partial, read by the cluster's blocks
-#if DEC_CLUSTER
-    if (s >= n_active) {
-        if (n_active > 1) cluster_merge(out, cpart, hq0, n_active);
-        return;
-    }
-#else
     if (s >= n_active) return;  // whole block: no barrier skipped
-#endif
 
     // With k_new/v_new (one query, launchers/attention.py): this step's own K
     // and V rows [n_head_kv * D], stored here instead of by a kv_store launch.
@@ -467,6 +413,7 @@ attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float
         __syncthreads();
     }
 
+    extern __shared__ __align__(16) float smem[];
     float* o_s = smem;
     float* p_s = smem + DEC_WARPS * HPW * D;
     float* ml_s = p_s + DEC_WARPS * HPW * 32;
@@ -620,15 +567,9 @@ attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float
             L += ml_s[k * 2 + 1] * e;
             O += o_s[k * D + d] * e;
         }
-        const size_t hq = hq0 + h;  // (token, query head)
+        const size_t hq = (size_t)t * n_head + (size_t)g * G + h;  // (token, query head)
         if (n_active == 1) {  // the only split with keys (one split, or a short context): no merge
             out[hq * D + d] = O / L;
-        } else if (DEC_CLUSTER) {
-            cpart[i] = O;
-            if (d == 0) {
-                cpart[G * D + 2 * h] = M;
-                cpart[G * D + 2 * h + 1] = L;
-            }
         } else {
             const size_t ps = hq * n_splits + s;
             part_o[ps * D + d] = O;
@@ -639,14 +580,10 @@ attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float
         }
     }
     if (n_active == 1) return;
-#if DEC_CLUSTER
-    cluster_merge(out, cpart, hq0, n_active);
-#else
     unsigned* ticket = tickets + (size_t)t * n_head_kv + g;
     if (!last_block(ticket, n_active)) return;
-    merge_splits(part_o, part_ml, out, smem, hq0, n_splits, n_active);
+    merge_splits(part_o, part_ml, out, smem, (size_t)t * n_head + (size_t)g * G, n_splits, n_active);
     if (threadIdx.x == 0) *ticket = 0u;
-#endif
 }
 
 // ---------------------------------------------------------------------------

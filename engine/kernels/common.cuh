@@ -114,34 +114,6 @@ __device__ __forceinline__ bool last_block(unsigned* ticket, unsigned n) {
     return last;
 }
 
-// ---- thread-block clusters (sm_90) ----------------------------------------------
-// cluster_sync: every thread of every block of the cluster arrives, then waits
-// (release/acquire: shared-memory writes before it are visible to the other
-// blocks' reads after it). ld_cluster: a float of block `rank`'s shared memory
-// at the offset where p sits in this block's (distributed shared memory).
-__device__ __forceinline__ void cluster_sync() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r = 0;
-#if __CUDA_ARCH__ >= 900
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-    return r;
-}
-__device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
-    float v = 0.0f;
-#if __CUDA_ARCH__ >= 900
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    unsigned ra;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
-#endif
-    return v;
-}
-
 // Sum over a whole block (blockDim.x a multiple of 32, at most 1024); every
 // thread gets the result. `scratch` holds 32 floats of shared memory.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

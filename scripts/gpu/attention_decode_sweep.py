@@ -5,7 +5,7 @@ engine launches it.
 
     python3 scripts/gpu/attention_decode_sweep.py [--shape qwen3-8b 30b] [--depth 128 1024 4096 16384] \\
         [--blocks-per-sm 4 8 16] [--tile-warps 0 2] [--v-early 0 1] [--heads-per-warp 0 4] \\
-        [--min-chunk 0 256 512] [--merge-regs 0 80] [--wide 0 1] [--cluster 0 8 16]
+        [--min-chunk 0 256 512] [--merge-regs 0 80] [--wide 0 1]
 
 A layout is (DEC_BLOCKS_PER_SM, TILE_WARPS, V_EARLY, HEADS_PER_WARP,
 MIN_CHUNK, MERGE_REGS): the split count's blocks per SM, the warps across a
@@ -20,9 +20,6 @@ more loads at once, but the kernel's register count, and so the blocks an
 SM holds, follows). --wide 1 lets the launcher's decode_plan() choose its
 wide kernel (a block an SM) where it would; 0 (the default) keeps the
 layout's blocks per SM and merge registers. Each
---cluster N (sm_90) makes a KV head's splits one cluster of N blocks,
-merged through distributed shared memory (launchers/attention.py CLUSTER,
-wherever the cache allows it); 0 (the default) the ticket's merge. Each
 row also gives the bandwidth on the cache (K and V rows read once) and the
 largest difference from the default layout's output (other splits sum in
 another order: ~1e-7 expected).
@@ -66,14 +63,13 @@ def prepare(dev, shape, depth, n_ctx):
 
 
 def run(dev, shape, depth, bps, tile_warps, v_early, hpw, prepared, launches=40, reps=10, min_chunk=0,
-        merge_regs=0, wide=0, cluster=0):
+        merge_regs=0, wide=0):
     from engine.backends.cuda.launchers import attention as A
 
     Hkv, G, D = shape
     A.DEC_BLOCKS_PER_SM, A.TILE_WARPS, A.V_EARLY = bps, (tile_warps or None), bool(v_early)
     A.HEADS_PER_WARP, A.MIN_CHUNK, A.MERGE_REGS = hpw or None, min_chunk or None, merge_regs or None
     A.WIDE = bool(wide)
-    A.CLUSTER, A.CLUSTER_SPLIT_KEYS = cluster, 1 << 30
     caches, q, pos, out, _ = prepared
     scale = 1.0 / np.sqrt(D)
     A.attention(dev, q, *caches[0], out, pos, scale)  # compiles, takes its scratch and tickets
@@ -89,7 +85,7 @@ def run(dev, shape, depth, bps, tile_warps, v_early, hpw, prepared, launches=40,
     dev.synchronize()
     us = (time.perf_counter() - t0) / (reps * launches) * 1e6
     n_ctx = caches[0][0].shape[0]
-    splits = A.decode_cluster(dev.arch, n_ctx) or A.decode_plan(dev.sm_count, 1, Hkv, n_ctx, G, D, True)[0]
+    splits, _ = A.decode_plan(dev.sm_count, 1, Hkv, n_ctx, G, D, True)
     return us, 2 * depth * Hkv * D * 2 / us / 1e3, first, splits
 
 
@@ -104,7 +100,6 @@ def main(argv=None) -> int:
     ap.add_argument("--min-chunk", nargs="+", type=int, default=[0])
     ap.add_argument("--merge-regs", nargs="+", type=int, default=[0])
     ap.add_argument("--wide", nargs="+", type=int, default=[0], choices=[0, 1])
-    ap.add_argument("--cluster", nargs="+", type=int, default=[0])
     ap.add_argument("--n-ctx", type=int, default=0, help="cache rows (default: depth + 4096, at least 4096, "
                                                          "as profile_decode.py)")
     a = ap.parse_args(argv)
@@ -112,21 +107,21 @@ def main(argv=None) -> int:
     from engine.errors import AnvilError
 
     dev = Device()
-    print("| shape | keys | blocks/SM | tile warps | V early | heads/warp | min chunk | merge regs | wide | cluster "
-          "| splits | us | GB/s | max diff |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| shape | keys | blocks/SM | tile warps | V early | heads/warp | min chunk | merge regs | wide | splits | us "
+          "| GB/s | max diff |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in a.shape:
         for depth in a.depth:
             n_ctx = a.n_ctx or max(4096, depth + 4096)
             prepared, base = prepare(dev, SHAPES[name], depth, n_ctx), None
             for bps in a.blocks_per_sm:
-                for tw, ve, hpw, mc, mb, wd, cl in itertools.product(a.tile_warps, a.v_early, a.heads_per_warp,
-                                                                     a.min_chunk, a.merge_regs, a.wide, a.cluster):
+                for tw, ve, hpw, mc, mb, wd in itertools.product(a.tile_warps, a.v_early, a.heads_per_warp,
+                                                                 a.min_chunk, a.merge_regs, a.wide):
                     lay = (f"| {name} | {depth} | {bps} | {tw or 'default'} | {ve} | {hpw or 'default'} "
-                           f"| {mc or 'default'} | {mb or 'default'} | {wd} | {cl} |")
+                           f"| {mc or 'default'} | {mb or 'default'} | {wd} |")
                     try:
                         us, gbs, o, splits = run(dev, SHAPES[name], depth, bps, tw, ve, hpw, prepared,
-                                                 min_chunk=mc, merge_regs=mb, wide=wd, cluster=cl)
+                                                 min_chunk=mc, merge_regs=mb, wide=wd)
                     except AnvilError as e:
                         print(f"{lay} | | | | {e} |")
                         continue

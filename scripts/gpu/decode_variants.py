@@ -143,7 +143,7 @@ def launch_name(kernel: str, grid) -> str:
 
 def parse_knob(spec: str) -> list[Variant]:
     """``gemv.WARPS_PER_SM=8,24`` -> a variant per value (Python literals);
-    ``attention.CLUSTER=8+attention.CLUSTER_TILE_WARPS=8`` -> one variant
+    ``attention.MIN_CHUNK=256+attention.TILE_WARPS=2`` -> one variant
     with both set."""
     if "+" in spec:
         parts = [parse_knob(part) for part in spec.split("+")]
@@ -224,13 +224,13 @@ def main() -> None:
         b, dev = model.backend, model.backend.dev
         launch, names, captured = dev.launch, {}, collections.Counter()
 
-        def filtered(fn, grid, block, args, shared=0, cluster=0):
+        def filtered(fn, grid, block, args, shared=0):
             if int(fn) not in names:
                 names.update({int(f): key[1] for key, f in dev._functions.items()})
             name = launch_name(names.get(int(fn), ""), grid)
             captured[name] += 1
             if not left_out(pattern, name):
-                launch(fn, grid, block, args, shared, cluster)
+                launch(fn, grid, block, args, shared)
 
         def step(tok: int) -> int:
             # the backend's step, not Model.decode_next: a variant's logits may be garbage,
@@ -241,7 +241,7 @@ def main() -> None:
 
         model.reset()
         tok = int(model.forward(prompt).argmax())
-        b.graphs.clear()
+        b.graph = None
         dev.launch = filtered  # the eager step and the capture see the filter; replays do not launch
         try:
             tok = step(tok)

@@ -84,9 +84,9 @@ def profile(path: str, prefill: int = 0, depth: int = 0, launches_json: str | No
     recorded = []
     launch = dev.launch
 
-    def recording(fn, grid, block, args, shared=0, cluster=0):
+    def recording(fn, grid, block, args, shared=0):
         recorded.append((fn, tuple(grid), list(args)))
-        return launch(fn, grid, block, args, shared, cluster)
+        return launch(fn, grid, block, args, shared)
 
     tok = int(m.forward(prompt(depth) if depth else [1, 2, 3, 4]).argmax())
     for _ in range(2):

@@ -94,7 +94,6 @@ class PrefillGraph:
 class Positions:
     dev: DArray  # int32 [T] on the device
     T: int
-    keys: int | None = None  # the most keys any of them sees, where known (a decode graph's bound): the attention's plan
 
 
 @dataclass(frozen=True)
@@ -502,7 +501,7 @@ class Ops:
         elif launchers.attention.path_of(T, keys) == "prefill_tc":
             outb = self._bf16_beside(out)
         launchers.attention.attention(self.dev, q, keys, values, out, positions.dev, scale, window,
-                                      k_new=k_new, v_new=v_new, outb=outb, max_keys=positions.keys)
+                                      k_new=k_new, v_new=v_new, outb=outb)
         return out
 
     def add(self, a: DArray, b: DArray) -> DArray:
@@ -725,7 +724,7 @@ class Backend:
         self.token = self.dev.empty((1,), np.int32)
         self.pos = self.dev.empty((1,), np.int32)
         self.next_token = self.dev.empty((1,), np.int32)
-        self.graphs: dict[int | None, object] = {}  # by the most keys a step sees (decode_keys)
+        self.graph = None
         self.logits: DArray | None = None  # the decode step's logits: a fixed workspace address, replay after replay
         self._device_state = None  # (token, pos) the buffers hold for the next step
         # prefill micro-batches of GRAPH_MIN_TOKENS or more: a captured pass per length
@@ -820,13 +819,12 @@ class Backend:
         if (token, pos) != self._device_state:
             self.dev.upload(np.array([token], np.int32), self.token)
             self.dev.upload(np.array([pos], np.int32), self.pos)
-        keys = launchers.attention.decode_keys(pos + 1)
-        if keys in self.graphs and not self.eager:
-            self.dev.replay(self.graphs[keys])
+        if self.graph is not None and not self.eager:
+            self.dev.replay(self.graph)
         else:
-            self._decode_body(model, keys)
+            self._decode_body(model)
             if not self.eager:
-                self.graphs[keys] = self.dev.capture(lambda: self._decode_body(model, keys))
+                self.graph = self.dev.capture(lambda: self._decode_body(model))
         nxt = int(self.dev.download(self.next_token)[0])
         self._device_state = (nxt, pos + 1)
         return nxt
@@ -834,8 +832,9 @@ class Backend:
     def decode_logits(self) -> np.ndarray:
         return self.dev.download(self.logits).reshape(-1)
 
-    def _decode_body(self, model, keys: int | None) -> None:
+    def _decode_body(self, model) -> None:
+
         self.workspace.reset()
-        self.logits = model.run(self.token, Positions(self.pos, 1, keys))
+        self.logits = model.run(self.token, Positions(self.pos, 1))
         # the greedy choice, fed back as the next replay's token and position
         launchers.argmax.argmax(self.dev, self.logits, self.next_token, feed=(self.token, self.pos))

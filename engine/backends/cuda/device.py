@@ -137,15 +137,6 @@ def pdl_attributes(driver) -> list:
     return [attr]
 
 
-def cluster_attribute(driver, x: int):
-    """The launch attribute that groups the grid's blocks into clusters of
-    ``x`` consecutive blocks along x (sm_90; common.cuh cluster_sync)."""
-    attr = driver.CUlaunchAttribute()
-    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = x, 1, 1
-    return attr
-
-
 class Device:
     def __init__(self, ordinal: int = 0):
         from cuda.bindings import driver
@@ -230,10 +221,9 @@ class Device:
             self._functions[key] = fn
         return fn
 
-    def launch(self, fn, grid, block, args, shared: int = 0, cluster: int = 0) -> None:
+    def launch(self, fn, grid, block, args, shared: int = 0) -> None:
         """Launch ``fn``; ``args`` are DArrays (passed as pointers), Python
-        ints (int32), floats (float32) or ctypes values (passed as given).
-        ``cluster``: blocks per thread-block cluster along x (0: none)."""
+        ints (int32), floats (float32) or ctypes values (passed as given)."""
         values, types = [], []
         for a in args:
             if isinstance(a, DArray):
@@ -254,15 +244,14 @@ class Device:
         grid = tuple(grid) + (1,) * (3 - len(grid))
         block = tuple(block) + (1,) * (3 - len(block))
         params = (tuple(values), tuple(types))
-        attrs = (self._pdl_attrs if self.pdl else []) + ([cluster_attribute(self.driver, cluster)] if cluster else [])
-        if not attrs:
+        if not self.pdl:
             check(self.driver.cuLaunchKernel(fn, *grid, *block, shared, self.stream, params, 0))
             return
         cfg = self.driver.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
         cfg.sharedMemBytes, cfg.hStream = shared, self.stream
-        cfg.attrs, cfg.numAttrs = attrs, len(attrs)
+        cfg.attrs, cfg.numAttrs = self._pdl_attrs, 1
         check(self.driver.cuLaunchKernelEx(cfg, fn, params, 0))
 
     # ---- graphs ---------------------------------------------------------

@@ -26,24 +26,17 @@ _scratch: "weakref.WeakKeyDictionary[Device, dict[str, DArray]]" = weakref.WeakK
 _smem_raised: "weakref.WeakKeyDictionary[Device, dict]" = weakref.WeakKeyDictionary()
 
 
-PORTABLE_CLUSTER = 8  # blocks a thread-block cluster may hold without opting in
-
-
-def function(dev: Device, file: str, name: str, defines: dict | None = None, shared: int = 0, cluster: int = 0):
+def function(dev: Device, file: str, name: str, defines: dict | None = None, shared: int = 0):
     """Kernel ``name`` of ``engine/kernels/<file>`` (compiled with ``defines``),
-    opted in to ``shared`` bytes of dynamic shared memory when that is over
-    48 KB, and to clusters of ``cluster`` blocks when that is over 8."""
+    opted in to ``shared`` bytes of dynamic shared memory when that is over 48 KB."""
     fn = dev.function(file, name, defines)
-    raised = _smem_raised.setdefault(dev, {})
-    key = (file, name, tuple(sorted((defines or {}).items())))  # one compiled kernel
-    if shared > DEFAULT_SMEM and raised.get(key, 0) < shared:
-        attr = dev.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        check(dev.driver.cuFuncSetAttribute(fn, attr, shared))
-        raised[key] = shared
-    if cluster > PORTABLE_CLUSTER and ("cluster",) + key not in raised:
-        attr = dev.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-        check(dev.driver.cuFuncSetAttribute(fn, attr, 1))
-        raised[("cluster",) + key] = True
+    if shared > DEFAULT_SMEM:
+        raised = _smem_raised.setdefault(dev, {})
+        key = (file, name, tuple(sorted((defines or {}).items())))  # one compiled kernel
+        if raised.get(key, 0) < shared:
+            attr = dev.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check(dev.driver.cuFuncSetAttribute(fn, attr, shared))
+            raised[key] = shared
     return fn
 
 

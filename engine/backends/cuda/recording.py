@@ -80,8 +80,7 @@ class RecordingDevice:
 
             @staticmethod
             def cuLaunchKernelEx(cfg, fn, params, extra):
-                assert cfg.attrs[0].value.programmaticStreamSerializationAllowed == 1
-                assert cfg.numAttrs == 1 or (cfg.numAttrs == 2 and cfg.attrs[1].value.clusterDim.x > 0)
+                assert cfg.numAttrs == 1 and cfg.attrs[0].value.programmaticStreamSerializationAllowed == 1
                 return Driver.cuLaunchKernel(fn, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX,
                                              cfg.blockDimY, cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream,
                                              params, extra)

@@ -17,7 +17,6 @@ SPLIT_MIN_KEYS = 128    # decode splits: never more than n_ctx / SPLIT_MIN_KEYS
 DEC_BLOCKS_PER_SM = 2   # split so decode fills ~2 blocks per SM at full context (the sweep's best at 16k keys);
                         # one where decode_plan() takes the wide kernel
 TILE_WARPS = None       # decode warps across a head's key tiles; None: attention.cu's default (a sweep sets it)
-MAX_DEC_WARPS = 16      # attention.cu: warps a decode block holds at most
 V_EARLY = True          # attention.cu DEC_V_EARLY: a tile's V loads issued with its K loads (a sweep clears it)
 HEADS_PER_WARP = None   # attention.cu DEC_HPW: query heads a decode warp scores; None: its default (a sweep sets it)
 MIN_CHUNK = None        # attention.cu DEC_CHUNK: keys a decode split takes at least; None: a tile a warp (a sweep sets it)
@@ -25,8 +24,6 @@ MERGE_REGS = None       # attention.cu DEC_MERGE_REGS: registers for the merge's
 WIDE = True             # the wide decode kernel where decode_plan() takes it (a sweep clears it)
 WIDE_SPLIT_KEYS = 256   # ... where a full cache leaves each split of a block an SM at most this many keys
 WIDE_MERGE_REGS = 80    # ... its DEC_MERGE_REGS: 184 registers a thread at GQA 4 (ptxas, sm_90), a block an SM
-CLUSTER = 0             # attention.cu DEC_CLUSTER: a KV head's splits as one cluster of this many blocks (0: none)
-CLUSTER_SPLIT_KEYS = 256  # ... where the keys a launch sees leave each of them at most this many
 PF_BQ = 32              # attention.cu: queries per prefill block
 TC_TQ, TC_THREADS = 64, 128  # attention.cu: queries and threads per tensor-core prefill block
 TC_HEAD_DIMS = (64, 128, 256)  # attention.cu: head sizes of the tensor-core prefill (f16 caches)
@@ -99,44 +96,23 @@ def decode_plan(sm_count: int, T: int, n_head_kv: int, n_ctx: int, gqa: int, hea
     return decode_splits(sm_count, T, n_head_kv, n_ctx), MERGE_REGS
 
 
-def decode_cluster(arch: str, n_keys: int) -> int:
-    """The cluster size (and so the split count) of the decode kernel where
-    a launch sees at most n_keys keys (the cache's rows, or a decode graph's
-    bound: decode_keys), or 0 for the ticket's merge: CLUSTER on sm_90 and
-    later, where each split holds at most CLUSTER_SPLIT_KEYS of them."""
-    sm90 = int(arch[3:].rstrip("af")) >= 90
-    return CLUSTER if CLUSTER and sm90 and launch.ceil_div(n_keys, CLUSTER) <= CLUSTER_SPLIT_KEYS else 0
-
-
-def decode_keys(n_keys: int) -> int | None:
-    """The bound on the keys that a decode graph capturing a step of n_keys
-    keys serves (its replays see more every step): CLUSTER *
-    CLUSTER_SPLIT_KEYS where n_keys is within it (the cluster plan), else
-    None (the cache's rows). The backend keeps a graph per bound."""
-    bound = CLUSTER * CLUSTER_SPLIT_KEYS
-    return bound if CLUSTER and n_keys <= bound else None
-
-
 def decode_layout(gqa: int) -> tuple[int, int]:
     """attention.cu's decode block for GQA ratio ``gqa``: (warps, query heads
     per warp). Warps spread over the heads first (one head each below GQA 4,
-    two from GQA 4), then over the key tiles, up to 8 warps (16 where
-    TILE_WARPS sets them: a block of 512 threads, 128 registers each)."""
+    two from GQA 4), then over the key tiles, up to 8 warps."""
     hpw = min(HEADS_PER_WARP, gqa) if HEADS_PER_WARP else 1 if gqa < 4 else max(2, (gqa + 7) // 8)
     nhg = launch.ceil_div(gqa, hpw)
     tile_warps = TILE_WARPS or (1 if nhg >= 8 else 8 // nhg)
-    if nhg * tile_warps > MAX_DEC_WARPS:
-        raise AnvilError(f"CUDA attention: {tile_warps} tile warps x {nhg} head warps is over {MAX_DEC_WARPS} "
-                         f"(GQA {gqa})")
+    if nhg * tile_warps > 8:
+        raise AnvilError(f"CUDA attention: {tile_warps} tile warps x {nhg} head warps is over 8 (GQA {gqa})")
     return nhg * tile_warps, hpw
 
 
-def decode_shared(gqa: int, head_dim: int, cluster: int = 0) -> int:
+def decode_shared(gqa: int, head_dim: int) -> int:
     """Dynamic shared memory of the decode kernel: per warp and head, O, P
-    and (m, l); in a cluster, the block's partial too (O and (M, L) of its
-    query heads)."""
+    and (m, l)."""
     warps, hpw = decode_layout(gqa)
-    return 4 * warps * hpw * (head_dim + 32 + 2) + (4 * gqa * (head_dim + 2) if cluster else 0)
+    return 4 * warps * hpw * (head_dim + 32 + 2)
 
 
 def _tc(k_cache: DArray) -> bool:
@@ -152,8 +128,7 @@ def path_of(T: int, k_cache: DArray) -> str:
 
 def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DArray, pos: DArray,
               scale: float, window: int = 0, scratch: DArray | None = None, path: str | None = None,
-              k_new: DArray | None = None, v_new: DArray | None = None, outb: DArray | None = None,
-              max_keys: int | None = None) -> None:
+              k_new: DArray | None = None, v_new: DArray | None = None, outb: DArray | None = None) -> None:
     """Causal GQA attention of q [T, n_head, head_dim] (query t at position
     pos[t]) over the cache rows it can see; out [T, n_head*head_dim].
 
@@ -163,10 +138,6 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     k_new, v_new [1, n_head_kv*head_dim] (decode of one query only): this
     step's K and V rows, which the kernel stores into cache row pos[0] before
     reading it (as kv_store would; one launch instead of two).
-
-    max_keys: the most keys any query of this launch (or of the graph it is
-    captured in) sees, where known; the decode plan follows it (default: the
-    cache's rows).
 
     path: None picks decode (split-K) for T <= DECODE_MAX_T, else the
     tensor-core prefill where the cache is f16 and the head size one of
@@ -208,12 +179,7 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         assert T == 1 and k_new.size == v_new.size == n_head_kv * head_dim, (T, k_new.shape, v_new.shape)
 
     G = defines["GQA"]
-    cluster = decode_cluster(dev.arch, min(n_ctx, max_keys or n_ctx))
-    if cluster:
-        n_splits, merge_regs = cluster, None
-        defines["DEC_CLUSTER"] = cluster
-    else:
-        n_splits, merge_regs = decode_plan(dev.sm_count, T, n_head_kv, n_ctx, G, head_dim, bool(defines["KV_F16"]))
+    n_splits, merge_regs = decode_plan(dev.sm_count, T, n_head_kv, n_ctx, G, head_dim, bool(defines["KV_F16"]))
     if TILE_WARPS:
         defines["DEC_TILE_WARPS"] = TILE_WARPS
     if not V_EARLY:
@@ -225,9 +191,9 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
     if merge_regs:
         defines["DEC_MERGE_REGS"] = merge_regs
     warps, _ = decode_layout(G)
-    shared = decode_shared(G, head_dim, cluster)
-    fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared, cluster)
-    if n_splits == 1 or cluster:
+    shared = decode_shared(G, head_dim)
+    fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
+    if n_splits == 1:
         part_o = part_ml = tickets = launch.null()
     else:
         tickets = launch.counter(dev, "attention_decode", T * n_head_kv)  # the last split block merges
@@ -239,4 +205,4 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         part_ml = DArray(buf.ptr + 4 * n_part * head_dim, (n_part, 2), np.dtype(np.float32), dev)
     dev.launch(fn, (n_splits, n_head_kv, T), (32 * warps,),
                [q, k_cache, v_cache, out, part_o, part_ml, tickets, pos, n_head, n_head_kv] + args_tail
-               + [launch.null_or(k_new), launch.null_or(v_new)], shared=shared, cluster=cluster)
+               + [launch.null_or(k_new), launch.null_or(v_new)], shared=shared)
