@@ -247,7 +247,8 @@ def test_kernel_edits_apply_once_and_compile():
     with pytest.raises(SystemExit, match="expected 'all' or one of"):
         mod.parse_edit("no such edit")
     builds = {"attention.cu": ("attention.cu", {"KV_F16": 1, "HEAD_DIM": 128, "GQA": 4}),
-              "gemv.cuh": ("gemv.cu", {"GEMV_ROWS": 16, "GEMV_BULK": 1, "GEMV_PASSES": 1, "GEMV_XQ": 1})}
+              "gemv.cuh": ("gemv.cu", {"GEMV_ROWS": 16, "GEMV_BULK": 1, "GEMV_PASSES": 1, "GEMV_XQ": 1}),
+              "argmax.cu": ("argmax.cu", {})}
     for name, (file, *edits) in mod.EDITS.items():
         text = (nvrtc.KERNELS_DIR / file).read_text()
         for old, new in edits:

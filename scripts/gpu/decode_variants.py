@@ -57,6 +57,7 @@ LEAVE_OUT = {  # label: the launch names (regex) left out
     "add_rms_norm": r"^add_rms_norm",
     "qk_norm_rope": r"^qk_norm_rope",
     "attention_decode": r"^attention_decode",
+    "argmax": r"^argmax",
     "GEMV (not GLU)": r"^gemv_(?!glu)",
     "GLU GEMV": r"^gemv_glu",
     "every GEMV": r"^gemv_",
@@ -94,6 +95,16 @@ EDITS = {
          "    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n"),
         ("    // Merge the tile warps of each head.\n    __syncthreads();\n",
          "    // Merge the tile warps of each head.\n    KERNEL_START();\n    __syncthreads();\n")),
+    # the step's argmax (the graph's last kernel): launched and waiting only; its scan's loads issued together;
+    # no ticket and no last block (the token is not fed back: a timing only)
+    "argmax: exits after its wait": (
+        "argmax.cu", ("    KERNEL_START();\n    const int chunk = (n + gridDim.x - 1) / gridDim.x;",
+                      "    KERNEL_START();\n    if (n > 0) return;\n    const int chunk = (n + gridDim.x - 1) / gridDim.x;")),
+    "argmax: scan's loads together": (
+        "argmax.cu", ("    bool finite = true;\n    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {",
+                      "    bool finite = true;\n#pragma unroll 8\n    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {")),
+    "argmax: no last block": (
+        "argmax.cu", ("    if (!last_block(ticket, gridDim.x)) return;", "    return;")),
     # the GEMVs' activations not read: values from the thread index instead (what x's loads cost after the wait)
     "gemv: x not read": (
         "gemv.cuh",
