@@ -261,6 +261,22 @@ def test_kernel_edits_apply_once_and_compile():
         assert (nvrtc.KERNELS_DIR / file).read_text() == text  # undone on exit
 
 
+def test_also_without_pairs_the_whole_step_and_each_edit():
+    """--also-without LABEL: the whole step and each edit again with LABEL's
+    launches left out (the edit kept), not the knob or leave-out variants; a
+    label not in LEAVE_OUT is a one-line error."""
+    mod = _variants_script()
+    edit = next(iter(mod.EDITS))
+    base = [mod.Variant("whole step"), mod.Variant("rms_norm", leave_out=mod.LEAVE_OUT["rms_norm"]),
+            mod.Variant("k=1", knob=((None, "K", 1),)), *mod.parse_edit(edit)]
+    extra = mod.also_without(base, ["attention_decode"])
+    assert [(v.label, v.leave_out, v.edit) for v in extra] == [
+        ("whole step without attention_decode", mod.LEAVE_OUT["attention_decode"], None),
+        (f"{edit} without attention_decode", mod.LEAVE_OUT["attention_decode"], edit)]
+    with pytest.raises(SystemExit, match="--also-without 'nothing': expected one of"):
+        mod.also_without(base, ["nothing"])
+
+
 def test_variants_size_the_cache_as_the_bench(monkeypatch):
     """decode_variants.py times the step a bench at that depth runs: its
     cache is engine bench's (bench_ctx: depth + the longer test, the model's

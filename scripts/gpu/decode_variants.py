@@ -5,7 +5,7 @@ and launcher knobs changed (tuning in the graph, not in isolation).
     python3 scripts/gpu/decode_variants.py MODEL.gguf [--depth N] [--ctx N] [--rounds 3] [--steps 128] [--each]
         [--knob gemv.WARPS_PER_SM=8,24 --knob attention.DEC_BLOCKS_PER_SM=3 --knob A.X=1+A.Y=2 ...]
         [--edit all | --edit NAME ...]
-        [--no-leave-out]
+        [--no-leave-out] [--also-without LABEL ...]
 
 The cache is sized as ``harness bench`` sizes it at that depth (engine.bench
 bench_ctx: depth + 512 for its pp512 test), so the step timed is the one
@@ -35,6 +35,10 @@ theirs): a phase of one kernel left out, or its order changed, where
 leaving the whole kernel out says too little. Like a knob, each loads the
 model afresh; like a left-out kernel, its outputs are wrong and only its
 time is read.
+
+``--also-without LABEL`` (a key of LEAVE_OUT) times the whole step and each
+edit again with LABEL's launches left out: whether what an edit changes lies
+in those kernels (a 2 x 2 of with and without).
 
 Each variant is captured afresh and timed as ``steps`` greedy graph replays,
 as ``engine bench`` times decode; round 0 warms up and is dropped.
@@ -146,6 +150,16 @@ def parse_edit(name: str) -> list[Variant]:
     return [Variant(name, edit=name)]
 
 
+def also_without(variants: list[Variant], labels: list[str]) -> list[Variant]:
+    """The whole step and each edit of ``variants`` again with each label's
+    launches (LEAVE_OUT) left out."""
+    for label in labels:
+        if label not in LEAVE_OUT:
+            raise SystemExit(f"--also-without {label!r}: expected one of {', '.join(map(repr, LEAVE_OUT))}")
+    return [Variant(f"{v.label} without {label}", leave_out=LEAVE_OUT[label], edit=v.edit)
+            for label in labels for v in variants if v.label == "whole step" or (v.edit and not v.leave_out)]
+
+
 def left_out(pattern: str | None, launch_name: str) -> bool:
     """Whether a variant leaves out a launch of this name ("kernel (grid)")."""
     return pattern is not None and re.search(pattern, launch_name) is not None
@@ -215,6 +229,8 @@ def main() -> None:
     ap.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=V1,V2")
     ap.add_argument("--edit", action="append", default=[], metavar="NAME", help="a kernel edit of EDITS, or all")
     ap.add_argument("--no-leave-out", action="store_true", help="only the whole step and the knob variants")
+    ap.add_argument("--also-without", action="append", default=[], metavar="LABEL",
+                    help="the whole step and each edit again with these launches (a LEAVE_OUT label) left out")
     a = ap.parse_args()
 
     from engine.backends.cuda import compile as nvrtc
@@ -273,10 +289,10 @@ def main() -> None:
         dev.synchronize()
         return (time.perf_counter() - t0) / a.steps * 1e6
 
-    def afresh() -> float:  # a model loaded as the variant has it (a knob, a kernel edit), timed, freed
+    def afresh(pattern: str | None = None) -> float:  # a model loaded as the variant has it (a knob, an edit)
         other = load()
         try:
-            return timed(other, None)
+            return timed(other, pattern)
         finally:
             other.backend.dev.free_all()
 
@@ -284,7 +300,7 @@ def main() -> None:
         if v.edit is not None:
             file, *edits = EDITS[v.edit]
             with nvrtc.edited_kernels(file, *edits):
-                return afresh()
+                return afresh(v.leave_out)
         if v.knob is None:
             return timed(m, v.leave_out)
         defaults = [(mod, name, getattr(mod, name)) for mod, name, _ in v.knob]
@@ -305,6 +321,7 @@ def main() -> None:
         variants += parse_knob(spec)
     for name in a.edit:
         variants += parse_edit(name)
+    variants += also_without(variants, a.also_without)
 
     def each_kernel() -> list[Variant]:  # after the warm-up round, which counted the step's launches
         return [Variant(name, leave_out="^" + re.escape(name) + "$") for name in sorted(seen)] if a.each else []
