@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "profile_decode.py"
@@ -293,3 +294,83 @@ def test_variants_size_the_cache_as_the_bench(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["decode_variants.py", "model.gguf", "--depth", "4096", "--ctx", "4100"])
     with pytest.raises(SystemExit, match="--ctx 4100: depth 4096 and 128 steps need 4232 rows"):
         mod.main()
+
+
+def _trace_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("decode_trace", SCRIPT.parent / "decode_trace.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_trace_compiles_into_every_kernel_file():
+    """compile.TRACE builds every kernel file with ANVIL_TRACE (NVRTC, no
+    GPU): each cubin then holds the anvil_trace pointer device.py sets, the
+    cache keys differ from the untraced build's, and TRACE off is the default."""
+    from engine.backends.cuda import compile as nvrtc
+
+    assert nvrtc.TRACE is False
+    builds = {"norm.cu": {}, "argmax.cu": {}, "rope.cu": {},
+              "attention.cu": {"KV_F16": 1, "HEAD_DIM": 128, "GQA": 4},
+              "gemv.cu": {"GEMV_ROWS": 16, "GEMV_BULK": 1, "GEMV_PASSES": 1, "GEMV_XQ": 1}}
+    for file, defines in builds.items():
+        plain = nvrtc.cache_key(file, "sm_90", defines)
+        nvrtc.TRACE = True
+        try:
+            assert nvrtc.cache_key(file, "sm_90", defines) != plain
+            assert b"anvil_trace" in nvrtc.compile_cubin(file, "sm_90", defines), file
+        finally:
+            nvrtc.TRACE = False
+        assert b"anvil_trace" not in nvrtc.compile_cubin(file, "sm_90", defines), file
+
+
+def test_trace_segments_steps_and_reports_what_each_launch_held():
+    """decode_trace.py: records of whole steps are checked against the
+    step's launch grids in order; each launch holds the step to the next
+    record (the last one to the next step's first); the table sums a name's
+    launches in a step, per part of the steps and over all, with the step's
+    total last. A record missing or of another grid is a one-line error."""
+    mod = _trace_script()
+    grids = [(2, 1, 1), (17, 8, 1), (256, 1, 1), (17, 8, 1)]
+    names = ["get_rows (2, 1, 1)", "attention_decode (17, 8, 1)", "gemv_q4_k (256, 1, 1)",
+             "attention_decode (17, 8, 1)"]
+    # 3 steps of 10 us: get_rows 1, attention 2 + s (the context grows), gemv 4, attention 3 - s
+    t, recs = 0, []
+    for s in range(3):
+        for g, d in zip(grids, [1000, 2000 + 1000 * s, 4000, 3000 - 1000 * s]):
+            recs.append((t, mod.grid_word(g)))
+            t += d
+    records = np.array(recs, np.uint64)
+    times = mod.segment(records, grids)
+    assert times.shape == (3, 4)
+    us = mod.held(times)
+    assert us.tolist() == [[1, 2, 4, 3], [1, 3, 4, 2]]
+    text = mod.table(us, names, 2)
+    lines = text.splitlines()
+    assert lines[0] == "| launch | a step | steps 1-1 | steps 2-2 | all steps |"
+    assert lines[2] == "| attention_decode (17, 8, 1) | 2 | 5.0 | 5.0 | 5.0 |"
+    assert lines[3] == "| gemv_q4_k (256, 1, 1) | 1 | 4.0 | 4.0 | 4.0 |"
+    assert lines[-1] == "| whole step | 4 | 10.0 | 10.0 | 10.0 |"
+    with pytest.raises(SystemExit, match="not whole steps of 4 launches"):
+        mod.segment(records[:-1], grids)
+    swapped = records.copy()
+    swapped[5, 1] = mod.grid_word((256, 1, 1))
+    with pytest.raises(SystemExit, match="step 1 launch 1: grid word 0x100"):
+        mod.segment(swapped, grids)
+
+
+@pytest.mark.gpu
+def test_trace_of_a_real_decode(monkeypatch, capsys):
+    """decode_trace.py on a GPU: every launch of every traced step recorded,
+    in order and with its grid (segment() would stop the script otherwise),
+    the traced kernels loaded beside the untraced ones."""
+    from harness import catalog
+
+    mod = _trace_script()
+    path = catalog.model_path("tiny-qwen3", progress=False)
+    monkeypatch.setattr(sys, "argv", ["decode_trace.py", str(path), "--steps", "8", "--parts", "2", "--ctx", "256"])
+    mod.main()
+    out = capsys.readouterr().out
+    assert "us a step untraced" in out and "| whole step |" in out and "| attention_decode (" in out

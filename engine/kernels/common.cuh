@@ -25,9 +25,34 @@ typedef unsigned long long uint64_t;
 // after pdl_wait(), so at most two kernels are resident at once. Both are
 // no-ops when the kernel was launched without the attribute.
 // KERNEL_START() is the first statement of every kernel (a CPU test checks).
+#ifdef ANVIL_TRACE
+// The in-graph timeline (compile.py TRACE, scripts/gpu/decode_trace.py): the
+// last thread of each launch's block 0 records when its wait returned, which
+// under PDL is when the kernel before it ended, and the grid. The host points
+// each module's anvil_trace at one buffer (device.py): word 0 counts the
+// records, word 1 is the capacity, records are 2 words from word 2.
+extern "C" {
+__device__ unsigned long long* anvil_trace;
+}
+__device__ __forceinline__ void trace_mark() {
+    if (anvil_trace != nullptr && blockIdx.x + blockIdx.y + blockIdx.z == 0 && threadIdx.x == blockDim.x - 1 &&
+        threadIdx.y == blockDim.y - 1 && threadIdx.z == blockDim.z - 1) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        const unsigned long long i = atomicAdd(anvil_trace, 1ull);
+        if (i < anvil_trace[1]) {
+            anvil_trace[2 + 2 * i] = t;
+            anvil_trace[3 + 2 * i] = gridDim.x | (unsigned long long)gridDim.y << 24 | (unsigned long long)gridDim.z << 48;
+        }
+    }
+}
+#endif
 __device__ __forceinline__ void pdl_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#ifdef ANVIL_TRACE
+    trace_mark();
 #endif
 }
 __device__ __forceinline__ void pdl_launch_next() {

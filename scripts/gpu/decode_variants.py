@@ -99,6 +99,14 @@ EDITS = {
          "    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n"),
         ("    // Merge the tile warps of each head.\n    __syncthreads();\n",
          "    // Merge the tile warps of each head.\n    KERNEL_START();\n    __syncthreads();\n")),
+    # the decode attention lets the next kernel (the O GEMV, whose blocks request their weights before their
+    # wait) start only once its keys and values are in: whether those requests slow the attention's own
+    "attention: next kernel after its keys": (
+        "attention.cu",
+        ("    KERNEL_START();\n    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n",
+         "    pdl_wait();\n    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n"),
+        ("    // Merge the tile warps of each head.\n    __syncthreads();\n",
+         "    // Merge the tile warps of each head.\n    pdl_launch_next();\n    __syncthreads();\n")),
     # the step's argmax (the graph's last kernel): launched and waiting only; its scan's loads issued together;
     # no ticket and no last block (the token is not fed back: a timing only)
     "argmax: exits after its wait": (

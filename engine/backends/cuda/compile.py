@@ -27,6 +27,10 @@ from ...atomic import atomic_open
 from ...errors import AnvilError
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
+# Every kernel compiled with ANVIL_TRACE (common.cuh trace_mark): each launch
+# records when its PDL wait returned. scripts/gpu/decode_trace.py sets it; off
+# otherwise (the cache key follows it, as any macro).
+TRACE = False
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -83,7 +87,10 @@ def _options(arch: str, defines: dict[str, object]) -> dict:
     # fast math as llama.cpp's CUDA build (architectures.md §8): same expf/division shapes
     return dict(std="c++17", arch=arch, use_fast_math=True,
                 include_path=[str(KERNELS_DIR), cuda_include_dir()],
-                define_macro=[(k, str(v)) for k, v in sorted(defines.items())] or None)
+                define_macro=[(k, str(v)) for k, v in sorted({**defines, **TRACE_DEFINE[TRACE]}.items())] or None)
+
+
+TRACE_DEFINE = {False: {}, True: {"ANVIL_TRACE": 1}}
 
 
 def cache_key(name: str, arch: str, defines: dict[str, object] | None = None) -> str:

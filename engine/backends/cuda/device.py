@@ -167,6 +167,7 @@ class Device:
         self._functions: dict[tuple, object] = {}
         self._allocs: list[int] = []
         self.allocated = 0
+        self.trace: DArray | None = None  # compile.TRACE's buffer (_point_trace)
 
     # ---- memory ---------------------------------------------------------
     def alloc_raw(self, nbytes: int) -> int:
@@ -217,9 +218,33 @@ class Device:
                 cubin = nvrtc_compile.compile_cubin(file, self.arch, defines)
                 module = check(self.driver.cuModuleLoadData(cubin))
                 self._modules[mkey] = module
+                if nvrtc_compile.TRACE:
+                    self._point_trace(module)
             fn = check(self.driver.cuModuleGetFunction(module, name.encode()))
             self._functions[key] = fn
         return fn
+
+    TRACE_RECORDS = 1 << 20
+
+    def _point_trace(self, module) -> None:
+        """Point the module's anvil_trace (common.cuh, compile.TRACE) at the
+        device's trace buffer, made on first use with its capacity set (not
+        one of free_all's: modules outlive it)."""
+        if self.trace is None:
+            nbytes = 8 * (2 + 2 * self.TRACE_RECORDS)
+            self.trace = DArray(int(check(self.driver.cuMemAlloc(nbytes))), (nbytes // 8,), np.dtype(np.uint64), self)
+            self.upload(np.array([0, self.TRACE_RECORDS], np.uint64), DArray(self.trace.ptr, (2,), np.uint64, self))
+        ptr, size = check(self.driver.cuModuleGetGlobal(module, b"anvil_trace"))
+        self.upload(np.array([self.trace.ptr], np.uint64), DArray(int(ptr), (1,), np.uint64, self))
+
+    def trace_records(self, reset: bool = False) -> np.ndarray:
+        """The trace's records so far, [n, 2] (globaltimer ns, grid packed as
+        common.cuh trace_mark packs it); ``reset`` empties it afterwards."""
+        n = min(int(self.download(DArray(self.trace.ptr, (1,), np.uint64, self))[0]), self.TRACE_RECORDS)
+        recs = self.download(DArray(self.trace.ptr + 16, (n, 2), np.uint64, self)) if n else np.zeros((0, 2), np.uint64)
+        if reset:
+            self.upload(np.zeros(1, np.uint64), DArray(self.trace.ptr, (1,), np.uint64, self))
+        return recs
 
     def launch(self, fn, grid, block, args, shared: int = 0) -> None:
         """Launch ``fn``; ``args`` are DArrays (passed as pointers), Python
