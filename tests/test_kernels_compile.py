@@ -53,6 +53,9 @@ def test_decode_attention_tile_warps_override(monkeypatch):
                                                              "DEC_MERGE_REGS": 80})) > 0
     assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 4, "HEAD_DIM": 512, "DEC_HPW": 4,
                                                              "DEC_TILE_WARPS": 1})) > 0
+    # a register cap on the long-cache kernel (MAX_REGS: room for the next GEMV's block beside two of it)
+    assert len(nvrtc.compile_cubin("attention.cu", "sm_90", {"KV_F16": 1, "GQA": 4, "HEAD_DIM": 128,
+                                                             "DEC_MAX_REGS": 104})) > 0
 
 
 def test_cache_key_covers_defines_arch_and_headers(tmp_path, monkeypatch):

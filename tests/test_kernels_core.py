@@ -615,6 +615,17 @@ def test_attention_decode_min_chunk_and_merge_regs(dev, monkeypatch, min_chunk, 
 
 
 @gpu
+@pytest.mark.parametrize("L", [37, 4096])
+def test_attention_decode_register_cap(dev, monkeypatch, L):
+    """The long-cache kernel under a register cap (launchers/attention.py
+    MAX_REGS, a sweep's: ptxas spills to local memory) computes the same
+    attention, on the 4608-row cache that does not take the wide kernel."""
+    monkeypatch.setattr(attention, "MAX_REGS", 104)
+    assert attention.decode_plan(dev.sm_count, 1, 8, 4608, 4, 128, True)[1] is None
+    run_attention(dev, rng("dec-cap", L), 1, L - 1, 4608, 8, 4, 128, 1, 0, "decode")
+
+
+@gpu
 @pytest.mark.parametrize("L", [1, 37, 1000, 4096])
 @pytest.mark.parametrize("Hkv,G,n_ctx", [(8, 4, 4096), (4, 8, 8192)])
 def test_attention_decode_wide(dev, L, Hkv, G, n_ctx):

@@ -249,7 +249,8 @@ def test_kernel_edits_apply_once_and_compile():
         mod.parse_edit("no such edit")
     builds = {"attention.cu": ("attention.cu", {"KV_F16": 1, "HEAD_DIM": 128, "GQA": 4}),
               "gemv.cuh": ("gemv.cu", {"GEMV_ROWS": 16, "GEMV_BULK": 1, "GEMV_PASSES": 1, "GEMV_XQ": 1}),
-              "argmax.cu": ("argmax.cu", {})}
+              "argmax.cu": ("argmax.cu", {}), "common.cuh": ("norm.cu", {}), "norm.cu": ("norm.cu", {}),
+              "rope.cu": ("rope.cu", {})}
     for name, (file, *edits) in mod.EDITS.items():
         text = (nvrtc.KERNELS_DIR / file).read_text()
         for old, new in edits:
@@ -365,12 +366,30 @@ def test_trace_segments_steps_and_reports_what_each_launch_held():
 def test_trace_of_a_real_decode(monkeypatch, capsys):
     """decode_trace.py on a GPU: every launch of every traced step recorded,
     in order and with its grid (segment() would stop the script otherwise),
-    the traced kernels loaded beside the untraced ones."""
+    the traced kernels loaded beside the untraced ones; an edit's run
+    compared beside main's."""
     from harness import catalog
 
     mod = _trace_script()
     path = catalog.model_path("tiny-qwen3", progress=False)
-    monkeypatch.setattr(sys, "argv", ["decode_trace.py", str(path), "--steps", "8", "--parts", "2", "--ctx", "256"])
+    monkeypatch.setattr(sys, "argv", ["decode_trace.py", str(path), "--steps", "8", "--parts", "2", "--ctx", "256",
+                                      "--edit", "KERNEL_START: next kernel before the wait"])
     mod.main()
     out = capsys.readouterr().out
     assert "us a step untraced" in out and "| whole step |" in out and "| attention_decode (" in out
+    assert "| launch | main | KERNEL_START: next kernel before the wait | Δ |" in out
+
+
+def test_trace_compares_variants_slot_by_slot():
+    """decode_trace.py --knob/--edit: each launch's µs a step in each run
+    beside the first run's, with the difference; a launch only one run has
+    (a knob changed its grid) gets blanks, not a wrong difference."""
+    mod = _trace_script()
+    main = (np.array([[1.0, 2.0, 4.0], [1.0, 4.0, 4.0]]), ["a (1, 1, 1)", "b (2, 1, 1)", "c (3, 1, 1)"])
+    other = (np.array([[1.0, 1.5, 3.0], [1.0, 2.5, 3.0]]), ["a (1, 1, 1)", "b (4, 1, 1)", "c (3, 1, 1)"])
+    lines = mod.compare({"main": main, "k=1": other}).splitlines()
+    assert lines[0] == "| launch | main | k=1 | Δ |"
+    assert lines[2] == "| c (3, 1, 1) | 4.0 | 3.0 | -1.0 |"
+    assert lines[3] == "| b (2, 1, 1) | 3.0 |  |  |"
+    assert "| b (4, 1, 1) |  | 2.0 |  |" in lines
+    assert lines[-1] == "| whole step | 8.0 | 6.0 | -2.0 |"

@@ -388,7 +388,16 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
 
 // Shared memory (floats): o_s [DEC_WARPS][HPW][D], p_s [DEC_WARPS][HPW][32],
 // ml_s [DEC_WARPS][HPW][2].
-extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)
+// DEC_MAX_REGS (launchers/attention.py MAX_REGS, a sweep's): the registers a
+// thread may take, so that two blocks of the long-cache kernel leave an SM
+// room for a block of the GEMV after it (resident, its weights requested,
+// while the attention runs).
+#ifdef DEC_MAX_REGS
+#define DEC_BOUNDS __maxnreg__(DEC_MAX_REGS)
+#else
+#define DEC_BOUNDS __launch_bounds__(DEC_WARPS * 32)
+#endif
+extern "C" __global__ void DEC_BOUNDS
 attention_decode(const float* q, kv_t* k_cache, kv_t* v_cache, float* out, float* part_o,
                  float* part_ml, unsigned* tickets, const int* pos, int n_head, int n_head_kv, float scale,
                  int window, const float* __restrict__ k_new, const float* __restrict__ v_new) {

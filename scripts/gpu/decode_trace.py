@@ -3,6 +3,7 @@ long each launch holds the step, over the steps of a tg run (the context
 growing as it grows in ``harness bench``).
 
     python3 scripts/gpu/decode_trace.py MODEL.gguf [--depth N] [--ctx N] [--steps 128] [--parts 4]
+        [--knob MODULE.NAME=V1,V2 ...] [--edit NAME ...]
 
 Every kernel is compiled with ANVIL_TRACE (engine/backends/cuda/compile.py
 TRACE): block 0 of each launch records the global timer when its PDL wait
@@ -25,6 +26,12 @@ slower traced; the script also times the same steps untraced to say by how
 much. The report gives each launch name ("kernel (grid)") its total a step,
 in µs, over each of ``--parts`` consecutive parts of the steps (the
 attention's cost grows with the context; the GEMVs' should not).
+
+``--knob`` and ``--edit`` (decode_variants.py's: a launcher knob, a kernel
+edit) trace the step again as each variant has it, and a second table puts
+each launch's µs a step beside main's: which slots a change moves, where the
+whole-step time says only by how much. One traced run a variant, so read
+small differences against the run-to-run spread of the whole step (±15 µs).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_variants import launch_name  # noqa: E402
+from decode_variants import Variant, applied, launch_name, parse_edit, parse_knob  # noqa: E402
 
 
 def grid_word(grid) -> int:
@@ -92,6 +99,30 @@ def table(us: np.ndarray, names: list[str], parts: int) -> str:
     return "\n".join(lines)
 
 
+def compare(runs: dict[str, tuple[np.ndarray, list[str]]]) -> str:
+    """A markdown table of each launch name's µs a step (all steps) in each
+    run, beside the first run's, with the difference; the whole step last."""
+    first = next(iter(runs))
+    totals = {label: {} for label in runs}
+    for label, (us, names) in runs.items():
+        for k, name in enumerate(names):
+            totals[label][name] = totals[label].get(name, 0.0) + float(us[:, k].mean())
+        totals[label]["whole step"] = float(us.sum(axis=1).mean())
+    order = sorted({n for t in totals.values() for n in t} - {"whole step"}, key=lambda n: -totals[first].get(n, 0.0))
+    others = list(runs)[1:]
+    lines = [f"| launch | {first} | " + " | ".join(f"{o} | Δ" for o in others) + " |",
+             "|---|---|" + "---|---|" * len(others)]
+    for name in order + ["whole step"]:
+        base = totals[first].get(name)
+        cells = []
+        for o in others:
+            v = totals[o].get(name)
+            cells.append(f"{v:.1f}" if v is not None else "")
+            cells.append(f"{v - base:+.1f}" if v is not None and base is not None else "")
+        lines.append(f"| {name} | {'' if base is None else f'{base:.1f}'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -99,6 +130,8 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=None, help="cache rows (default: as harness bench at --depth)")
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--parts", type=int, default=4)
+    ap.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=V1,V2")
+    ap.add_argument("--edit", action="append", default=[], metavar="NAME", help="a kernel edit of decode_variants.py")
     a = ap.parse_args()
 
     from engine.backends.cuda import compile as nvrtc
@@ -107,11 +140,23 @@ def main() -> None:
 
     n_ctx = a.ctx or bench_ctx(a.depth, n_gen=a.steps + 8)
     prompt = [(7 * i) % 1000 + 1 for i in range(max(a.depth, 1))]
+    variants = [Variant("main")]
+    for spec in a.knob:
+        variants += parse_knob(spec)
+    for name in a.edit:
+        variants += parse_edit(name)
 
-    def run(trace: bool) -> tuple[float, list, np.ndarray | None]:
-        """µs a step over the timed steps, the step's launches, the trace."""
+    def run(v: Variant, trace: bool) -> tuple[float, list, np.ndarray | None]:
+        """µs a step over the timed steps, the step's launches, the trace:
+        the model loaded, compiled and captured as variant ``v`` has it."""
         nvrtc.TRACE = trace
-        m = Model(a.model, backend="cuda", n_ctx=n_ctx)
+        try:
+            with applied(v):
+                return steps(Model(a.model, backend="cuda", n_ctx=n_ctx), trace)
+        finally:
+            nvrtc.TRACE = False
+
+    def steps(m, trace: bool) -> tuple[float, list, np.ndarray | None]:
         b, dev = m.backend, m.backend.dev
         launches, launch = [], dev.launch
 
@@ -122,7 +167,7 @@ def main() -> None:
         def step(tok: int) -> int:
             nxt = b.decode_next(m, tok, m.pos)
             m.pos += 1
-            return nxt
+            return max(nxt, 0)  # an edit's logits may be garbage (the argmax then answers -1)
 
         try:
             tok = int(m.forward(prompt).argmax())
@@ -146,16 +191,22 @@ def main() -> None:
             us = (time.perf_counter() - t0) / a.steps * 1e6
             return us, step_launches, dev.trace_records() if trace else None
         finally:
-            nvrtc.TRACE = False
             dev.free_all()
 
-    plain, _, _ = run(False)
-    traced, step_launches, records = run(True)
-    times = segment(records, [g for _, g in step_launches])
-    us = held(times)
-    print(f"decode steps {a.steps} at depth {a.depth} (cache {n_ctx or 'the default'}): "
-          f"{plain:.1f} us a step untraced, {traced:.1f} traced; {len(step_launches)} launches a step")
-    print(table(us, [n for n, _ in step_launches], a.parts))
+    plain, _, _ = run(variants[0], False)
+    runs = {}
+    for v in variants:
+        traced, step_launches, records = run(v, True)
+        names = [n for n, _ in step_launches]
+        runs[v.label] = (held(segment(records, [g for _, g in step_launches])), names)
+        print(f"{v.label}: {traced:.1f} us a step traced, {len(names)} launches a step", file=sys.stderr, flush=True)
+        if v is variants[0]:
+            print(f"decode steps {a.steps} at depth {a.depth} (cache {n_ctx or 'the default'}): "
+                  f"{plain:.1f} us a step untraced, {traced:.1f} traced; {len(names)} launches a step")
+            print(table(runs[v.label][0], names, a.parts), flush=True)
+    if len(runs) > 1:
+        print(f"\nus a step each launch held, all steps, traced: {', '.join(runs)}")
+        print(compare(runs))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import contextlib
 import importlib
 import re
 import statistics
@@ -107,6 +108,33 @@ EDITS = {
          "    pdl_wait();\n    const int s = blockIdx.x, g = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;\n"),
         ("    // Merge the tile warps of each head.\n    __syncthreads();\n",
          "    // Merge the tile warps of each head.\n    pdl_launch_next();\n    __syncthreads();\n")),
+    # every kernel that starts with KERNEL_START lets the next one start before its own wait (not after):
+    # the GEMV after a one-block norm is then resident, and requests its weights, while the GEMV before
+    # the norm still runs (decode_trace.py: the norm's slot is ~5 us where its work is ~2)
+    "KERNEL_START: next kernel before the wait": (
+        "common.cuh",
+        ("        pdl_wait();      \\\n        pdl_launch_next(); \\\n",
+         "        pdl_launch_next(); \\\n        pdl_wait();      \\\n")),
+    # the same for the one-block rms_norm alone (the attention norm before Q/K/V, the final norm before the
+    # head), and for the Q/K norms with RoPE alone (the attention's blocks resident under the V GEMV)
+    "rms_norm: next kernel before its wait": (
+        "norm.cu",
+        ("rms_norm(const float* x, const float* w, float* y, __nv_bfloat16* yb, int n, float eps) {\n"
+         "    KERNEL_START();\n",
+         "rms_norm(const float* x, const float* w, float* y, __nv_bfloat16* yb, int n, float eps) {\n"
+         "    pdl_launch_next();\n    pdl_wait();\n")),
+    "qk_norm_rope: next kernel before its wait": (
+        "rope.cu",
+        ("    KERNEL_START();\n    qk_norm_rope_impl<true>(", "    pdl_launch_next();\n    pdl_wait();\n    qk_norm_rope_impl<true>("),
+        ("    KERNEL_START();\n    qk_norm_rope_impl<false>(",
+         "    pdl_launch_next();\n    pdl_wait();\n    qk_norm_rope_impl<false>(")),
+    # the bulk GEMV lets the next kernel start once its x is in registers, not right after its wait: the next
+    # GEMV's weight requests (the GLU's: up to 29 MB) then do not queue ahead of this one's x loads
+    "gemv bulk: next kernel after its x": (
+        "gemv.cuh",
+        ("    pdl_wait();\n    pdl_launch_next();\n    typename Q::Xs xs[P];\n", "    pdl_wait();\n    typename Q::Xs xs[P];\n"),
+        ("            else Q::load_x(xs[p], x, first + p * NT);\n        }\n    }\n",
+         "            else Q::load_x(xs[p], x, first + p * NT);\n        }\n    }\n    pdl_launch_next();\n")),
     # the step's argmax (the graph's last kernel): launched and waiting only; its scan's loads issued together;
     # no ticket and no last block (the token is not fed back: a timing only)
     "argmax: exits after its wait": (
@@ -148,6 +176,29 @@ class Variant:
     leave_out: str | None = None  # regex over launch names
     knob: tuple | None = None  # ((module, name, value), ...): set together
     edit: str | None = None  # a name of EDITS
+
+
+@contextlib.contextmanager
+def applied(v: Variant):
+    """Inside the block, models load as variant ``v`` has them: its knobs set
+    (the GEMV plans made afresh) and its kernel edit made; both undone after."""
+    from engine.backends.cuda import compile as nvrtc
+    from engine.backends.cuda.launchers import gemv
+
+    defaults = [(mod, name, getattr(mod, name)) for mod, name, _ in v.knob or ()]
+    with contextlib.ExitStack() as stack:
+        if v.edit is not None:
+            file, *edits = EDITS[v.edit]
+            stack.enter_context(nvrtc.edited_kernels(file, *edits))
+        for mod, name, value in v.knob or ():
+            setattr(mod, name, value)
+        gemv._plans.clear()  # plans follow the knobs
+        try:
+            yield
+        finally:
+            for mod, name, value in defaults:
+                setattr(mod, name, value)
+            gemv._plans.clear()
 
 
 def parse_edit(name: str) -> list[Variant]:
@@ -241,8 +292,6 @@ def main() -> None:
                     help="the whole step and each edit again with these launches (a LEAVE_OUT label) left out")
     a = ap.parse_args()
 
-    from engine.backends.cuda import compile as nvrtc
-    from engine.backends.cuda.launchers import gemv
     from engine.bench import bench_ctx
     from engine.model import Model
 
@@ -305,22 +354,10 @@ def main() -> None:
             other.backend.dev.free_all()
 
     def run(v: Variant) -> float:
-        if v.edit is not None:
-            file, *edits = EDITS[v.edit]
-            with nvrtc.edited_kernels(file, *edits):
-                return afresh(v.leave_out)
-        if v.knob is None:
+        if v.edit is None and v.knob is None:
             return timed(m, v.leave_out)
-        defaults = [(mod, name, getattr(mod, name)) for mod, name, _ in v.knob]
-        for mod, name, value in v.knob:
-            setattr(mod, name, value)
-        gemv._plans.clear()  # plans follow the knobs
-        try:
-            return afresh()
-        finally:
-            for mod, name, value in defaults:
-                setattr(mod, name, value)
-            gemv._plans.clear()
+        with applied(v):
+            return afresh(v.leave_out)
 
     variants = [Variant("whole step")]
     if not a.no_leave_out:

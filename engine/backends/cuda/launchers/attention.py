@@ -22,6 +22,7 @@ HEADS_PER_WARP = None   # attention.cu DEC_HPW: query heads a decode warp scores
 MIN_CHUNK = None        # attention.cu DEC_CHUNK: keys a decode split takes at least; None: a tile a warp (a sweep sets it)
 MERGE_REGS = None       # attention.cu DEC_MERGE_REGS: registers for the merge's first loads; None: its default (a sweep sets it)
 WIDE = True             # the wide decode kernel where decode_plan() takes it (a sweep clears it)
+MAX_REGS = None         # attention.cu DEC_MAX_REGS: a register cap for the long-cache decode kernel (a sweep sets it)
 WIDE_SPLIT_KEYS = 256   # ... where a full cache leaves each split of a block an SM at most this many keys
 WIDE_MERGE_REGS = 80    # ... its DEC_MERGE_REGS: 184 registers a thread at GQA 4 (ptxas, sm_90), a block an SM
 PF_BQ = 32              # attention.cu: queries per prefill block
@@ -190,6 +191,8 @@ def attention(dev: Device, q: DArray, k_cache: DArray, v_cache: DArray, out: DAr
         defines["DEC_CHUNK"] = MIN_CHUNK
     if merge_regs:
         defines["DEC_MERGE_REGS"] = merge_regs
+    elif MAX_REGS:
+        defines["DEC_MAX_REGS"] = MAX_REGS
     warps, _ = decode_layout(G)
     shared = decode_shared(G, head_dim)
     fn = launch.function(dev, "attention.cu", "attention_decode", defines, shared)
