@@ -4,10 +4,14 @@
     python -m engine generate MODEL.gguf --prompt-ids 1,504,3458 -n 32
     python -m engine bench MODEL.gguf [-p 512] [-n 128] [-r 5] [-d 0] [--json]
     python -m engine info [--json]
-    python -m engine launches MODEL.gguf [--ctx N] [--json]
+    python -m engine launches MODEL.gguf [--ctx N] [--resources] [--json]
 
 ``launches`` counts the kernels one CUDA decode step launches (the graph of a
-step holds exactly these), on any machine: no GPU is used.
+step holds exactly these), on any machine: no GPU is used. ``--resources``
+lists instead each distinct launch in order with what its block takes of an
+H200's SM (registers and stack from the kernel compiled for sm_90) and how
+many of its blocks fit beside the launch before: 0 means it cannot start
+early (programmatic dependent launch) on an SM that launch fills.
 
 ``info`` is what a harness asks a build before measuring it: the engine's
 build hash, version, kernel cache and the file of every engine module a run
@@ -65,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     n = sub.add_parser("launches", help="kernels per CUDA decode step, by kernel (no GPU needed)")
     n.add_argument("model", help="path to a GGUF file")
     n.add_argument("--ctx", type=positive_int, default=None, help="context length (default: min(4096, trained))")
+    n.add_argument("--resources", action="store_true",
+                   help="each distinct launch's registers, shared memory and blocks an SM, beside the one before "
+                        "(compiles every kernel for sm_90)")
     n.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -174,8 +181,21 @@ def cmd_info(args) -> int:
 
 
 def cmd_launches(args) -> int:
-    from .backends.cuda.recording import decode_launches
+    from .backends.cuda.recording import decode_launches, decode_residency
 
+    if args.resources:
+        rows = decode_residency(args.model, n_ctx=args.ctx)
+        if args.json:
+            print(json.dumps({"model": str(args.model), "launches": rows}))
+            return 0
+        print(f"{args.model}: a decode step's distinct launches on an H200 (sm_90 cubins), in order")
+        print("| launch | after | a step | threads | registers | stack bytes | shared KB | blocks an SM "
+              "| beside the launch before |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['launch']} | {r['after'] or ''} | {r['count']} | {r['threads']} | {r['registers']} | "
+                  f"{r['local_bytes']} | {r['shared'] / 1024:.1f} | {r['blocks_per_sm']} | {r['beside_before']} |")
+        return 0
     counts, n_layer = decode_launches(args.model, n_ctx=args.ctx)
     total = sum(counts.values())
     if args.json:

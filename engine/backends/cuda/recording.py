@@ -11,11 +11,13 @@ known on any machine."""
 from __future__ import annotations
 
 import ctypes
+import math
 import types
 from collections import Counter
 
 import numpy as np
 
+from . import cubin
 from .device import DArray, Device, pdl_attributes
 
 
@@ -26,12 +28,21 @@ class _Kernel(tuple):
         return hash(self) & 0xFFFFFFFF
 
 
+def _resources(kernel: _Kernel):
+    from . import compile as nvrtc
+
+    return cubin.resources(nvrtc.compile_cubin(kernel[0], RecordingDevice.arch, kernel.defines))[kernel[1]]
+
+
 class RecordingDevice:
     sm_count = 132  # an H200's
     max_shared = 227 * 1024
     arch = "sm_90"
 
-    def __init__(self):
+    def __init__(self, cubin_occupancy: bool = False):
+        """``cubin_occupancy``: the occupancy query answers from the kernel
+        compiled for sm_90 (cubin.py; every kernel a step launches compiles,
+        so the grids planned from it are an H200's); else it answers 2."""
         from cuda.bindings import driver
 
         self.launches: list[tuple] = []  # ((file, kernel), grid, block, shared bytes, parameter kinds)
@@ -68,7 +79,9 @@ class RecordingDevice:
 
             @staticmethod
             def cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, shared):
-                return ok + (2,)
+                if not cubin_occupancy:
+                    return ok + (2,)
+                return ok + (cubin.blocks_beside(cubin.footprint(_resources(fn), threads, shared)),)
 
             @staticmethod
             def cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
@@ -89,7 +102,9 @@ class RecordingDevice:
         self.launch = types.MethodType(Device.launch, self)
 
     def function(self, file, name, defines=None):
-        return _Kernel((file, name))
+        kernel = _Kernel((file, name))
+        kernel.defines = dict(defines or {})  # what it would compile with (decode_residency)
+        return kernel
 
     def empty(self, shape, dtype=np.float32) -> DArray:
         shape = tuple(int(s) for s in shape)
@@ -129,16 +144,57 @@ class RecordingCublas:
         self.calls += 1
 
 
-def decode_launches(path, n_ctx: int | None = None, **options) -> tuple[Counter, int]:
-    """The kernels one decode step of the model at ``path`` launches, by name,
-    and the layer count: the model on the CUDA backend with a recording
-    device, its context ``n_ctx`` (default: the engine's; the attention's
-    split count follows it), after a 3-token prompt."""
+def decode_step(path, n_ctx: int | None = None, cubin_occupancy: bool = False,
+                **options) -> tuple[list[tuple], int]:
+    """The launches of one decode step of the model at ``path`` ((kernel,
+    grid, block, shared bytes, parameter kinds) each, in order) and the
+    layer count: the model on the CUDA backend with a recording device, its
+    context ``n_ctx`` (default: the engine's; the attention's split count
+    follows it), after a 3-token prompt; ``cubin_occupancy``: grids planned
+    as on an H200 (RecordingDevice)."""
     from ...model import Model
 
-    dev = RecordingDevice()
+    dev = RecordingDevice(cubin_occupancy)
     model = Model(path, n_ctx=n_ctx, backend="cuda", eager=True, device=dev, cublas=RecordingCublas(), **options)
     model.forward([1, 2, 3])
     first = len(dev.launches)
     model.decode_next(4)
-    return Counter(name for (_, name), *_ in dev.launches[first:]), model.config.n_layer
+    return dev.launches[first:], model.config.n_layer
+
+
+def decode_launches(path, n_ctx: int | None = None, **options) -> tuple[Counter, int]:
+    """The kernels one decode step launches, by name, and the layer count
+    (decode_step)."""
+    launches, n_layer = decode_step(path, n_ctx, **options)
+    return Counter(name for (_, name), *_ in launches), n_layer
+
+
+def decode_residency(path, n_ctx: int | None = None, **options) -> list[dict]:
+    """Each distinct launch of a decode step (a kernel with its grid, block,
+    shared memory and compile options, after a distinct kernel), in the
+    step's order, with what a block of it takes of an SM (cubin.py: ptxas's
+    registers and stack frame, read from the kernel compiled for sm_90), how
+    many blocks an SM holds, and how many an SM can take while it holds the
+    launch before's blocks: where that is 0, this launch cannot start (or
+    request its weights) until the one before leaves the SM. The grids are
+    planned as on an H200 (its occupancy, from the same cubins)."""
+    launches, _ = decode_step(path, n_ctx, cubin_occupancy=True, **options)
+    sm_count = RecordingDevice.sm_count
+    rows, seen, before = [], {}, None
+    for kernel, grid, block, shared, _ in launches:
+        res = _resources(kernel)
+        threads, blocks = math.prod(block), math.prod(grid)
+        fp = cubin.footprint(res, threads, shared)
+        alone = cubin.blocks_beside(fp)
+        here = (fp, min(alone, -(-blocks // sm_count)))  # the fullest SM's share of the grid
+        name = f"{kernel[1]} {tuple(grid)}"
+        key = (kernel, tuple(sorted(kernel.defines.items())), grid, block, shared, before and before[0])
+        if key in seen:
+            seen[key]["count"] += 1
+        else:
+            seen[key] = {"launch": name, "after": before[0] if before else None, "count": 1, "threads": threads,
+                         "registers": res.registers, "local_bytes": res.local_bytes, "shared": fp.shared,
+                         "blocks_per_sm": alone, "beside_before": cubin.blocks_beside(fp, [before[1]]) if before else alone}
+            rows.append(seen[key])
+        before = (name, here)
+    return rows
