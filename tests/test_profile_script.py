@@ -188,7 +188,8 @@ def test_leave_out_variants_partition_a_decode_step():
 def test_knob_variants():
     """--knob MODULE.NAME=V1,V2: a variant per value, the launcher module's
     attribute and the value as a Python literal; knobs joined with + are one
-    variant; a wrong module or name is a one-line error."""
+    variant, with a kernel edit too where one part is edit=NAME; a wrong
+    module, name or edit is a one-line error."""
     from engine.backends.cuda.launchers import attention, gemv
 
     mod = _variants_script()
@@ -198,8 +199,15 @@ def test_knob_variants():
     assert mod.parse_knob("attention.V_EARLY=False")[0].knob == ((attention, "V_EARLY", False),)
     both = mod.parse_knob("attention.MIN_CHUNK=256+attention.TILE_WARPS=2")
     assert [v.knob for v in both] == [((attention, "MIN_CHUNK", 256), (attention, "TILE_WARPS", 2))]
+    from engine.backends.cuda.launchers import norm
+
+    edit = "rms_norm: next kernel before its wait"
+    [with_edit] = mod.parse_knob(f"norm.MAX_THREADS=256+edit={edit}")
+    assert with_edit.knob == ((norm, "MAX_THREADS", 256),) and with_edit.edit == edit
     for bad, says in (("gemv.NO_SUCH=1", "has no NO_SUCH"), ("nomodule.X=1", "MODULE.NAME"), ("gemv", "MODULE.NAME"),
-                      ("gemv.WARPS_PER_SM=8,24+attention.MIN_CHUNK=256", "one value a knob")):
+                      ("gemv.WARPS_PER_SM=8,24+attention.MIN_CHUNK=256", "one value a knob"),
+                      (f"norm.MAX_THREADS=256+edit={edit}+edit={edit}", "at most one edit"),
+                      ("norm.MAX_THREADS=256+edit=no such edit", "expected 'all' or one of")):
         with pytest.raises(SystemExit, match=says):
             mod.parse_knob(bad)
 

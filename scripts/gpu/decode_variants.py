@@ -3,7 +3,7 @@ in interleaved rounds: kernels left out (what each costs inside the graph)
 and launcher knobs changed (tuning in the graph, not in isolation).
 
     python3 scripts/gpu/decode_variants.py MODEL.gguf [--depth N] [--ctx N] [--rounds 3] [--steps 128] [--each]
-        [--knob gemv.WARPS_PER_SM=8,24 --knob attention.DEC_BLOCKS_PER_SM=3 --knob A.X=1+A.Y=2 ...]
+        [--knob gemv.WARPS_PER_SM=8,24 --knob attention.DEC_BLOCKS_PER_SM=3 --knob A.X=1+A.Y=2+edit=NAME ...]
         [--edit all | --edit NAME ...]
         [--no-leave-out] [--also-without LABEL ...]
 
@@ -231,12 +231,16 @@ def launch_name(kernel: str, grid) -> str:
 def parse_knob(spec: str) -> list[Variant]:
     """``gemv.WARPS_PER_SM=8,24`` -> a variant per value (Python literals);
     ``attention.MIN_CHUNK=256+attention.TILE_WARPS=2`` -> one variant
-    with both set."""
+    with both set; ``norm.MAX_THREADS=256+edit=NAME`` -> one variant with
+    the knob set and the kernel edit NAME (of EDITS) made."""
     if "+" in spec:
-        parts = [parse_knob(part) for part in spec.split("+")]
-        if any(len(p) != 1 for p in parts):
-            raise SystemExit(f"--knob {spec!r}: one value a knob where knobs are joined with +")
-        return [Variant(spec, knob=tuple(p[0].knob[0] for p in parts))]
+        edits = [part[len("edit="):] for part in spec.split("+") if part.startswith("edit=")]
+        parts = [parse_knob(part) for part in spec.split("+") if not part.startswith("edit=")]
+        if any(len(p) != 1 for p in parts) or len(edits) > 1:
+            raise SystemExit(f"--knob {spec!r}: one value a knob, and at most one edit=NAME, joined with +")
+        for name in edits:
+            parse_edit(name)  # a name of EDITS
+        return [Variant(spec, knob=tuple(p[0].knob[0] for p in parts), edit=edits[0] if edits else None)]
     try:
         target, values = spec.split("=", 1)
         module, name = target.rsplit(".", 1)

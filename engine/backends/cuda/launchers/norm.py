@@ -6,9 +6,12 @@ from .. import launch
 from ..device import DArray, Device
 
 
+MAX_THREADS = 1024  # a norm block's most threads (a sweep lowers it: a smaller block fits beside a GEMV's)
+
+
 def _norm_threads(n: int) -> int:
-    """~one float4 per thread: 32 threads for a 128-wide head, 1024 for n >= 4096."""
-    return min(1024, max(32, 32 * launch.ceil_div(n, 128)))
+    """~one float4 per thread: 32 threads for a 128-wide head, 1024 (MAX_THREADS) for n >= 4096."""
+    return min(MAX_THREADS, max(32, 32 * launch.ceil_div(n, 128)))
 
 
 def rms_norm(dev: Device, x: DArray, w: DArray | None, y: DArray, eps: float, yb: DArray | None = None) -> None:
