@@ -105,7 +105,8 @@ def test_launch_shapes():
 
 def kernel_signatures() -> dict[tuple[str, str], list[str]]:
     """(file, kernel) -> parameter kinds ('ptr', 'int', 'float') parsed from the .cu sources."""
-    sig = re.compile(r'extern "C" __global__ void\s*(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)')
+    # bounds as __launch_bounds__(...) or an upper-case macro for them (attention.cu DEC_BOUNDS)
+    sig = re.compile(r'extern "C" __global__ void\s*(?:__launch_bounds__\([^)]*\)\s*|[A-Z][A-Z_]*\s+)?(\w+)\s*\(([^)]*)\)')
     out = {}
     for name in list(KERNELS) + ["attention.cu"]:
         for fn, params in sig.findall((nvrtc.KERNELS_DIR / name).read_text()):
