@@ -31,7 +31,11 @@ def test_resources_read_from_the_cubin():
     assert capped.local_bytes > plain.local_bytes
     norms = cubin.resources(nvrtc.compile_cubin("norm.cu", "sm_90", {}))
     assert set(norms) == {"rms_norm", "add_rms_norm"}
-    assert norms["rms_norm"].static_shared >= 32 * 4 and norms["rms_norm"].local_bytes == 0
+    # rms_norm declares float scratch[32], the whole of its static shared memory (the reserve is not its own)
+    assert norms["rms_norm"].static_shared == 32 * 4 and norms["rms_norm"].local_bytes == 0
+    argmax = cubin.resources(nvrtc.compile_cubin("argmax.cu", "sm_90", {}))
+    assert argmax["argmax"].static_shared == 2 * 32 * 4  # a float and an int a warp
+    assert argmax["argmax_blocks"].static_shared == 2 * 32 * 4 + 4  # and last_block's flag
     with pytest.raises(AnvilError, match="not a 64-bit ELF"):
         cubin.resources(b"not a cubin")
 
@@ -42,13 +46,15 @@ def test_blocks_an_sm_holds_alone_and_beside():
     K = cubin.KernelResources
     wide = cubin.footprint(K(184, 0, 1040), 256, 10368)  # the wide decode attention: 23 units a warp
     long = cubin.footprint(K(128, 0, 1040), 256, 10368)  # the long-cache one
-    wo = cubin.footprint(K(72, 0, 2176), 128, 36880)  # the Wo GEMV after it
+    wo = cubin.footprint(K(72, 0, 1152), 128, 36880)  # the Wo GEMV after it
+    glu = cubin.footprint(K(72, 0, 1152), 128, 73792)  # gate/up after Wo
     assert (wide.warps, wide.warp_registers, wide.shared) == (8, 5888, 1040 + 10368 + 1024)
     assert cubin.blocks_beside(wide) == 1 and cubin.blocks_beside(long) == 2
     # two Wo blocks take the 2 x 2304 registers a sub-partition has left beside the wide kernel's block;
     # beside two long-cache blocks, none
     assert cubin.blocks_beside(wo, [(wide, 1)]) == 2 and cubin.blocks_beside(wo, [(long, 2)]) == 0
-    assert cubin.blocks_beside(wo) == 5  # alone: shared memory (5 x 40080 of 228 KB)
+    assert cubin.blocks_beside(wo) == 5  # alone: shared memory (5 x 39056 of 228 KB)
+    assert cubin.blocks_beside(glu) == 3 and cubin.blocks_beside(glu, [(wo, 2)]) == 2  # 2 x 39056 + 2 x 75968
     tiny = cubin.footprint(K(16, 0, 0), 32, 0)
     assert cubin.blocks_beside(tiny) == 32  # the block limit
     assert cubin.blocks_beside(cubin.footprint(K(16, 0, 0), 1024, 0)) == 2  # the warp limit

@@ -32,7 +32,8 @@ _EIFMT_SVAL, _EIFMT_HVAL, _EIFMT_BVAL = 4, 3, 2
 class KernelResources:
     registers: int  # a thread's
     local_bytes: int  # a thread's stack frame: spilled registers and local arrays
-    static_shared: int  # bytes a block declares (__shared__), beside the launch's dynamic shared memory
+    static_shared: int  # bytes a block declares (__shared__), beside the launch's dynamic shared memory and the
+                        # SM's reserve
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,11 @@ def resources(cubin: bytes) -> dict[str, KernelResources]:
             off += 4 + n
         else:
             off += 4 if fmt == _EIFMT_HVAL else 3 if fmt == _EIFMT_BVAL else 2
+    # a kernel's .nv.shared section spans the block's reserved shared memory too
+    # (sm_80+: a .nv.shared.reserved section, the SM's shared_reserved bytes)
+    reserved = H200.shared_reserved if any(s[0].startswith(".nv.shared.reserved") for s in secs) else 0
     return {name: KernelResources(a.get(_REGCOUNT, 0), a.get(_FRAME_SIZE, 0),
-                                  by_name.get(f".nv.shared.{name}", ("", 0, 0, 0, 0))[3])
+                                  max(0, by_name.get(f".nv.shared.{name}", ("", 0, 0, 0, reserved))[3] - reserved))
             for name, a in attrs.items() if _REGCOUNT in a}
 
 
