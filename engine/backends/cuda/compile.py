@@ -84,13 +84,11 @@ def _sources(name: str) -> list[tuple[str, str]]:
 
 
 def _options(arch: str, defines: dict[str, object]) -> dict:
+    macros = {**defines, "ANVIL_TRACE": 1} if TRACE else defines
     # fast math as llama.cpp's CUDA build (architectures.md §8): same expf/division shapes
     return dict(std="c++17", arch=arch, use_fast_math=True,
                 include_path=[str(KERNELS_DIR), cuda_include_dir()],
-                define_macro=[(k, str(v)) for k, v in sorted({**defines, **TRACE_DEFINE[TRACE]}.items())] or None)
-
-
-TRACE_DEFINE = {False: {}, True: {"ANVIL_TRACE": 1}}
+                define_macro=[(k, str(v)) for k, v in sorted(macros.items())] or None)
 
 
 def cache_key(name: str, arch: str, defines: dict[str, object] | None = None) -> str:
