@@ -358,10 +358,10 @@ def test_trace_segments_steps_and_reports_what_each_launch_held():
     assert us.tolist() == [[1, 2, 4, 3], [1, 3, 4, 2]]
     text = mod.table(us, names, 2)
     lines = text.splitlines()
-    assert lines[0] == "| launch | a step | steps 1-1 | steps 2-2 | all steps |"
-    assert lines[2] == "| attention_decode (17, 8, 1) | 2 | 5.0 | 5.0 | 5.0 |"
-    assert lines[3] == "| gemv_q4_k (256, 1, 1) | 1 | 4.0 | 4.0 | 4.0 |"
-    assert lines[-1] == "| whole step | 4 | 10.0 | 10.0 | 10.0 |"
+    assert lines[0] == "| launch | a step | steps 1-1 | steps 2-2 | all steps | a launch |"
+    assert lines[2] == "| attention_decode (17, 8, 1) | 2 | 5.0 | 5.0 | 5.0 | 2.50 |"
+    assert lines[3] == "| gemv_q4_k (256, 1, 1) | 1 | 4.0 | 4.0 | 4.0 | 4.00 |"
+    assert lines[-1] == "| whole step | 4 | 10.0 | 10.0 | 10.0 |  |"
     with pytest.raises(SystemExit, match="not whole steps of 4 launches"):
         mod.segment(records[:-1], grids)
     swapped = records.copy()

@@ -82,26 +82,27 @@ def held(times: np.ndarray) -> np.ndarray:
 def table(us: np.ndarray, names: list[str], parts: int) -> str:
     """A markdown table: each launch name's µs a step (summed over its
     launches in the step), averaged over each of ``parts`` consecutive parts
-    of the steps, then over all; the step's total last."""
+    of the steps, then over all, and a launch's share; the step's total last."""
+    from harness.table import markdown
+
     chunks = np.array_split(np.arange(len(us)), parts)
     by_name = collections.defaultdict(list)
     for k, name in enumerate(names):
         by_name[name].append(k)
-    head = [f"steps {c[0] + 1}-{c[-1] + 1}" for c in chunks]
-    lines = ["| launch | a step | " + " | ".join(head) + " | all steps |",
-             "|---|---|" + "---|" * len(head) + "---|"]
     rows = [(name, len(ks), us[:, ks].sum(axis=1)) for name, ks in by_name.items()]
     rows.sort(key=lambda r: -r[2].mean())
     rows.append(("whole step", len(names), us.sum(axis=1)))
-    for name, count, per_step in rows:
-        cells = " | ".join(f"{per_step[c].mean():.1f}" for c in chunks)
-        lines.append(f"| {name} | {count} | {cells} | {per_step.mean():.1f} |")
-    return "\n".join(lines)
+    return markdown(["launch", "a step", *(f"steps {c[0] + 1}-{c[-1] + 1}" for c in chunks), "all steps", "a launch"],
+                    [[name, count, *(f"{per_step[c].mean():.1f}" for c in chunks), f"{per_step.mean():.1f}",
+                      f"{per_step.mean() / count:.2f}" if name != "whole step" else ""]
+                     for name, count, per_step in rows])
 
 
 def compare(runs: dict[str, tuple[np.ndarray, list[str]]]) -> str:
     """A markdown table of each launch name's µs a step (all steps) in each
     run, beside the first run's, with the difference; the whole step last."""
+    from harness.table import markdown
+
     first = next(iter(runs))
     totals = {label: {} for label in runs}
     for label, (us, names) in runs.items():
@@ -110,17 +111,15 @@ def compare(runs: dict[str, tuple[np.ndarray, list[str]]]) -> str:
         totals[label]["whole step"] = float(us.sum(axis=1).mean())
     order = sorted({n for t in totals.values() for n in t} - {"whole step"}, key=lambda n: -totals[first].get(n, 0.0))
     others = list(runs)[1:]
-    lines = [f"| launch | {first} | " + " | ".join(f"{o} | Δ" for o in others) + " |",
-             "|---|---|" + "---|---|" * len(others)]
+    rows = []
     for name in order + ["whole step"]:
         base = totals[first].get(name)
-        cells = []
+        row = [name, "" if base is None else f"{base:.1f}"]
         for o in others:
             v = totals[o].get(name)
-            cells.append(f"{v:.1f}" if v is not None else "")
-            cells.append(f"{v - base:+.1f}" if v is not None and base is not None else "")
-        lines.append(f"| {name} | {'' if base is None else f'{base:.1f}'} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            row += [f"{v:.1f}" if v is not None else "", f"{v - base:+.1f}" if v is not None and base is not None else ""]
+        rows.append(row)
+    return markdown(["launch", first, *(c for o in others for c in (o, "Δ"))], rows)
 
 
 def main() -> None:
