@@ -93,8 +93,12 @@ def resources(cubin: bytes) -> dict[str, KernelResources]:
     # a kernel's .nv.shared section spans the block's reserved shared memory too
     # (sm_80+: a .nv.shared.reserved section, the SM's shared_reserved bytes)
     reserved = H200.shared_reserved if any(s[0].startswith(".nv.shared.reserved") for s in secs) else 0
-    return {name: KernelResources(a.get(_REGCOUNT, 0), a.get(_FRAME_SIZE, 0),
-                                  max(0, by_name.get(f".nv.shared.{name}", ("", 0, 0, 0, reserved))[3] - reserved))
+
+    def static_shared(name: str) -> int:
+        sec = by_name.get(f".nv.shared.{name}")
+        return max(0, sec[3] - reserved) if sec else 0
+
+    return {name: KernelResources(a.get(_REGCOUNT, 0), a.get(_FRAME_SIZE, 0), static_shared(name))
             for name, a in attrs.items() if _REGCOUNT in a}
 
 

@@ -240,6 +240,9 @@ class Device:
     def trace_records(self, reset: bool = False) -> np.ndarray:
         """The trace's records so far, [n, 2] (globaltimer ns, grid packed as
         common.cuh trace_mark packs it); ``reset`` empties it afterwards."""
+        if self.trace is None:
+            raise AnvilError("no trace on this device: load the model with compile.TRACE set "
+                             "(scripts/gpu/decode_trace.py)")
         n = min(int(self.download(DArray(self.trace.ptr, (1,), np.uint64, self))[0]), self.TRACE_RECORDS)
         recs = self.download(DArray(self.trace.ptr + 16, (n, 2), np.uint64, self)) if n else np.zeros((0, 2), np.uint64)
         if reset:
