@@ -56,7 +56,8 @@ def greedy(model, prompt_ids, n_steps: int, *, stop_at_eos: bool = False, keep_l
         eos = model.config.eos_token_id
         t0 = time.perf_counter()
         token = int(np.argmax(logits))
-        if forced is None and not keep_logits and on_token is None and not stop_at_eos:
+        if (forced is None and not keep_logits and on_token is None and not stop_at_eos
+                and hasattr(model, "decode_greedy")):
             # nothing to do between steps: queue them (Model.decode_greedy), read the tokens once
             out.tokens = [token] + (model.decode_greedy(token, n_steps - 1) if n_steps > 1 else [])
             n_steps = 0

@@ -99,6 +99,12 @@ class Model:
         self.pos += 1
         return nxt
 
+    @property
+    def queues_steps(self) -> bool:
+        """Whether decode_greedy queues its steps (the backend can), rather
+        than running decode_next a step at a time."""
+        return hasattr(self.backend, "decode_greedy")
+
     def decode_greedy(self, token: int, n: int) -> list[int]:
         """``n`` greedy steps from ``token``, each fed the one before's
         choice: the n choices, as ``decode_next`` a step at a time gives them.
