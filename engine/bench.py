@@ -122,14 +122,15 @@ def run_tg(model, n: int, start_token: int, tokens_out: list | None = None, cont
     tokens = []
     _sync(model)
     t0 = time.perf_counter()
-    for _ in range(n):
+    if tops_out is None:  # the steps queued back to back, their tokens read once (Model.decode_greedy)
+        tokens = model.decode_greedy(token, n)
+    for _ in range(n if tops_out is not None else 0):
         token = model.decode_next(token)  # reads the token back: synchronised
         tokens.append(token)
-        if tops_out is not None:
-            logits = model.decode_logits()
-            ids = np.argpartition(-logits, TOP_K)[:TOP_K]
-            ids = ids[np.argsort(-logits[ids], kind="stable")]
-            tops_out.append({"ids": [int(i) for i in ids], "logits": [float(logits[i]) for i in ids]})
+        logits = model.decode_logits()
+        ids = np.argpartition(-logits, TOP_K)[:TOP_K]
+        ids = ids[np.argsort(-logits[ids], kind="stable")]
+        tops_out.append({"ids": [int(i) for i in ids], "logits": [float(logits[i]) for i in ids]})
     dt = time.perf_counter() - t0
     if tokens_out is not None:
         tokens_out[:] = tokens
@@ -192,7 +193,9 @@ def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: 
         "settings": {"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": depth, "reps": reps, "warmup": 1, "seed": seed,
                      "n_ctx": model.n_ctx, "kv": "f16" if getattr(be, "kv_f16", False) else "f32",
                      "graphs": not getattr(be, "eager", True), "ubatch": be.ubatch,
-                     "pdl": bool(getattr(getattr(be, "dev", None), "pdl", False))},
+                     "pdl": bool(getattr(getattr(be, "dev", None), "pdl", False)),
+                     # tg's steps queued back to back, the tokens read once (Model.decode_greedy)
+                     "queued_steps": hasattr(be, "decode_greedy")},
         "host": platform.node(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **gpu_info(),

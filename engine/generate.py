@@ -49,7 +49,6 @@ def greedy(model, prompt_ids, n_steps: int, *, stop_at_eos: bool = False, keep_l
             f"{model.path}: prompt of {len(prompt_ids)} tokens + {n_steps} steps exceeds the context of {model.n_ctx} (n_ctx)")
     out = Generation(prompt_ids)
     model.reset()
-    step = 0
     try:
         t0 = time.perf_counter()
         logits = model.forward(prompt_ids)
@@ -57,6 +56,11 @@ def greedy(model, prompt_ids, n_steps: int, *, stop_at_eos: bool = False, keep_l
         eos = model.config.eos_token_id
         t0 = time.perf_counter()
         token = int(np.argmax(logits))
+        if (forced is None and not keep_logits and on_token is None and not stop_at_eos
+                and hasattr(model, "decode_greedy")):
+            # nothing to do between steps: queue them (Model.decode_greedy), read the tokens once
+            out.tokens = [token] + (model.decode_greedy(token, n_steps - 1) if n_steps > 1 else [])
+            n_steps = 0
         for step in range(n_steps):
             out.tokens.append(token)
             if keep_logits:
@@ -72,6 +76,6 @@ def greedy(model, prompt_ids, n_steps: int, *, stop_at_eos: bool = False, keep_l
             if keep_logits:
                 logits = model.decode_logits()
     except NonFiniteLogits as e:  # name the step the caller counts, not only the position
-        raise NonFiniteLogits(e.path, e.position, step + (e.position >= len(prompt_ids))) from None
+        raise NonFiniteLogits(e.path, e.position, e.position - len(prompt_ids) + 1) from None
     out.decode_s = time.perf_counter() - t0
     return out

@@ -99,6 +99,38 @@ class Model:
         self.pos += 1
         return nxt
 
+    @property
+    def queues_steps(self) -> bool:
+        """Whether decode_greedy queues its steps (the backend can), rather
+        than running decode_next a step at a time."""
+        return hasattr(self.backend, "decode_greedy")
+
+    def decode_greedy(self, token: int, n: int) -> list[int]:
+        """``n`` greedy steps from ``token``, each fed the one before's
+        choice: the n choices, as ``decode_next`` a step at a time gives them.
+        A backend that can queue the steps (CUDA: the graph's replays back to
+        back, the host reading the answers once) does; else one at a time."""
+        if n < 1:
+            raise AnvilError(f"decode_greedy: the number of steps must be at least 1, got {n}")
+        self._check([token])
+        if self.pos + n > self.n_ctx:
+            raise AnvilError(
+                f"{self.path}: {self.pos} cached + {n} new tokens exceed the context of {self.n_ctx} (n_ctx)")
+        steps = getattr(self.backend, "decode_greedy", None)
+        if steps is None:
+            out = []
+            for _ in range(n):
+                token = self.decode_next(token)
+                out.append(token)
+            return out
+        out = steps(self, int(token), self.pos, n)
+        for k, t in enumerate(out):
+            if t < 0:
+                self.pos += k
+                raise NonFiniteLogits(self.path, self.pos)
+        self.pos += n
+        return out
+
     def decode_logits(self) -> np.ndarray:
         """The logits (float32 ``[n_vocab]``) the last ``decode_next`` chose
         from (on the GPU: read from where the graph wrote them)."""

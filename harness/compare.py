@@ -63,6 +63,7 @@ class CaseResult:
     kls: list[float] = field(default_factory=list)
     margin_shifts: list[float] = field(default_factory=list)
     degenerate: str | None = None  # what was degenerate, if anything
+    queued: tuple[int, str] | None = None  # (step, what): queued steps' tokens not the step-by-step ones
 
     @property
     def max_logit_diff(self) -> float:
@@ -136,11 +137,14 @@ def compare_case(model, case: Case, runs: dict | None = None) -> CaseResult:
 
 def _compare_case(model, case: Case, n: int, runs: dict | None) -> CaseResult:
     key = (tuple(case.prompt_ids), n)
-    free = runs.get(key) if runs is not None else None
+    free, queued = runs.get(key, (None, None)) if runs is not None else (None, None)
     if free is None:
         free = greedy(model, case.prompt_ids, n, keep_logits=True)
+        # an engine that queues its greedy steps (Model.decode_greedy: tg and generate run so) must give the
+        # tokens it gives a step at a time, which is what the checks below judge
+        queued = greedy(model, case.prompt_ids, n).tokens if getattr(model, "queues_steps", False) else None
         if runs is not None:
-            runs[key] = free
+            runs[key] = free, queued
     matched = next((i for i, (a, b) in enumerate(zip(free.tokens, case.tokens)) if a != b), n)
     if matched == n:
         judged, mode = free, "exact"
@@ -160,4 +164,8 @@ def _compare_case(model, case: Case, n: int, runs: dict | None) -> CaseResult:
         out.kls.append(kl)
         out.margin_shifts.append(shift)
     out.degenerate = _degenerate(free, judged, case, getattr(model.config, "eos_token_id", None))
+    if queued is not None and queued != free.tokens:
+        i = next((i for i, (a, b) in enumerate(zip(queued, free.tokens)) if a != b), min(len(queued), len(free.tokens)))
+        got = f"token {queued[i]}" if i < len(queued) else "no token"
+        out.queued = (i, f"queued steps give {got} where a step at a time gives {free.tokens[i]}")
     return out

@@ -445,6 +445,9 @@ MUTANTS += [
            # the tiny models (GQA 2: splits of at least 64 keys) decode their short prompts in one split and
            # the long one in many; qwen3-8b (GQA 4: 32) has two splits in its short prompts' last steps
            first=("qwen3-8b",)),
+    Mutant("queued-history-shifted", "queued greedy steps (the decode graph's argmax keeping each answer for the "
+           "host to read once): the answer kept a row late", _any,
+           _kernel_source("argmax.cu", "history[*pos] = a;", "history[*pos + 1] = a;"), backends=("cuda",)),
 ]
 BY_NAME = {m.name: m for m in MUTANTS}
 

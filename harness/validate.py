@@ -15,7 +15,10 @@ when every step of every prompt passes every check of its gate
 - **kl**: the top-k KL divergence within ``kl``;
 - **margin**: the shift of llama.cpp's top-1/top-2 margin within ``margin``;
 - **degenerate**: no non-finite logits, no stop token at step 0, no short
-  repetition loop where llama.cpp has none.
+  repetition loop where llama.cpp has none;
+- **queued**: where the engine queues its greedy steps (CUDA: the graph
+  replayed back to back, as tg and generate run), the tokens are those of a
+  step at a time, which the checks above judge.
 
 Thresholds come from measurements that exclude the engine under test
 (``harness reference --variation``: llama.cpp against its own references
@@ -33,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from . import catalog, refs
 from .compare import CaseResult, compare_case
 
-CHECKS = ("drift", "logit", "kl", "margin", "degenerate")
+CHECKS = ("drift", "logit", "kl", "margin", "degenerate", "queued")
 
 
 @dataclass
@@ -112,7 +115,8 @@ class ModelResult:
                 "cases": [{"prompt": c.prompt[:80], "n_steps": c.n_steps, "matched": c.matched, "mode": c.mode,
                            "agreement": c.agreement, "flips": [asdict(f) for f in c.flips],
                            "max_logit_diff": c.max_logit_diff, "max_kl": c.max_kl,
-                           "max_margin_shift": c.max_margin_shift, "degenerate": c.degenerate}
+                           "max_margin_shift": c.max_margin_shift, "degenerate": c.degenerate,
+                           "queued": c.queued and c.queued[1]}
                           for c in self.cases]}
 
 
@@ -137,6 +141,8 @@ def judge(i: int, c: CaseResult, gate: catalog.Gate) -> list[Failure]:
     out = []
     if c.degenerate:
         out.append(Failure(i, None, "degenerate", c.degenerate))
+    if c.queued is not None:
+        out.append(Failure(i, c.queued[0], "queued", c.queued[1]))
     for f in c.flips:
         if not is_near_tie(f, gate.margin):
             out.append(Failure(i, f.step, "drift",

@@ -227,6 +227,54 @@ def test_non_finite_logits_stop_the_graph_decode_with_the_step(tmp_path):
     assert greedy(m, PROMPT, 6).tokens == clean
 
 
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama-f32"])
+def test_queued_greedy_steps_equal_step_by_step(name, engines):
+    """Model.decode_greedy queues the graph's replays and reads the tokens
+    once (argmax.cu history): the same tokens as decode_next a step at a
+    time, from a prompt and again from where it stopped; greedy() without
+    a callback takes it, with one steps."""
+    from engine.generate import greedy
+
+    m = engines(name)
+    queued = greedy(m, PROMPT, 40).tokens
+    assert queued == greedy(m, PROMPT, 40, on_token=lambda t: None).tokens
+    m.reset()
+    tok = int(np.argmax(m.forward(PROMPT)))
+    first = m.decode_greedy(tok, 10)
+    assert m.decode_greedy(first[-1], 5) == queued[11:16] and m.pos == len(PROMPT) + 15
+    assert first == queued[1:11]
+
+
+def test_queued_greedy_stops_at_non_finite_logits(tmp_path):
+    """A NaN met inside queued steps (the model's own choice's embedding row
+    is NaN) names its step and position, as a step at a time does; the steps
+    queued after it ran on token 0, read no row outside the table, and the
+    model decodes cleanly again after."""
+    import shutil
+
+    from gguf import GGUFReader
+
+    import engine
+    from engine.errors import NonFiniteLogits
+    from engine.generate import greedy
+
+    src = catalog.model_path("tiny-llama-f32", progress=False)
+    clean = greedy(engine.load(src, n_ctx=256, backend="cuda"), PROMPT, 8).tokens
+    bad = clean[3]  # fed at position len(PROMPT) + 3: decode step 4
+    assert bad not in PROMPT and bad not in clean[:3]
+    embd = next(t for t in GGUFReader(src).tensors if t.name == "token_embd.weight")
+    path = tmp_path / "nan-choice.gguf"
+    shutil.copyfile(src, path)
+    with open(path, "r+b") as f:
+        f.seek(int(embd.data_offset) + bad * int(embd.shape[0]) * 4)
+        f.write(np.float32(np.nan).tobytes())
+    m = engine.load(path, n_ctx=256, backend="cuda")
+    with pytest.raises(NonFiniteLogits, match=rf"at step 4 \(position {len(PROMPT) + 3}\)"):
+        greedy(m, PROMPT, 8)
+    assert m.pos == len(PROMPT) + 3
+    assert greedy(m, PROMPT, 3).tokens == clean[:3]
+
+
 def test_reset_clears_the_device_state(engines):
     """reset() zeroes every layer's keys and values on the device (memsets on
     the stream), and the next sequence decodes as before."""

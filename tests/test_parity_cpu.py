@@ -80,3 +80,28 @@ def test_prompts_exercise_every_path():
             ref = refs.for_entry(e, rset)
             longest = max(len(c.prompt_ids) for c in ref.cases)
             assert longest > max(widest, 1024), (name, rset, longest, widest)
+
+
+def test_decode_greedy_equals_decode_next_steps():
+    """Model.decode_greedy (n steps, each fed the one before's choice) gives
+    decode_next's tokens on a backend that cannot queue steps (NumPy), and
+    refuses n < 1 and steps past the context with one line each."""
+    import engine
+    from engine.errors import AnvilError
+    from harness import catalog
+
+    m = engine.load(catalog.model_path("tiny-qwen3", progress=False), n_ctx=32, backend="numpy")
+    m.reset()
+    tok = int(m.forward([1, 2, 3]).argmax())
+    queued = m.decode_greedy(tok, 6)
+    m.reset()
+    m.forward([1, 2, 3])
+    steps = []
+    for _ in range(6):
+        tok = m.decode_next(tok)
+        steps.append(tok)
+    assert queued == steps and m.pos == 9
+    with pytest.raises(AnvilError, match="at least 1, got 0"):
+        m.decode_greedy(tok, 0)
+    with pytest.raises(AnvilError, match="9 cached \\+ 24 new tokens exceed the context of 32"):
+        m.decode_greedy(tok, 24)

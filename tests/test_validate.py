@@ -378,3 +378,34 @@ def test_a_long_prompt_runs_in_micro_batches_to_the_same_logits(fresh_model):
     fresh_model.forward(prompt[:700])
     parts = fresh_model.forward(prompt[700:])
     assert np.abs(whole - parts).max() < 1e-4
+
+
+def test_queued_steps_that_differ_from_a_step_at_a_time_fail():
+    """An engine that queues its greedy steps (Model.queues_steps) is held to
+    its own step-by-step tokens: the queued check fails at the first step
+    where they differ, and only there; a model that does not queue is not
+    asked."""
+    e = catalog.Entry("m", "synth", "cpu", "", "llama")
+    gate = catalog.Gate(margin=0.1, logit=0.05, kl=1e-4)
+    ref = types.SimpleNamespace(cases=[_case(_ref_logits)])
+
+    class Queued(_Scripted):
+        queues_steps = True
+
+        def __init__(self, fn, wrong_at=None):
+            super().__init__(fn)
+            self.wrong_at = wrong_at
+
+        def decode_greedy(self, token, n):
+            out = [self.decode_next(token)]
+            while len(out) < n:
+                out.append(self.decode_next(out[-1]))
+            if self.wrong_at is not None:
+                out[self.wrong_at] = (out[self.wrong_at] + 1) % 8
+            return out
+
+    assert validate.validate_model(Queued(_ref_logits), e, ref, "cuda", gate=gate).passed
+    r = validate.validate_model(Queued(_ref_logits, wrong_at=4), e, ref, "cuda", gate=gate)
+    assert [(f.check, f.step) for f in r.failures] == [("queued", 5)]  # decode_greedy's 4th answer: step 5
+    assert "queued steps give token" in r.failures[0].detail and r.to_json()["cases"][0]["queued"]
+    assert validate.validate_model(_Scripted(_ref_logits), e, ref, "numpy", gate=gate).passed

@@ -70,24 +70,29 @@ __device__ __forceinline__ bool scan(const float* x, int begin, int end, float& 
 }
 
 // The answer of a block's reduced (bv, bi) with every read finite or not, into
-// *out, fed back into the decode step's inputs when given (thread 0).
-__device__ __forceinline__ void answer(bool finite, int bi, int* out, int* token, int* pos) {
+// *out, fed back into the decode step's inputs when given (thread 0), and
+// kept in history[pos] where given: steps replayed back to back without the
+// host reading each answer (Backend.decode_greedy) leave their tokens there.
+// A NON_FINITE answer feeds token 0, a row the next queued step can read;
+// the host raises at the -1 it finds in out or history.
+__device__ __forceinline__ void answer(bool finite, int bi, int* out, int* token, int* pos, int* history) {
     if (threadIdx.x != 0) return;
     const int a = !finite ? NON_FINITE : bi == NO_INDEX ? 0 : bi;
     *out = a;
     if (token != nullptr) {
-        *token = a;
+        if (history != nullptr) history[*pos] = a;
+        *token = a < 0 ? 0 : a;
         *pos += 1;
     }
 }
 
-extern "C" __global__ void argmax(const float* x, int n, int* out, int* token, int* pos) {
+extern "C" __global__ void argmax(const float* x, int n, int* out, int* token, int* pos, int* history) {
     KERNEL_START();
     float bv;
     int bi;
     const bool finite = __syncthreads_and(scan(x, 0, n, bv, bi));
     block_argmax(bv, bi);
-    answer(finite, bi, out, token, pos);
+    answer(finite, bi, out, token, pos, history);
 }
 
 // Block b takes the contiguous slice [b*chunk, (b+1)*chunk) into its partial;
@@ -95,7 +100,7 @@ extern "C" __global__ void argmax(const float* x, int n, int* out, int* token, i
 // gridDim.x partials (indices compared explicitly, so their order does not
 // matter) and returns the ticket to 0.
 extern "C" __global__ void argmax_blocks(const float* x, int n, float* part_val, int* part_idx, unsigned* ticket,
-                                         int* out, int* token, int* pos) {
+                                         int* out, int* token, int* pos, int* history) {
     KERNEL_START();
     const int chunk = (n + gridDim.x - 1) / gridDim.x;
     const int begin = blockIdx.x * chunk;
@@ -119,6 +124,6 @@ extern "C" __global__ void argmax_blocks(const float* x, int n, float* part_val,
     }
     all_finite = __syncthreads_and(all_finite);
     block_argmax(bv, bi);
-    answer(all_finite, bi, out, token, pos);
+    answer(all_finite, bi, out, token, pos, history);
     if (threadIdx.x == 0) *ticket = 0;  // for the next launch
 }

@@ -724,6 +724,7 @@ class Backend:
         self.token = self.dev.empty((1,), np.int32)
         self.pos = self.dev.empty((1,), np.int32)
         self.next_token = self.dev.empty((1,), np.int32)
+        self.history = self.dev.empty((n_ctx,), np.int32)  # the step at position p's answer (decode_greedy)
         self.graph = None
         self.logits: DArray | None = None  # the decode step's logits: a fixed workspace address, replay after replay
         self._device_state = None  # (token, pos) the buffers hold for the next step
@@ -826,8 +827,34 @@ class Backend:
             if not self.eager:
                 self.graph = self.dev.capture(lambda: self._decode_body(model))
         nxt = int(self.dev.download(self.next_token)[0])
-        self._device_state = (nxt, pos + 1)
+        self._device_state = (max(nxt, 0), pos + 1)  # a non-finite answer (-1) feeds token 0 (argmax.cu)
         return nxt
+
+    def decode_greedy(self, model, token: int, pos: int, n: int) -> list[int]:
+        """``n`` greedy steps from ``token`` at ``pos``, each fed the one
+        before's answer: the answers, -1 where a logit was not finite.
+
+        The graph's argmax feeds its answer back and keeps it in ``history``,
+        so the replays go to the stream back to back and the host reads the
+        n answers once, after the last: the GPU never waits on the host's
+        turn between steps (reading a token, launching the next replay), as
+        it does with ``decode_next`` a step at a time. The steps and their
+        tokens are decode_next's. After a non-finite answer the queued steps
+        run on token 0; their answers are not the caller's."""
+        first = self.decode_next(model, token, pos)  # captures the graph on the first step
+        if n == 1 or first < 0 or self.graph is None or self.eager:
+            out = [first]
+            for k in range(1, n if first >= 0 else 1):
+                out.append(self.decode_next(model, out[-1], pos + k))
+                if out[-1] < 0:
+                    break
+            return out
+        for _ in range(n - 1):
+            self.dev.replay(self.graph)
+        answers = self.dev.download(DArray(self.history.ptr + 4 * (pos + 1), (n - 1,), np.dtype(np.int32), self.dev))
+        out = [first, *(int(a) for a in answers)]
+        self._device_state = (max(out[-1], 0), pos + n)
+        return out
 
     def decode_logits(self) -> np.ndarray:
         return self.dev.download(self.logits).reshape(-1)
@@ -837,4 +864,5 @@ class Backend:
         self.workspace.reset()
         self.logits = model.run(self.token, Positions(self.pos, 1))
         # the greedy choice, fed back as the next replay's token and position
-        launchers.argmax.argmax(self.dev, self.logits, self.next_token, feed=(self.token, self.pos))
+        launchers.argmax.argmax(self.dev, self.logits, self.next_token, feed=(self.token, self.pos),
+                                history=self.history)
