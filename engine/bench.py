@@ -124,13 +124,14 @@ def run_tg(model, n: int, start_token: int, tokens_out: list | None = None, cont
     t0 = time.perf_counter()
     if tops_out is None:  # the steps queued back to back, their tokens read once (Model.decode_greedy)
         tokens = model.decode_greedy(token, n)
-    for _ in range(n if tops_out is not None else 0):
-        token = model.decode_next(token)  # reads the token back: synchronised
-        tokens.append(token)
-        logits = model.decode_logits()
-        ids = np.argpartition(-logits, TOP_K)[:TOP_K]
-        ids = ids[np.argsort(-logits[ids], kind="stable")]
-        tops_out.append({"ids": [int(i) for i in ids], "logits": [float(logits[i]) for i in ids]})
+    else:
+        for _ in range(n):
+            token = model.decode_next(token)  # reads the token back: synchronised
+            tokens.append(token)
+            logits = model.decode_logits()
+            ids = np.argpartition(-logits, TOP_K)[:TOP_K]
+            ids = ids[np.argsort(-logits[ids], kind="stable")]
+            tops_out.append({"ids": [int(i) for i in ids], "logits": [float(logits[i]) for i in ids]})
     dt = time.perf_counter() - t0
     if tokens_out is not None:
         tokens_out[:] = tokens
