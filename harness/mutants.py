@@ -445,6 +445,10 @@ MUTANTS += [
            # the tiny models (GQA 2: splits of at least 64 keys) decode their short prompts in one split and
            # the long one in many; qwen3-8b (GQA 4: 32) has two splits in its short prompts' last steps
            first=("qwen3-8b",)),
+    # a GEMV of the same input as the launch before it runs beside it (gemv.cuh GEMV_LATE_WAIT): only there
+    Mutant("late-wait-everywhere", "decode GEMVs: every GEMV reads its input before the kernel that writes it "
+           "has ended (the late wait of a projection beside another of its input, taken everywhere)", _any,
+           _kernel_source("gemv.cuh", "#define GEMV_LATE_WAIT 0", "#define GEMV_LATE_WAIT 1"), backends=("cuda",)),
     Mutant("queued-history-shifted", "queued greedy steps (the decode graph's argmax keeping each answer for the "
            "host to read once): the answer kept a row late", _any,
            _kernel_source("argmax.cu", "history[*pos] = a;", "history[*pos + 1] = a;"), backends=("cuda",)),

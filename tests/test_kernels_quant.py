@@ -112,6 +112,15 @@ def test_gemv_norm_compiles(defines):
             assert f"{name}\0".encode() in cubin, f"gemv.cu does not export {name} with {defines}"
 
 
+@pytest.mark.parametrize("defines", [{"GEMV_ROWS": 16, "GEMV_BULK": 1, "GEMV_PASSES": 1}, {"GEMV_ROWS": 4}])
+def test_gemv_late_wait_compiles(defines):
+    """The GEMVs that wait for the kernel before them only at their end
+    (GEMV_LATE_WAIT), bulk and per-warp."""
+    cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_XQ": 1, **defines, "GEMV_LATE_WAIT": 1})
+    for t in TYPES:
+        assert f"gemv_{suffix(t)}\0".encode() in cubin, f"gemv.cu does not export gemv_{suffix(t)} with {defines}"
+
+
 def test_dequant_compiles():
     cubin = nvrtc.compile_cubin("dequant.cu", "sm_90")
     for t in TYPES:
@@ -417,3 +426,32 @@ def test_gemv_norm(dev, t, xq, bulk):
             i = int(np.argmax(bad))
             pytest.fail(f"gemv norm {t.name} [{n_out} x {n_in}] rows={rows} glu={glu} xq={xq} bulk={bulk} "
                         f"(seed {SEED}): {int(bad.sum())} of {n_out} off, first {i}: {got[i]!r} vs {ref[i]!r}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "warp"])
+def test_gemv_overlap_beside_the_gemv_before(dev, bulk):
+    """Two GEMVs of one x, the second launched with overlap= (it waits for
+    the first only at its end), then a third GEMV reading the first's
+    output: every output has the bits of the three launched plainly, launch
+    after launch (the third's wait covers both)."""
+    g = rng("gemv_overlap", bulk)
+    n_in, n_a, n_b = 4096, 5120, 1024
+    raw_a = gemv_bench.random_weights(g, QType.Q4_K, n_a, n_in)
+    raw_b = gemv_bench.random_weights(g, QType.Q6_K, n_b, n_in)
+    raw_c = gemv_bench.random_weights(g, QType.Q4_K, 256, n_a)
+    W_a, W_b, W_c = dev.upload(raw_a), dev.upload(raw_b), dev.upload(raw_c)
+    x = dev.upload(g.standard_normal(n_in, dtype=np.float32))
+    runs = []
+    for overlap in (False, True, False, True):
+        ya, yb, yc = (dev.empty((n,), np.float32) for n in (n_a, n_b, 256))
+        for y in (ya, yb, yc):
+            dev.fill(y, 0xFF)
+        gemv.gemv(dev, W_a, QType.Q4_K, x, ya, n_in, n_a, bulk=bulk)
+        gemv.gemv(dev, W_b, QType.Q6_K, x, yb, n_in, n_b, bulk=bulk, overlap=overlap)
+        gemv.gemv(dev, W_c, QType.Q4_K, ya, yc, n_a, 256, bulk=bulk)
+        runs.append([y.numpy() for y in (ya, yb, yc)])
+    for got in runs[1:]:
+        for name, a, b in zip("abc", runs[0], got):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"output {name} differs (seed {SEED})"
+

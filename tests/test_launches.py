@@ -377,3 +377,35 @@ def test_prefill_graphs_are_kept_per_length_up_to_four_and_the_full_micro_batch(
         m.forward(list(np.arange(n) % 1000 + 1))
     assert sorted(m.backend.pf_graphs) == [512, 600, 700, 800, 4096]
     assert len(captured) == 5 and replayed == [m.backend.pf_graphs[600].graph]
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-gemma3"])
+def test_later_projections_of_one_input_run_beside_the_first(name, monkeypatch):
+    """A decode ``matmuls`` whose weights take several launches (Q4_K_M: Q/K
+    stacked, then V in Q6_K) launches each after the first with
+    GEMV_LATE_WAIT (launchers/gemv.py overlap=): it reads the same x and
+    waits for the launch before only at its end. The first launch, every
+    other GEMV and prefill wait as always; OVERLAP_RUNS off, none does."""
+    import engine.backends.cuda as cuda_backend
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    def step(on):
+        monkeypatch.setattr(cuda_backend, "OVERLAP_RUNS", on)
+        dev = RecordingDevice()
+        m = Model(_path(name), backend="cuda", eager=True, device=dev, cublas=RecordingCublas())
+        m.forward(list(range(1, 9)))
+        first = len(dev.launches)
+        m.decode_next(4)
+        return m, [k for k, *_ in dev.launches[first:]], [k for k, *_ in dev.launches[:first]]
+
+    m, launches, prefill = step(True)
+    late = [i for i, k in enumerate(launches) if k.defines.get("GEMV_LATE_WAIT")]
+    assert late and not any(k.defines.get("GEMV_LATE_WAIT") for k in prefill)
+    for i in late:  # right after a GEMV of the same step's attention input, never first
+        assert launches[i][1].startswith("gemv_") and launches[i - 1][1].startswith("gemv_")
+        assert not launches[i - 1].defines.get("GEMV_LATE_WAIT")
+    assert len(late) == sum(1 for il in range(m.config.n_layer)
+                            if len({m.layers[il].wq.qtype, m.layers[il].wk.qtype, m.layers[il].wv.qtype}) > 1)
+    _, unlaunched, _ = step(False)
+    assert len(unlaunched) == len(launches) and not any(k.defines.get("GEMV_LATE_WAIT") for k in unlaunched)

@@ -12,6 +12,9 @@
 // with eps), formed as the GEMV reads x (gemv.cuh XNormed); else nw and eps
 // are not read.
 //
+// With GEMV_LATE_WAIT=1 the kernel does not wait for the one before it until
+// its end (gemv.cuh): for a GEMV launched right after another of the same x.
+//
 // y may alias add (bias or fused residual add: each y[r] is read, then
 // written, by one thread); y must not alias x. The layout, the types and the
 // per-warp machinery are gemv.cuh's.

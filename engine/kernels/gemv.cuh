@@ -57,6 +57,15 @@
 #ifndef GEMV_NORM
 #define GEMV_NORM 0  // x RMS-normed as the GEMV reads it (XNormed; launchers/gemv.py norm=)
 #endif
+#ifndef GEMV_LATE_WAIT
+// 1: the kernel before this one writes nothing this one reads (another GEMV of
+// the same input, launchers/gemv.py overlap=): this one starts its work at
+// once, beside it, and waits for it only at its end, so that the kernel after
+// this one still finds both done (its wait is on this one). x is complete
+// already: this kernel is launched only once the one before it has passed
+// its own wait, which is on the kernel that wrote x.
+#define GEMV_LATE_WAIT 0
+#endif
 #ifndef GEMV_XQ
 #define GEMV_XQ 1  // int8 activations for block-type weights (0: fp32, the *8-less structs)
 #endif
@@ -807,6 +816,15 @@ __device__ __forceinline__ float norm_total(const float* red_ss, int n_warps, in
     return rsqrtf(t / (float)n_in + eps);
 }
 
+// GEMV_LATE_WAIT: the block's work is done; the next kernel may launch, and this
+// one ends only after the kernel before it (so the next one's wait covers both).
+__device__ __forceinline__ void late_wait() {
+    if (GEMV_LATE_WAIT) {
+        pdl_launch_next();
+        pdl_wait();
+    }
+}
+
 template <class Q, class Act = NoAct>
 __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const float* __restrict__ x, float* y,
                                           const float* add, int n_in, int n_out, const float* __restrict__ nw,
@@ -835,8 +853,10 @@ __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const f
     // The first step's weights are requested before waiting for the previous
     // kernel (common.cuh, PDL).
     if (g < groups) stage_rows<Q>(buf, rows(g), first, U, lane);
-    pdl_wait();
-    pdl_launch_next();
+    if (!GEMV_LATE_WAIT) {
+        pdl_wait();
+        pdl_launch_next();
+    }
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.0f;
@@ -875,6 +895,7 @@ __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const f
         g = ng;
         base = nb;
     }
+    late_wait();
 }
 
 // ---- the dense product streamed through bulk copies (sm_90; GEMV_BULK=1) -------------
@@ -978,8 +999,10 @@ __device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, co
         for (int k = 0; k < min(S, mine); k++) issue(k);  // weights only: before the previous kernel ends
     }
     __syncthreads();  // the barriers are initialised
-    pdl_wait();
-    pdl_launch_next();
+    if (!GEMV_LATE_WAIT) {
+        pdl_wait();
+        pdl_launch_next();
+    }
     typename Q::Xs xs[P];
     const int first = warp * 32 + lane;  // this lane's unit in pass 0; pass p adds p*NT
     float ss = 0.0f, scale = 1.0f;       // GEMV_NORM: the lane's sum of squares of x, then the block's 1/rms
@@ -1019,4 +1042,5 @@ __device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, co
         if (tid == 0 && k + S < mine) issue(k + S);
         group_out<Act, R, H>(red[parity], g, NT / 32, y, add, n_out, scale);
     }
+    late_wait();
 }

@@ -32,6 +32,9 @@ from .device import DArray, Device, Workspace
 # Prefill/decode switch: up to this many tokens the matrix-vector kernels
 # read the quantised weights directly; above it, dequantise + GEMM.
 GEMV_MAX_TOKENS = 1
+# Decode: of one input's projections in several launches (Q4_K_M's Q/K, then its Q6_K V), each launch
+# after the first runs beside the one before it (launchers/gemv.py overlap=). A test turns it off.
+OVERLAP_RUNS = True
 # Prefill: the norms and the GLU write their output in bf16 too, beside its fp32
 # values, and a GEMM reading that output takes the bf16 copy (the same bits
 # f32_to_bf16 would make), with no conversion launch. A test turns it off.
@@ -333,11 +336,14 @@ class Ops:
             j = len(weights)  # the longest stackable run from i
             while j > i + 1 and self._stack(weights[i:j], biases[i:j]) is False:
                 j -= 1
+            # a run after the first reads x, which the first's launch waited for, and writes its own
+            # output: it runs beside the launch before it (OVERLAP_RUNS)
+            overlap = OVERLAP_RUNS and i > 0
             if j == i + 1:
-                out.append(self._matmul(x, weights[i], biases[i], norm=norm))
+                out.append(self._matmul(x, weights[i], biases[i], norm=norm, overlap=overlap))
             else:
                 w, bias = self._stack(weights[i:j], biases[i:j])
-                y, start = self._matmul(x, w, bias, norm=norm), 0
+                y, start = self._matmul(x, w, bias, norm=norm, overlap=overlap), 0
                 for wi in weights[i:j]:
                     out.append(DArray(y.ptr + 4 * start, (1, wi.n_out), y.dtype, y.device))
                     start += wi.n_out
@@ -391,15 +397,16 @@ class Ops:
         return self._matmul(x, w, bias, add)
 
     def _matmul(self, x: DArray, w: QWeight, bias: DArray | None = None, add: DArray | None = None,
-                norm=None) -> DArray:
-        """``matmul``; ``norm`` as for ``_matmuls`` (a GEMV with at most one of bias and add)."""
+                norm=None, overlap: bool = False) -> DArray:
+        """``matmul``; ``norm`` as for ``_matmuls``, ``overlap`` as for launchers.gemv.gemv (a GEMV
+        with at most one of bias and add)."""
         T = x.shape[0]
         assert norm is None or (T <= GEMV_MAX_TOKENS and (bias is None or add is None)), "a folded norm is a GEMV's"
         if T <= GEMV_MAX_TOKENS and (bias is None or add is None):
             # the kernel adds one vector to its output: a bias or the residual
             y = self._empty((T, w.n_out))
             launchers.gemv.gemv(self.dev, w.data, w.qtype, x, y, w.n_in, w.n_out, add=bias if add is None else add,
-                                norm=norm)
+                                norm=norm, overlap=overlap)
             return y
         if add is not None and bias is None:  # the residual stream, updated in place by the GEMM's epilogue
             return self._gemms(x, (w,), (None,), into=add)[0]

@@ -156,11 +156,14 @@ def _bulk(dev: Device, bulk: bool | None) -> bool:
 
 def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: int,
          add: DArray | None = None, rows: int | None = None, xq: bool | None = None,
-         bulk: bool | None = None, norm: tuple[DArray, float] | None = None) -> None:
+         bulk: bool | None = None, norm: tuple[DArray, float] | None = None, overlap: bool = False) -> None:
     """y[r] = sum_c W[r][c] * x[c] (+ add[r]), r < n_out, c < n_in. ``add`` may be
     ``y`` itself (residual add); ``y`` must not alias ``x``. ``norm`` (w, eps):
     x is RMSNorm(x)·w (norm.rms_norm's), formed as the kernel reads x, one
-    launch instead of two. ``rows`` overrides
+    launch instead of two. ``overlap``: the launch before this one is a GEMV
+    of the same x (and writes nothing this one reads or writes): this one
+    runs beside it and waits for it only at its end (gemv.cuh
+    GEMV_LATE_WAIT). ``rows`` overrides
     the rows per block, ``xq`` False fp32 activations for every type (tests,
     tuning; default ``XQ``), ``bulk`` False gemv_impl's per-warp staging
     (default ``BULK`` on sm_90+). The grid is at most the blocks that stay
@@ -176,7 +179,10 @@ def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: 
     launch.aligned(x, "x")
     nw, eps = _norm_args(norm, n_in)
     name = f"gemv_{launch.TYPE_SUFFIX[qt]}"
-    fn = launch.function(dev, "gemv.cu", name, _defines(plan, xq, norm=norm is not None), shared=plan.shared)
+    defines = _defines(plan, xq, norm=norm is not None)
+    if overlap:
+        defines["GEMV_LATE_WAIT"] = 1
+    fn = launch.function(dev, "gemv.cu", name, defines, shared=plan.shared)
     blocks = min(plan.blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
     dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, launch.null_or(add), n_in, n_out, nw, eps),
                shared=plan.shared)
