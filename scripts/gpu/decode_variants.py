@@ -132,7 +132,8 @@ EDITS = {
     # GEMV's weight requests (the GLU's: up to 29 MB) then do not queue ahead of this one's x loads
     "gemv bulk: next kernel after its x": (
         "gemv.cuh",
-        ("    pdl_wait();\n    pdl_launch_next();\n    typename Q::Xs xs[P];\n", "    pdl_wait();\n    typename Q::Xs xs[P];\n"),
+        ("        pdl_wait();\n        pdl_launch_next();\n    }\n    typename Q::Xs xs[P];\n",
+         "        pdl_wait();\n    }\n    typename Q::Xs xs[P];\n"),
         ("            else Q::load_x(xs[p], x, first + p * NT);\n        }\n    }\n",
          "            else Q::load_x(xs[p], x, first + p * NT);\n        }\n    }\n    pdl_launch_next();\n")),
     # the step's argmax (the graph's last kernel): launched and waiting only; its scan's loads issued together;
@@ -164,8 +165,8 @@ EDITS = {
     "gemv bulk: weights after the wait": (
         "gemv.cuh",
         ("for (int k = 0; k < min(S, mine); k++) issue(k);  // weights only: before the previous kernel ends", ""),
-        ("    pdl_launch_next();\n    typename Q::Xs xs[P];",
-         "    pdl_launch_next();\n    if (tid == 0)\n        for (int k = 0; k < min(S, mine); k++) issue(k);\n"
+        ("        pdl_launch_next();\n    }\n    typename Q::Xs xs[P];",
+         "        pdl_launch_next();\n    }\n    if (tid == 0)\n        for (int k = 0; k < min(S, mine); k++) issue(k);\n"
          "    typename Q::Xs xs[P];")),
 }
 
