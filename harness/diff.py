@@ -126,7 +126,7 @@ class Tracer:
 
 def engine_tensors(model, tokens: list[int]) -> dict[str, np.ndarray]:
     """One traced prefill; the records under llama.cpp's names."""
-    # the operators themselves: the CUDA decode's folded norms (FoldedNorms) would leave outputs unwritten
+    # the operators themselves: the CUDA decode's folds (Folded: norms, heads) would leave outputs unwritten
     ops = model.ops
     tracer = Tracer(getattr(ops, "unfolded", ops), model.backend.to_host)
     model.ops = tracer

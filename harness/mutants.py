@@ -417,7 +417,7 @@ MUTANTS += [
            _kernel_source("gemv.cuh", "(GLU && p ? n_out : 0)", "(GLU && p ? n_out - 1 : 0)"), backends=("cuda",),
            # the tiny models' matrices are under the bulk kernel's 4 MB: a real shape shows it
            first=("qwen3-8b",)),
-    # the llama family's FFN norm, folded into the decode gate/up GEMV (FoldedNorms, gemv.cuh GEMV_NORM)
+    # the llama family's FFN norm, folded into the decode gate/up GEMV (Folded, gemv.cuh GEMV_NORM)
     Mutant("ffn-norm-fold-weight-dropped", "decode gate/up GEMV reading x through the folded FFN norm: the "
            "norm's weight not applied (x/rms only)", lambda c: c.arch in ("llama", "qwen2", "qwen3"),
            _kernel_source("gemv.cuh", "return make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);",

@@ -114,17 +114,19 @@ def test_prefill_bf16_copies_change_no_bit(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-gemma3"])
-def test_overlapped_projections_change_no_bit(name, monkeypatch):
+@pytest.mark.parametrize("switch", ["OVERLAP_RUNS", "HEADS_IN_GEMV"])
+def test_overlapped_projections_change_no_bit(name, switch, monkeypatch):
     """V's GEMV running beside the Q/K GEMV (OVERLAP_RUNS: it waits for it
-    only at its end) computes what it computes after it: graph decode's
-    logits have the same bits, step after step."""
+    only at its end) computes what it computes after it, and the Q/K heads
+    it forms after that wait (HEADS_IN_GEMV) are those of their own launch:
+    graph decode's logits have the same bits, step after step."""
     import engine.backends.cuda as cuda_backend
     from engine.model import Model
 
     path = catalog.model_path(name, progress=False)
     runs = []
     for on in (True, False):
-        monkeypatch.setattr(cuda_backend, "OVERLAP_RUNS", on)
+        monkeypatch.setattr(cuda_backend, switch, on)
         m = Model(path, backend="cuda", n_ctx=256)
         m.forward(PROMPT[:-1])
         token, steps = PROMPT[-1], []

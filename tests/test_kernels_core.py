@@ -25,11 +25,12 @@ import numpy as np
 import pytest
 
 from engine.backends.cuda import compile as nvrtc
-from engine.backends.cuda.launchers import argmax, attention, deltanet, elementwise, norm, rope
+from engine.backends.cuda.launchers import argmax, attention, deltanet, elementwise, gemv, norm, rope
 from engine.backends.cuda.recording import RecordingDevice
 from engine.backends.numpy import ops
 from engine.config import ROPE_NEOX, ROPE_NORM
 from engine.errors import AnvilError
+from engine.quants import QType
 
 SEED = int(os.environ.get("ANVIL_KERNELS_SEED", secrets.randbelow(2**32)))
 
@@ -110,12 +111,25 @@ def kernel_signatures() -> dict[tuple[str, str], list[str]]:
     out = {}
     for name in list(KERNELS) + ["attention.cu"]:
         for fn, params in sig.findall((nvrtc.KERNELS_DIR / name).read_text()):
-            kinds = []
-            for p in params.split(","):
-                p = p.strip()
-                kinds.append("ptr" if "*" in p else "int" if p.startswith("int") else "float")
-            out[(name, fn)] = kinds
+            out[(name, fn)] = param_kinds(params)
     return out
+
+
+def param_kinds(params: str) -> list[str]:
+    """'ptr', 'int' or 'float' for each parameter of a declaration, the headers'
+    ``*_PARAMS`` macros (rope.cuh QK_HEADS_PARAMS) expanded."""
+    macros = {}
+    for h in nvrtc.KERNELS_DIR.glob("*.cuh"):
+        text = h.read_text().replace("\\\n", " ")
+        macros.update(re.findall(r"^#define (\w+_PARAMS)\s+(.*)$", text, re.M))
+    kinds = []
+    for p in params.split(","):
+        p = p.strip()
+        if p in macros:
+            kinds += param_kinds(macros[p])
+        else:
+            kinds.append("ptr" if "*" in p else "int" if p.startswith("int") else "float")
+    return kinds
 
 
 def test_launchers_match_kernels():
@@ -137,8 +151,8 @@ def test_launchers_match_kernels():
     rope.rope(fd, fd.empty((T, H, D)), pos, ROPE_NEOX, D, 1e6)
     rope.rope(fd, fd.empty((T, H, D)), pos, ROPE_NORM, D, 5e5, 1.0, fd.empty((D // 2,)))
     for rt in (ROPE_NEOX, ROPE_NORM):
-        rope.qk_norm_rope(fd, fd.empty((T, H, D)), fd.empty((T, Hkv, D)), pos, rt, D // 2, 1e6, 1.0, None,
-                          fd.empty((D,)), fd.empty((D,)), 1e-6)
+        rope.qk_norm_rope(fd, rope.Heads(fd.empty((T, H, D)), fd.empty((T, Hkv, D)), pos, rt, D // 2, 1e6, 1.0,
+                                         None, fd.empty((D,)), fd.empty((D,)), 1e-6))
     for dt, hd in ((f16, 128), (f32, 256), (f16, 64), (f16, 512), (f16, 256)):
         kc, vc = fd.empty((4096, Hkv, hd), dt), fd.empty((4096, Hkv, hd), dt)
         attention.kv_store(fd, fd.empty((T, Hkv * hd)), fd.empty((T, Hkv * hd)), kc, vc, pos)
@@ -169,6 +183,14 @@ def test_launchers_match_kernels():
     elementwise.mul_gather(fd, fd.empty((T, 8)), fd.empty((T, 8), i32), fd.empty((128,)), fd.empty((T, 8)))
     argmax.argmax(fd, fd.empty((1000,)), fd.empty((1,), i32))
     argmax.argmax(fd, fd.empty((151936,)), fd.empty((1,), i32))
+    # the GEMV that forms the heads after its wait (gemv.cu's kernels are macro-made: its declaration here)
+    qk = rope.Heads(fd.empty((1, H, D)), fd.empty((1, Hkv, D)), pos, ROPE_NEOX, D, 1e6)
+    gemv.gemv(fd, fd.empty((1024 * 4096 // 256 * 210,), np.uint8), QType.Q6_K, fd.empty((1, 4096)),
+              fd.empty((1, 1024)), 4096, 1024, overlap=True, heads=qk)
+    fn, grid, block, shared, kinds = fd.launches.pop()
+    assert fn == ("gemv.cu", "gemv_heads_q6_k") and grid[0] * block[0] // 32 >= H + Hkv
+    assert kinds == param_kinds("const void* W, const float* x, float* y, const float* add, int n_in, int n_out, "
+                                "const float* nw, float eps, QK_HEADS_PARAMS")
 
     launched = {fn for fn, *_ in fd.launches}
     assert launched == set(sigs), f"not launched: {set(sigs) - launched}"
@@ -451,8 +473,8 @@ def test_qk_norm_rope(dev, rope_type, T, p0, H, Hkv, D, n_rot, ff):
         fdiv = np.array([1.0] * 64 + [1e30] * 192, np.float32)
     base, scale, eps = 1e6, 1.0, 1e-6
     dq, dk = dev.upload(q), dev.upload(k)
-    rope.qk_norm_rope(dev, dq, dk, dev.upload(pos), rope_type, n_rot, base, scale,
-                      dev.upload(fdiv) if ff else None, dev.upload(qw), dev.upload(kw), eps)
+    rope.qk_norm_rope(dev, rope.Heads(dq, dk, dev.upload(pos), rope_type, n_rot, base, scale,
+                                      dev.upload(fdiv) if ff else None, dev.upload(qw), dev.upload(kw), eps))
     rotation = (*ops.rope_angles(pos, n_rot, base, scale, fdiv), rope_type)
     for name, got, x, w in (("q", dq.numpy(), q, qw), ("k", dk.numpy(), k, kw)):
         xn = ops.rms_norm(x, w, eps)

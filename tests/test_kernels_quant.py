@@ -121,6 +121,18 @@ def test_gemv_late_wait_compiles(defines):
         assert f"gemv_{suffix(t)}\0".encode() in cubin, f"gemv.cu does not export gemv_{suffix(t)} with {defines}"
 
 
+@pytest.mark.parametrize("defines", [{"GEMV_ROWS": 4, "GEMV_HEADS": 1}, {"GEMV_ROWS": 4, "GEMV_HEADS": 2},
+                                     {"GEMV_ROWS": 16, "GEMV_BULK": 1, "GEMV_PASSES": 1, "GEMV_HEADS": 2}])
+def test_gemv_heads_compiles(defines):
+    """The GEMVs that form the Q/K heads after their late wait (GEMV_HEADS,
+    NORM and NEOX pairs), bulk and per-warp; and none without the late wait."""
+    cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_XQ": 1, **defines, "GEMV_LATE_WAIT": 1})
+    for t in TYPES:
+        assert f"gemv_heads_{suffix(t)}\0".encode() in cubin, f"gemv.cu does not export gemv_heads_{suffix(t)}"
+    with pytest.raises(AnvilError, match="GEMV_HEADS forms the heads after the late wait"):
+        nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_XQ": 1, **defines})
+
+
 def test_dequant_compiles():
     cubin = nvrtc.compile_cubin("dequant.cu", "sm_90")
     for t in TYPES:
@@ -455,3 +467,45 @@ def test_gemv_overlap_beside_the_gemv_before(dev, bulk):
         for name, a, b in zip("abc", runs[0], got):
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"output {name} differs (seed {SEED})"
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "warp"])
+@pytest.mark.parametrize("rope_type,n_rot,normed,ff", [
+    ("neox", 128, True, False),   # qwen3
+    ("norm", 128, False, True),   # llama3: RoPE only, frequency divisors
+    ("neox", 64, True, False),    # partial rotation: the dims past n_rot normalised only
+])
+def test_gemv_heads_equal_their_own_launch(dev, bulk, rope_type, n_rot, normed, ff):
+    """V's GEMV launched beside the Q/K GEMV, forming the Q/K heads after its
+    wait (heads=), writes the bits of V's plain GEMV followed by the
+    qk_norm_rope (or rope) launch it replaces: the same arithmetic (rope.cuh
+    qk_head), one launch less."""
+    from engine.backends.cuda.launchers import rope
+
+    g = rng("gemv_heads", bulk, rope_type, n_rot, normed)
+    n_in, H, Hkv, D = 4096, 32, 8, 128
+    n_qk = (H + Hkv) * D
+    # V of 8 MB on the bulk path (the 8B shapes' 3.4 MB V stays per-warp)
+    n_v = 2 * gemv.BULK_MIN_BYTES // row_bytes(QType.Q6_K, n_in) if bulk else Hkv * D
+    W_qk = dev.upload(gemv_bench.random_weights(g, QType.Q4_K, n_qk, n_in))
+    W_v = dev.upload(gemv_bench.random_weights(g, QType.Q6_K, n_v, n_in))
+    x = dev.upload(g.standard_normal(n_in, dtype=np.float32))
+    pos = dev.upload(np.array([3001], np.int32))
+    q_w, k_w = (dev.upload((g.standard_normal(D) * 0.3 + 1).astype(np.float32)) if normed else None for _ in "qk")
+    fdiv = dev.upload(g.uniform(1.0, 8.0, n_rot // 2).astype(np.float32)) if ff else None
+    runs = []
+    for fold in (False, True, False, True):
+        yqk, yv = dev.empty((n_qk,), np.float32), dev.empty((n_v,), np.float32)
+        heads = rope.Heads(yqk.rows(0, H * D).reshape(1, H, D), yqk.rows(H * D, n_qk).reshape(1, Hkv, D),
+                           pos, rope_type, n_rot, 1e6, 1.0, fdiv, q_w, k_w, 1e-6 if normed else 0.0)
+        gemv.gemv(dev, W_qk, QType.Q4_K, x, yqk, n_in, n_qk, bulk=bulk)
+        gemv.gemv(dev, W_v, QType.Q6_K, x, yv, n_in, n_v, bulk=bulk, overlap=True, heads=heads if fold else None)
+        if not fold and normed:
+            rope.qk_norm_rope(dev, heads)
+        elif not fold:
+            rope.rope(dev, yqk.reshape(1, H + Hkv, D), pos, rope_type, n_rot, 1e6, 1.0, fdiv)
+        runs.append([y.numpy() for y in (yqk, yv)])
+    for got in runs[1:]:
+        for name, a, b in zip(("q/k", "v"), runs[0], got):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{name} differs (seed {SEED})"

@@ -28,9 +28,10 @@ def test_the_command_counts_a_step(capsys):
     assert out["launches_per_token"] == sum(out["kernels"].values()) and out["n_layer"] == 4
     # per layer: the Q/K norm with RoPE and the attention itself; the residual
     # adds inside the Wo and W_down GEMVs, so two plain norms (and the output norm) ...
-    for kernel in ("qk_norm_rope_neox", "attention_decode"):
-        assert out["kernels"][kernel] == 4, kernel
-    # (the FFN norm is the gate/up GEMV's own: FoldedNorms)
+    # (in the layers with a V GEMV of its own, that GEMV forms the heads: Folded)
+    assert out["kernels"]["attention_decode"] == 4
+    assert out["kernels"]["qk_norm_rope_neox"] + out["kernels"]["gemv_heads_q6_k"] == 4
+    # (the FFN norm is the gate/up GEMV's own: Folded)
     assert out["kernels"]["rms_norm"] == 4 + 1 and "add_rms_norm" not in out["kernels"]
     # ... and once a step: the argmax, which also advances the graph's own inputs (token, position)
     assert out["kernels"]["argmax_blocks"] == 1 and "advance" not in out["kernels"]
@@ -242,11 +243,18 @@ def test_decode_ffn_norm_folds_into_gate_up(name):
     if llama or m.config.arch == "qwen35":  # (dense qwen35: after either mixer)
         assert counts["add_rms_norm"] == 0, counts
         # (gate and up not stored back to back: two GEMVs, each carrying it, then the GLU kernel)
-        carried = {args[-2].ptr for k, args in launched if k.startswith("gemv") and hasattr(args[-2], "ptr")}
+        carried = {_norm_weight(k, args).ptr for k, args in launched if _norm_weight(k, args)}
         assert carried == {m.layers[i].ffn_norm.ptr for i in range(n_layer)}, "gate/up should carry the FFN norms"
     else:
-        assert not any(k.startswith("gemv") and hasattr(args[-2], "ptr") for k, args in launched), \
-            "no GEMV of this family should carry a norm"
+        assert not any(_norm_weight(k, args) for k, args in launched), "no GEMV of this family should carry a norm"
+
+
+def _norm_weight(kernel: str, args):
+    """The norm weight a GEMV launch carries (gemv.cu: nw), or None."""
+    if not kernel.startswith("gemv"):
+        return None
+    nw = args[5 if kernel.startswith("gemv_glu") else 6]
+    return nw if hasattr(nw, "ptr") else None
 
 
 def test_a_folded_norm_read_later_is_an_error():
@@ -282,7 +290,7 @@ def test_diff_traces_every_norm():
     """harness diff traces the operators themselves (every norm launched, so
     every traced output is written), and leaves the model's folded ones in
     place after."""
-    from engine.backends.cuda import FoldedNorms
+    from engine.backends.cuda import Folded
     from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
     from engine.model import Model
     from harness import diff
@@ -292,7 +300,7 @@ def test_diff_traces_every_norm():
     first = len(dev.launches)
     diff.engine_tensors(m, [1, 2, 3])
     counts = Counter(k for (_, k), *_ in dev.launches[first:])
-    assert counts["rms_norm"] == 2 * m.config.n_layer + 1 and isinstance(m.ops, FoldedNorms), counts
+    assert counts["rms_norm"] == 2 * m.config.n_layer + 1 and isinstance(m.ops, Folded), counts
 
 
 def test_a_long_prompt_runs_in_the_backends_micro_batches(monkeypatch):
@@ -407,5 +415,86 @@ def test_later_projections_of_one_input_run_beside_the_first(name, monkeypatch):
         assert not launches[i - 1].defines.get("GEMV_LATE_WAIT")
     assert len(late) == sum(1 for il in range(m.config.n_layer)
                             if len({m.layers[il].wq.qtype, m.layers[il].wk.qtype, m.layers[il].wv.qtype}) > 1)
-    _, unlaunched, _ = step(False)
-    assert len(unlaunched) == len(launches) and not any(k.defines.get("GEMV_LATE_WAIT") for k in unlaunched)
+    _, unlaunched, _ = step(False)  # (and the heads their own launch in every layer: len(late) more)
+    assert len(unlaunched) == len(launches) + len(late)
+    assert not any(k.defines.get("GEMV_LATE_WAIT") for k in unlaunched)
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama", "tiny-qwen2", "tiny-gemma3"])
+def test_the_v_gemv_forms_the_heads(name, monkeypatch):
+    """A decode step's layers whose V is a GEMV launch of its own (another
+    type than Q/K) launch no qk_norm_rope or rope: the V GEMV, beside the
+    Q/K GEMV, forms the heads after its wait (gemv.cu GEMV_HEADS), given the
+    Q/K GEMV's outputs and (qwen3, gemma3) the norm weights. The other
+    layers launch them as before; with HEADS_IN_GEMV off, every layer does."""
+    import engine.backends.cuda as cuda_backend
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    def step():
+        dev = RecordingDevice()
+        m = Model(_path(name), backend="cuda", eager=True, device=dev, cublas=RecordingCublas())
+        m.forward([1, 2, 3])
+        first = len(dev.launches)
+        launched, launch = [], dev.launch
+
+        def spy(fn, grid, block, args, shared=0):
+            launched.append((fn[1], args))
+            return launch(fn, grid, block, args, shared)
+
+        dev.launch = spy
+        m.decode_next(4)
+        return m, launched
+
+    m, launched = step()
+    cfg = m.config
+    apart = [i for i, w in enumerate(m.layers)
+             if cuda_backend._stack((w.wq, w.wk, w.wv), (w.bq, w.bk, w.bv)) is False]
+    assert apart, f"{name}: no layer with a V GEMV of its own to test"
+    formed = [(i, args) for i, (k, args) in enumerate(launched) if k.startswith("gemv_heads_")]
+    separate = [k for k, _ in launched if k.startswith(("qk_norm_rope", "rope_"))]
+    assert len(formed) == len(apart) and len(separate) == cfg.n_layer - len(apart), (formed, separate)
+    for i, args in formed:
+        qk = launched[i - 1]  # the Q/K GEMV, launched right before
+        assert qk[0].startswith("gemv_") and args[8].ptr == qk[1][2].ptr, "the heads are the Q/K GEMV's output"
+        assert args[9].ptr == args[8].ptr + 4 * cfg.n_head * cfg.head_dim  # K after Q
+        assert args[11:13] == (cfg.n_head, cfg.n_head_kv) or list(args[11:13]) == [cfg.n_head, cfg.n_head_kv]
+        assert hasattr(args[18], "ptr") == cfg.qk_norm, "the norm weights where the model has Q/K norms"
+    monkeypatch.setattr(cuda_backend, "HEADS_IN_GEMV", False)
+    m, launched = step()
+    assert not any(k.startswith("gemv_heads_") for k, _ in launched)
+    assert sum(k.startswith(("qk_norm_rope", "rope_")) for k, _ in launched) == cfg.n_layer
+
+
+def test_a_held_gemv_launches_before_any_other_operator():
+    """The V GEMV that matmuls holds back is launched as it was (beside the
+    Q/K GEMV, no heads) before any operator but the heads' own, and at the
+    end of a pass; heads it would write itself are not folded."""
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    dev = RecordingDevice()
+    m = Model(_path("tiny-qwen3"), backend="cuda", eager=True, device=dev, cublas=RecordingCublas())
+    m.forward([1, 2])
+    ops = m.ops
+    w = next(w for w in m.layers if w.wv.qtype != w.wk.qtype)
+    x = ops._ops._empty((1, m.config.n_embd))
+    kernels = lambda before: [k for (_, k), *_ in dev.launches[before:]]
+
+    before = len(dev.launches)
+    q, k, v = ops.matmuls(x, (w.wq, w.wk, w.wv))
+    assert len(kernels(before)) == 1  # Q/K only
+    ops.add(v, v)
+    assert kernels(before)[1:] == ["gemv_q6_k", "add"]
+
+    before = len(dev.launches)
+    q, k, v = ops.matmuls(x, (w.wq, w.wk, w.wv))
+    ops.settle()
+    assert kernels(before)[1:] == ["gemv_q6_k"]
+
+    before = len(dev.launches)
+    q, k, v = ops.matmuls(x, (w.wq, w.wk, w.wv))
+    rot = m.cache.layers[0].rope(m.backend.inputs(np.array([5]), 5)[1])
+    hd = m.config.head_dim
+    ops.rope(rot, q.reshape(1, q.size // hd, hd), v.reshape(1, v.size // hd, hd))  # V: the held GEMV's own output
+    assert kernels(before)[1:] == ["gemv_q6_k", "rope_neox", "rope_neox"]  # launched first; then each rotated

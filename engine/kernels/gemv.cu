@@ -14,6 +14,14 @@
 //
 // With GEMV_LATE_WAIT=1 the kernel does not wait for the one before it until
 // its end (gemv.cuh): for a GEMV launched right after another of the same x.
+// With GEMV_HEADS=1 (NORM pairs) or 2 (NEOX) as well, the module holds
+//
+//   gemv_heads_<t>(W, x, y, add, n_in, n_out, nw, eps, QK_HEADS_PARAMS)
+//
+// instead: after that wait, the launch forms the Q/K heads of one token that
+// the kernels before it wrote (rope.cuh qk_head: the per-head norm where
+// q_w/k_w are given, then RoPE), global warp h taking head h, so that no launch
+// of its own does (launchers/gemv.py heads=; V's GEMV after the Q/K GEMV's).
 //
 // y may alias add (bias or fused residual add: each y[r] is read, then
 // written, by one thread); y must not alias x. The layout, the types and the
@@ -50,6 +58,21 @@
         WITH_LAYOUT_##name(n_in, GLU_GELU_CALL)                                                            \
     }
 FOR_EACH_WEIGHT_TYPE(GEMV_GLU_KERNELS)
+#elif defined(GEMV_HEADS)
+#include "rope.cuh"
+#if !GEMV_LATE_WAIT
+#error "GEMV_HEADS forms the heads after the late wait (GEMV_LATE_WAIT=1)"
+#endif
+#define GEMV_CALL(Q) GEMV_IMPL<Q>(static_cast<const uint8_t*>(W), x, y, add, n_in, n_out, nw, eps)
+#define GEMV_HEADS_KERNEL(name)                                                                          \
+    extern "C" __global__ void __launch_bounds__(GEMV_MAX_THREADS, 2)                                     \
+        gemv_heads_##name(const void* W, const float* x, float* y, const float* add, int n_in, int n_out, \
+                          const float* nw, float eps, QK_HEADS_PARAMS) {                                  \
+        WITH_LAYOUT_##name(n_in, GEMV_CALL)                                                               \
+        const int h = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);                                \
+        if (h < n_head + n_head_kv) qk_head<GEMV_HEADS == 2>(0, h, threadIdx.x & 31, QK_HEADS_ARGS);      \
+    }
+FOR_EACH_WEIGHT_TYPE(GEMV_HEADS_KERNEL)
 #else
 #define GEMV_CALL(Q) GEMV_IMPL<Q>(static_cast<const uint8_t*>(W), x, y, add, n_in, n_out, nw, eps)
 #define GEMV(name)                                                                                   \

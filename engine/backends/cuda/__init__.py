@@ -35,6 +35,9 @@ GEMV_MAX_TOKENS = 1
 # Decode: of one input's projections in several launches (Q4_K_M's Q/K, then its Q6_K V), each launch
 # after the first runs beside the one before it (launchers/gemv.py overlap=). A test turns it off.
 OVERLAP_RUNS = True
+# Decode: that later launch forms the Q/K heads after its wait, where a qk_norm_rope or rope launch would
+# follow (Folded). A test turns it off.
+HEADS_IN_GEMV = True
 # Prefill: the norms and the GLU write their output in bf16 too, beside its fp32
 # values, and a GEMM reading that output takes the bf16 copy (the same bits
 # f32_to_bf16 would make), with no conversion launch. A test turns it off.
@@ -183,8 +186,24 @@ def _overlap(a: DArray, b: DArray) -> bool:
     return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
 
 
-class FoldedNorms:
-    """The operators, with a one-row weighted RMSNorm folded into the decode
+@dataclass
+class HeldGemv:
+    """A decode GEMV that ``Ops._matmuls`` allocated the output of but did not
+    launch (``hold``): ``Ops.launch_held`` launches it, with the heads to form
+    or without."""
+    x: DArray
+    w: QWeight
+    bias: DArray | None
+    y: DArray
+    norm: tuple | None
+
+
+class Folded:
+    """The operators, with two decode folds the model code does not see (it
+    stays the math; prefill, more than one row, is unchanged). At most one
+    fold is pending at a time; any other operator settles it first.
+
+    **A norm into gate/up**: a one-row weighted RMSNorm is folded into the
     gate/up GEMV that reads it (launchers/gemv.py norm=): the FFN input norm
     where the model forms it with ``rms_norm`` (the llama family, whose Wo
     GEMV adds the residual). Inside the decode graph that norm sat between
@@ -192,24 +211,28 @@ class FoldedNorms:
     step on qwen3-8b, reports/notes/decode-in-graph-2026-12-01.md); the
     attention input norm before the QKV GEMV cost nothing there (folding it
     into QKV as well, the step was 0.979x), so only ``glu`` folds.
-
-    ``rms_norm`` of one row records the norm instead of launching it and hands
-    out its output array; ``glu`` given that very array reads x through the
-    norm instead. Any other operator settles it first: if it reads the
-    output, or no GEMV took the norm, the norm is launched then (x is as it
-    was: nothing ran in between but GEMVs); otherwise it is dropped, and an
+    ``rms_norm`` of one row records the norm instead of launching it and
+    hands out its output array; ``glu`` given that very array reads x
+    through the norm instead. Settled: if the operator reads the output, or
+    no GEMV took the norm, the norm is launched then (x is as it was:
+    nothing ran in between but GEMVs); otherwise it is dropped, and an
     operator that later reads the dropped output raises (there is nothing in
-    it). The model code stays the math; prefill (more than one row) is
-    unchanged."""
+    it).
 
-    FOLDING = {"glu": "_glu"}  # the operator that folds, and its form that takes norm=
+    **The Q/K heads into V's GEMV**: ``matmuls`` of one row whose last
+    launch runs beside the one before it (OVERLAP_RUNS: Q4_K_M's Q6_K V
+    after the Q/K GEMV) holds that launch back. If ``qk_norm_rope`` or
+    ``rope`` of two arrays it does not write comes next, the held GEMV forms
+    those heads after its late wait (gemv.cu GEMV_HEADS): one launch a layer
+    less (reports/notes/decode-heads-in-v-2026-12-04.md). Settled: it is
+    launched as it was."""
 
     def __init__(self, ops: "Ops"):
         self._ops, self._pending, self._dropped = ops, None, []
 
     @property
     def unfolded(self) -> "Ops":
-        """The operators themselves, every norm launched (harness diff traces these)."""
+        """The operators themselves, every norm and head launched (harness diff traces these)."""
         return self._ops
 
     def rms_norm(self, x: DArray, w: DArray | None, eps: float) -> DArray:
@@ -220,6 +243,49 @@ class FoldedNorms:
         self._pending = {"x": x, "w": w, "eps": eps, "y": y, "taken": False}
         return y
 
+    def glu(self, x: DArray, w_gate, w_up, activation: str) -> DArray:
+        p = self._pending
+        if isinstance(p, dict) and x is p["y"] and not any(_overlap(a, p["y"]) for a in _arrays((w_gate, w_up))):
+            p["taken"] = True
+            return self._ops._glu(p["x"], w_gate, w_up, activation, norm=(p["w"], p["eps"]))
+        self._settle((x, w_gate, w_up))
+        return self._ops.glu(x, w_gate, w_up, activation)
+
+    def matmuls(self, x: DArray, weights, biases=None) -> list[DArray]:
+        self._settle((x, weights, biases))
+        if not HEADS_IN_GEMV:
+            return self._ops.matmuls(x, weights, biases)
+        out, self._pending = self._ops._matmuls(x, weights, biases, hold=True)
+        return out
+
+    def qk_norm_rope(self, rotation: Rotation, q: DArray, k: DArray, q_norm: DArray, k_norm: DArray,
+                     eps: float) -> list[DArray]:
+        if self._holds_for(q, k):
+            return self._ops.launch_held(self._take(), self._ops.heads(rotation, q, k, q_norm, k_norm, eps))
+        self._settle((rotation, q, k, q_norm, k_norm))
+        return self._ops.qk_norm_rope(rotation, q, k, q_norm, k_norm, eps)
+
+    def rope(self, rotation: Rotation, *xs: DArray) -> list[DArray]:
+        if len(xs) == 2 and self._holds_for(*xs):
+            return self._ops.launch_held(self._take(), self._ops.heads(rotation, *xs))
+        self._settle((rotation, xs))
+        return self._ops.rope(rotation, *xs)
+
+    def _holds_for(self, q: DArray, k: DArray) -> bool:
+        """A GEMV is held that may form the heads q, k after its wait: one
+        token's, of one width, neither read nor written by its product."""
+        h = self._pending
+        return (isinstance(h, HeldGemv) and q.shape[0] == k.shape[0] == 1 and q.shape[2] == k.shape[2]
+                and not any(_overlap(a, b) for a in (q, k) for b in _arrays((h.x, h.w, h.bias, h.y, h.norm))))
+
+    def settle(self) -> None:
+        """Launch whatever is pending (the end of a pass)."""
+        self._settle(())
+
+    def _take(self):
+        p, self._pending = self._pending, None
+        return p
+
     def __getattr__(self, name):
         fn = getattr(self._ops, name)
         if not callable(fn) or name.startswith("_"):
@@ -229,35 +295,26 @@ class FoldedNorms:
             if name == "embed":  # a new pass: nothing of the last one is pending or read
                 self._pending = None
                 self._dropped.clear()
-            p = self._pending
-            if p is not None and name in self.FOLDING and args and args[0] is p["y"] and self._can_fold(name, args, kw):
-                p["taken"] = True
-                return getattr(self._ops, self.FOLDING[name])(p["x"], *args[1:], norm=(p["w"], p["eps"]), **kw)
             self._settle(args + tuple(kw.values()))
             if name == "end_layer":  # the workspace's rows are reused from here
                 self._dropped.clear()
             return fn(*args, **kw)
         return op
 
-    def _can_fold(self, name: str, args, kw) -> bool:
-        """The GEMV reads the norm's input instead, unless another argument is
-        the unwritten output."""
-        rest = list(args[1:]) + list(kw.values())
-        return not any(_overlap(a, self._pending["y"]) for a in _arrays(rest))
-
     def _settle(self, args) -> None:
         arrays = list(_arrays(args))
         for a in arrays:
             if any(_overlap(a, d) for d in self._dropped):
                 raise AnvilError("CUDA backend: an operator read a norm's output that its GEMVs had folded in "
-                                 "(FoldedNorms): the model reads it after other operators ran")
-        p, self._pending = self._pending, None
-        if p is None:
-            return
-        if not p["taken"] or any(_overlap(a, p["y"]) for a in arrays):
-            launchers.norm.rms_norm(self._ops.dev, p["x"], p["w"], p["y"], p["eps"])
-        else:
-            self._dropped.append(p["y"])
+                                 "(Folded): the model reads it after other operators ran")
+        p = self._take()
+        if isinstance(p, HeldGemv):
+            self._ops.launch_held(p)
+        elif p is not None:
+            if not p["taken"] or any(_overlap(a, p["y"]) for a in arrays):
+                launchers.norm.rms_norm(self._ops.dev, p["x"], p["w"], p["y"], p["eps"])
+            else:
+                self._dropped.append(p["y"])
 
 
 class State:
@@ -324,31 +381,52 @@ class Ops:
         Q and K one launch, V another)."""
         return self._matmuls(x, weights, biases)
 
-    def _matmuls(self, x: DArray, weights, biases=None, norm=None) -> list[DArray]:
+    def _matmuls(self, x: DArray, weights, biases=None, norm=None, hold: bool = False):
         """``matmuls``; ``norm`` (w, eps), decode only: the input is
-        RMSNorm(x)·w, formed by each GEMV as it reads x (FoldedNorms)."""
+        RMSNorm(x)·w, formed by each GEMV as it reads x (Folded). ``hold``:
+        (the outputs, the last launch held back as a HeldGemv where it runs
+        beside the one before it, else None)."""
         biases = tuple(biases or (None,) * len(weights))
         if x.shape[0] > GEMV_MAX_TOKENS:
             assert norm is None, "a folded norm is a decode GEMV's"
-            return self._gemms(x, weights, biases)
-        out, i = [], 0
+            out = self._gemms(x, weights, biases)
+            return (out, None) if hold else out
+        out, i, held = [], 0, None
         while i < len(weights):
             j = len(weights)  # the longest stackable run from i
             while j > i + 1 and self._stack(weights[i:j], biases[i:j]) is False:
                 j -= 1
+            w, bias = (weights[i], biases[i]) if j == i + 1 else self._stack(weights[i:j], biases[i:j])
             # a run after the first reads x, which the first's launch waited for, and writes its own
             # output: it runs beside the launch before it (OVERLAP_RUNS)
             overlap = OVERLAP_RUNS and i > 0
-            if j == i + 1:
-                out.append(self._matmul(x, weights[i], biases[i], norm=norm, overlap=overlap))
+            if hold and overlap and j == len(weights) and x.shape[0] == 1:
+                y = self._empty((1, w.n_out))
+                held = HeldGemv(x, w, bias, y, norm)
             else:
-                w, bias = self._stack(weights[i:j], biases[i:j])
-                y, start = self._matmul(x, w, bias, norm=norm, overlap=overlap), 0
-                for wi in weights[i:j]:
-                    out.append(DArray(y.ptr + 4 * start, (1, wi.n_out), y.dtype, y.device))
-                    start += wi.n_out
+                y = self._matmul(x, w, bias, norm=norm, overlap=overlap)
+            start = 0
+            for wi in weights[i:j]:
+                out.append(y if j == i + 1 else DArray(y.ptr + 4 * start, (x.shape[0], wi.n_out), y.dtype, y.device))
+                start += wi.n_out
             i = j
-        return out
+        return (out, held) if hold else out
+
+    def launch_held(self, h: HeldGemv, heads: "launchers.rope.Heads | None" = None):
+        """Launch a GEMV ``_matmuls`` held (as it would have been), forming
+        ``heads`` after its wait where given; returns [q, k] of the heads."""
+        launchers.gemv.gemv(self.dev, h.w.data, h.w.qtype, h.x, h.y, h.w.n_in, h.w.n_out, add=h.bias,
+                            norm=h.norm, overlap=True, heads=heads)
+        if heads is not None:
+            self._written(heads.q, heads.k)
+            return [heads.q, heads.k]
+
+    def heads(self, rotation: Rotation, q: DArray, k: DArray, q_norm: DArray | None = None,
+              k_norm: DArray | None = None, eps: float = 0.0) -> "launchers.rope.Heads":
+        """q and k's heads to form: per-head RMSNorm where the weights are given, then RoPE."""
+        r = rotation
+        return launchers.rope.Heads(q, k, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale, r.freq_div,
+                                    q_norm, k_norm, eps)
 
     def glu(self, x: DArray, w_gate: QWeight, w_up: QWeight, activation: str) -> DArray:
         """Decode with gate and up stacked (one type, back to back, as loaded):
@@ -492,10 +570,8 @@ class Ops:
     def qk_norm_rope(self, rotation: Rotation, q: DArray, k: DArray, q_norm: DArray, k_norm: DArray,
                      eps: float) -> list[DArray]:
         """Per-head RMSNorm and RoPE of q and k in place (this pass's own temporaries), one launch."""
-        r = rotation
         self._written(q, k)
-        launchers.rope.qk_norm_rope(self.dev, q, k, r.positions.dev, r.rope_type, r.n_rot, r.base, r.scale,
-                                    r.freq_div, q_norm, k_norm, eps)
+        launchers.rope.qk_norm_rope(self.dev, self.heads(rotation, q, k, q_norm, k_norm, eps))
         return [q, k]
 
     def attention(self, q: DArray, keys: DArray, values: DArray, positions: Positions, scale: float,
@@ -726,7 +802,7 @@ class Backend:
         self.weights: Workspace | None = None  # sized from the file on the first upload
         self.stacked: dict = {}
         self.constants: dict[tuple[int, float], DArray] = {}
-        self.ops = FoldedNorms(Ops(self))
+        self.ops = Folded(Ops(self))
         # decode state: static device buffers the captured graph reads
         self.token = self.dev.empty((1,), np.int32)
         self.pos = self.dev.empty((1,), np.int32)
@@ -793,7 +869,7 @@ class Backend:
         g = self.pf_graphs.get(T)
         full = len(self.pf_graphs) >= GRAPH_LENGTHS and T != self.ubatch
         if g is None and (self.eager or T < GRAPH_MIN_TOKENS or full):
-            return model.run(*self.inputs(tokens, start))
+            return self._run(model, *self.inputs(tokens, start))
         if g is None:
             g = PrefillGraph(self.dev.empty((T,), np.int32), self.dev.empty((T,), np.int32))
         self.dev.upload(tokens.astype(np.int32), g.tokens)
@@ -804,7 +880,7 @@ class Backend:
 
         def body():
             self.workspace.reset()
-            g.logits = model.run(g.tokens, Positions(g.pos, T))
+            g.logits = self._run(model, g.tokens, Positions(g.pos, T))
 
         body()  # eagerly: compiles, loads and allocates everything the capture will record
         g.graph = self.dev.capture(body)
@@ -866,10 +942,16 @@ class Backend:
     def decode_logits(self) -> np.ndarray:
         return self.dev.download(self.logits).reshape(-1)
 
+    def _run(self, model, tokens: DArray, positions: Positions) -> DArray:
+        """The model's pass, every fold of its operators settled (the last one may hold a launch)."""
+        logits = model.run(tokens, positions)
+        self.ops.settle()
+        return logits
+
     def _decode_body(self, model) -> None:
 
         self.workspace.reset()
-        self.logits = model.run(self.token, Positions(self.pos, 1))
+        self.logits = self._run(model, self.token, Positions(self.pos, 1))
         # the greedy choice, fed back as the next replay's token and position
         launchers.argmax.argmax(self.dev, self.logits, self.next_token, feed=(self.token, self.pos),
                                 history=self.history)

@@ -156,14 +156,19 @@ def _bulk(dev: Device, bulk: bool | None) -> bool:
 
 def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: int,
          add: DArray | None = None, rows: int | None = None, xq: bool | None = None,
-         bulk: bool | None = None, norm: tuple[DArray, float] | None = None, overlap: bool = False) -> None:
+         bulk: bool | None = None, norm: tuple[DArray, float] | None = None, overlap: bool = False,
+         heads: Heads | None = None) -> None:
     """y[r] = sum_c W[r][c] * x[c] (+ add[r]), r < n_out, c < n_in. ``add`` may be
     ``y`` itself (residual add); ``y`` must not alias ``x``. ``norm`` (w, eps):
     x is RMSNorm(x)·w (norm.rms_norm's), formed as the kernel reads x, one
     launch instead of two. ``overlap``: the launch before this one is a GEMV
     of the same x (and writes nothing this one reads or writes): this one
     runs beside it and waits for it only at its end (gemv.cuh
-    GEMV_LATE_WAIT). ``rows`` overrides
+    GEMV_LATE_WAIT). ``heads`` (launchers/rope.py, one token; with ``overlap``):
+    after that wait the launch forms them as well (gemv.cu GEMV_HEADS),
+    where a ``qk_norm_rope`` or ``rope`` launch would next; they are
+    written by the kernels before it, not read by this one's product.
+    ``rows`` overrides
     the rows per block, ``xq`` False fp32 activations for every type (tests,
     tuning; default ``XQ``), ``bulk`` False gemv_impl's per-warp staging
     (default ``BULK`` on sm_90+). The grid is at most the blocks that stay
@@ -182,10 +187,18 @@ def gemv(dev: Device, W: DArray, qtype, x: DArray, y: DArray, n_in: int, n_out: 
     defines = _defines(plan, xq, norm=norm is not None)
     if overlap:
         defines["GEMV_LATE_WAIT"] = 1
+    args = [W, x, y, launch.null_or(add), n_in, n_out, nw, eps]
+    if heads is not None:
+        if not overlap or heads.q.shape[0] != 1:
+            raise AnvilError("CUDA gemv: heads are formed after the late wait (overlap=True), of one token")
+        defines["GEMV_HEADS"] = 2 if heads.neox else 1
+        name = f"gemv_heads_{launch.TYPE_SUFFIX[qt]}"
+        args += heads.args()
     fn = launch.function(dev, "gemv.cu", name, defines, shared=plan.shared)
     blocks = min(plan.blocks, launch.resident_blocks(dev, fn, plan.threads, plan.shared))
-    dev.launch(fn, (blocks,), (plan.threads,), (W, x, y, launch.null_or(add), n_in, n_out, nw, eps),
-               shared=plan.shared)
+    if heads is not None:  # a warp a head: blocks past the row groups' only form heads
+        blocks = max(blocks, launch.ceil_div(heads.count, plan.threads // 32))
+    dev.launch(fn, (blocks,), (plan.threads,), args, shared=plan.shared)
 
 
 def _norm_args(norm: tuple[DArray, float] | None, n_in: int) -> tuple:
