@@ -449,6 +449,11 @@ MUTANTS += [
     Mutant("late-wait-everywhere", "decode GEMVs: every GEMV reads its input before the kernel that writes it "
            "has ended (the late wait of a projection beside another of its input, taken everywhere)", _any,
            _kernel_source("gemv.cuh", "#define GEMV_LATE_WAIT 0", "#define GEMV_LATE_WAIT 1"), backends=("cuda",)),
+    # ...and V's GEMV there forms the Q/K heads after its wait (gemv.cu GEMV_HEADS), a warp a head
+    Mutant("heads-in-v-keys-unformed", "decode: the V GEMV that forms the Q/K heads after its wait (in place of "
+           "their own launch) forms the queries' heads only, the keys left unnormed and unrotated", _any,
+           _kernel_source("gemv.cu", "if (h < n_head + n_head_kv) qk_head", "if (h < n_head) qk_head"),
+           backends=("cuda",)),
     Mutant("queued-history-shifted", "queued greedy steps (the decode graph's argmax keeping each answer for the "
            "host to read once): the answer kept a row late", _any,
            _kernel_source("argmax.cu", "history[*pos] = a;", "history[*pos + 1] = a;"), backends=("cuda",)),

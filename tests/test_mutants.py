@@ -111,6 +111,8 @@ def test_kernel_source_mutants_still_apply_and_compile():
              {"GEMV_ROWS": 2, "GEMV_GLU": 1, "GEMV_BULK": 1}),
             ("ffn-norm-fold-weight-dropped", "gemv.cuh", "return make_float4(v.x, v.y, v.z, v.w);", "gemv.cu",
              {"GEMV_ROWS": 2, "GEMV_GLU": 1, "GEMV_NORM": 1}),
+            ("heads-in-v-keys-unformed", "gemv.cu", "if (h < n_head) qk_head", "gemv.cu",
+             {"GEMV_ROWS": 1, "GEMV_LATE_WAIT": 1, "GEMV_HEADS": 2}),
             ("attn-merge-first-split", "attention.cu", "u ? 0.0f : e;", "attention.cu", {}),
             ("attn-merge-few-last-split", "attention.cu", "u < n_active - 1) {", "attention.cu", {}),
             ("attn-store-head0-key", "attention.cu", "to_kv(k_new[i])", "attention.cu", {}),
