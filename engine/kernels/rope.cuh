@@ -26,14 +26,17 @@ __device__ __forceinline__ int pair_lo(int i, int n_rot) { return NEOX ? i : 2 *
 template <bool NEOX>
 __device__ __forceinline__ int pair_hi(int i, int n_rot) { return NEOX ? i + n_rot / 2 : 2 * i + 1; }
 
-// Pair i's values (x0, x1) at position p, rotated.
+// Pair i's values (x0, x1) at position p, rotated. The fused multiply-adds are
+// spelled out: left to the compiler, which product of x0*c - x1*s it fuses
+// depends on the code around it, and every kernel that rotates (rope, the Q/K
+// norms, the GEMV forming the heads) must round alike.
 __device__ __forceinline__ float2 rotate(float x0, float x1, int p, int i, float theta_scale, float freq_scale,
                                          const float* freq_div) {
     const float theta_base = (float)p * __powf(theta_scale, (float)i);
     const float theta_extrap = freq_div ? theta_base / freq_div[i] : theta_base;
     const float theta = freq_scale * theta_extrap;
     const float c = __cosf(theta), s = __sinf(theta);
-    return make_float2(x0 * c - x1 * s, x0 * s + x1 * c);
+    return make_float2(fmaf(x0, c, -(x1 * s)), fmaf(x0, s, x1 * c));
 }
 
 // The arguments of a Q/K heads launch (launchers/rope.py Heads.args, in this
