@@ -92,6 +92,22 @@ def test_gemv_bulk_plan():
     assert (p.rows, p.stages, p.passes) == (4, 2, 2)
 
 
+@pytest.mark.parametrize("pre", [0, 1])
+def test_gemv_pre_stages_compile_and_reach_the_launch(pre, monkeypatch):
+    """PRE_STAGES (gemv.cuh GEMV_PRE_STAGES): the bulk GEMV requests that
+    many ring stages before its wait and the rest after x's loads; the
+    define goes with a launch only where the plan has more stages than that
+    (None, the default: every stage before the wait, as before)."""
+    defines = {"GEMV_ROWS": 16, "GEMV_XQ": 1, "GEMV_BULK": 1, "GEMV_GLU": 1, "GEMV_NORM": 1, "GEMV_PRE_STAGES": pre}
+    assert b"gemv_glu_silu_q4_k\0" in nvrtc.compile_cubin("gemv.cu", "sm_90", defines)
+    glu = gemv.bulk_plan(QType.Q4_K, 4096, 12288, glu=True)  # 2 stages
+    o = gemv.bulk_plan(QType.Q4_K, 4096, 4096)                 # 1 stage
+    assert gemv._defines(glu, None).get("GEMV_PRE_STAGES") is None
+    monkeypatch.setattr(gemv, "PRE_STAGES", pre)
+    assert gemv._defines(glu, None)["GEMV_PRE_STAGES"] == pre
+    assert ("GEMV_PRE_STAGES" in gemv._defines(o, None)) == (pre == 0)
+
+
 def test_gemv_glu_compiles():
     # one GEMV_ROWS (the GLU kernels are gemv_impl's, which test_gemv_compiles builds at every rows value)
     cubin = nvrtc.compile_cubin("gemv.cu", "sm_90", {"GEMV_ROWS": 2, "GEMV_XQ": 1, "GEMV_GLU": 1})
@@ -438,6 +454,32 @@ def test_gemv_norm(dev, t, xq, bulk):
             i = int(np.argmax(bad))
             pytest.fail(f"gemv norm {t.name} [{n_out} x {n_in}] rows={rows} glu={glu} xq={xq} bulk={bulk} "
                         f"(seed {SEED}): {int(bad.sum())} of {n_out} off, first {i}: {got[i]!r} vs {ref[i]!r}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pre", [0, 1])
+def test_gemv_pre_stages_change_no_bit(dev, pre, monkeypatch):
+    """Ring stages requested after the wait instead of before it (PRE_STAGES)
+    change when the weights arrive, not the arithmetic: a 2-stage GLU and a
+    2-stage Q6_K down, each launched behind another GEMV, give the bits of
+    the default launch."""
+    g = rng("gemv_pre_stages", pre)
+    n_embd, n_ff = 4096, 12288
+    W_glu = dev.upload(gemv_bench.random_weights(g, QType.Q4_K, 2 * n_ff, n_embd))
+    W_down = dev.upload(gemv_bench.random_weights(g, QType.Q6_K, n_embd, n_ff))
+    assert gemv.bulk_plan(QType.Q4_K, n_embd, n_ff, glu=True).stages == 2
+    assert gemv.bulk_plan(QType.Q6_K, n_ff, n_embd).stages == 2
+    x = dev.upload(g.standard_normal(n_embd, dtype=np.float32))
+    runs = []
+    for value in (None, pre, None, pre):
+        monkeypatch.setattr(gemv, "PRE_STAGES", value)
+        h, y = dev.empty((n_ff,), np.float32), dev.empty((n_embd,), np.float32)
+        gemv.gemv_glu(dev, W_glu, QType.Q4_K, x, h, n_embd, n_ff, "silu")
+        gemv.gemv(dev, W_down, QType.Q6_K, h, y, n_ff, n_embd, add=x)
+        runs.append([a.numpy() for a in (h, y)])
+    for got in runs[1:]:
+        for name, a, b in zip(("glu", "down"), runs[0], got):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{name} differs (seed {SEED})"
 
 
 @pytest.mark.gpu

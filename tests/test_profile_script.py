@@ -204,6 +204,9 @@ def test_knob_variants():
     edit = "rms_norm: next kernel before its wait"
     [with_edit] = mod.parse_knob(f"norm.MAX_THREADS=256+edit={edit}")
     assert with_edit.knob == ((norm, "MAX_THREADS", 256),) and with_edit.edit == edit
+    import engine.backends.cuda as backend
+
+    assert mod.parse_knob("backend.HEADS_IN_GEMV=False")[0].knob == ((backend, "HEADS_IN_GEMV", False),)
     for bad, says in (("gemv.NO_SUCH=1", "has no NO_SUCH"), ("nomodule.X=1", "MODULE.NAME"), ("gemv", "MODULE.NAME"),
                       ("gemv.WARPS_PER_SM=8,24+attention.MIN_CHUNK=256", "one value a knob"),
                       (f"norm.MAX_THREADS=256+edit={edit}+edit={edit}", "at most one edit"),

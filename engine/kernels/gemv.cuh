@@ -918,6 +918,15 @@ __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const f
 #define GEMV_PASSES 1  // units per lane and row: U <= GEMV_PASSES * blockDim.x
 #endif
 #define GEMV_MAX_STAGES 8
+#ifndef GEMV_PRE_STAGES
+// Stages a block requests before its wait; the rest right after x's loads
+// (launchers/gemv.py PRE_STAGES). x's loads after the wait are on the
+// kernel's critical path, and their responses reach the SM behind the
+// weights still arriving for the stages requested before: fewer stages
+// requested early, fewer bytes ahead of x (in the decode graph on the H200,
+// reports/notes/decode-pre-stages-2026-12-04.md).
+#define GEMV_PRE_STAGES GEMV_MAX_STAGES
+#endif
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
@@ -996,7 +1005,7 @@ __device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, co
     if (tid == 0) {
         for (int s = 0; s < S; s++) mbar_init(&full[s], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int k = 0; k < min(S, mine); k++) issue(k);  // weights only: before the previous kernel ends
+        for (int k = 0; k < min(min(S, GEMV_PRE_STAGES), mine); k++) issue(k);  // weights only: before the previous kernel ends
     }
     __syncthreads();  // the barriers are initialised
     if (!GEMV_LATE_WAIT) {
@@ -1014,6 +1023,8 @@ __device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, co
             else Q::load_x(xs[p], x, first + p * NT);
         }
     }
+    if (tid == 0)  // the stages not requested before the wait, behind x's loads
+        for (int k = GEMV_PRE_STAGES; k < min(S, mine); k++) issue(k);
     for (int k = 0; k < mine; k++) {
         const int g = blockIdx.x + k * gridDim.x, s = k % S;
         const uint8_t* st = gemv_ring + s * stage;

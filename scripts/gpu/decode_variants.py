@@ -24,7 +24,8 @@ such name in the step (a GEMV's grid tells the projections of one type
 apart).
 
 Knobs. ``--knob MODULE.NAME=V1,V2`` (a module of
-engine/backends/cuda/launchers) adds a variant per value, the other knobs at
+engine/backends/cuda/launchers, or ``backend``: the switches of
+engine/backends/cuda itself) adds a variant per value, the other knobs at
 their defaults. A knob can size what the model allocates (the decode
 attention's splits), so each knob variant loads the model afresh with the
 knob set, and frees it after.
@@ -159,15 +160,19 @@ EDITS = {
         "gemv.cuh",
         ("        v[i] = ld_x4(p + 4 * i);\n        m = amax4(v[i], m);", "        v[i] = i ? v[0] : ld_x4(p);\n        m = amax4(v[i], m);"),
         ("const float4 a = ld_x4(p + 32 * g), b = ld_x4(p + 32 * g + 4);", "const float4 a = ld_x4(p + 32 * (g & 2)), b = a;")),
+    # half of x's loads (what a 16-bit copy of x would load; the folded norm's weight halved too)
+    "gemv: x half the loads": (
+        "gemv.cuh",
+        ("        v[i] = ld_x4(p + 4 * i);\n        m = amax4(v[i], m);",
+         "        v[i] = (i & 1) ? v[i - 1] : ld_x4(p + 4 * i);\n        m = amax4(v[i], m);"),
+        ("const float4 a = ld_x4(p + 32 * g), b = ld_x4(p + 32 * g + 4);", "const float4 a = ld_x4(p + 32 * g), b = a;")),
+    # x's loads through L2 only (ld.global.cg), not the L1 / texture path
+    "gemv: x loads L2 only": (
+        "gemv.cuh", ("ld_x4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }",
+                     "ld_x4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }")),
     "gemv: norm weight not read": (
         "gemv.cuh", ("const float4 v = ld_x4(p.x), g = ld_x4(p.w);", "const float4 v = ld_x4(p.x), g = make_float4(1.f, 1.f, 1.f, 1.f);")),
-    # the bulk GEMV's weight copies requested after griddepcontrol.wait and x's loads, not before
-    "gemv bulk: weights after the wait": (
-        "gemv.cuh",
-        ("for (int k = 0; k < min(S, mine); k++) issue(k);  // weights only: before the previous kernel ends", ""),
-        ("        pdl_launch_next();\n    }\n    typename Q::Xs xs[P];",
-         "        pdl_launch_next();\n    }\n    if (tid == 0)\n        for (int k = 0; k < min(S, mine); k++) issue(k);\n"
-         "    typename Q::Xs xs[P];")),
+    # (the bulk GEMV's weights requested after its wait: the knob gemv.PRE_STAGES=0)
 }
 
 
@@ -245,11 +250,13 @@ def parse_knob(spec: str) -> list[Variant]:
     try:
         target, values = spec.split("=", 1)
         module, name = target.rsplit(".", 1)
-        mod = importlib.import_module(f"engine.backends.cuda.launchers.{module}")
+        mod = importlib.import_module("engine.backends.cuda" if module == "backend"
+                                      else f"engine.backends.cuda.launchers.{module}")
     except (ValueError, ImportError) as e:
-        raise SystemExit(f"--knob {spec!r}: expected MODULE.NAME=V1,V2 with MODULE in launchers/ ({e})")
+        raise SystemExit(f"--knob {spec!r}: expected MODULE.NAME=V1,V2 with MODULE in launchers/, "
+                         f"or backend (the CUDA backend's switches) ({e})")
     if not hasattr(mod, name):
-        raise SystemExit(f"--knob {spec!r}: launchers/{module}.py has no {name}")
+        raise SystemExit(f"--knob {spec!r}: {mod.__name__} has no {name}")
     return [Variant(f"{target}={v}", knob=((mod, name, ast.literal_eval(v)),)) for v in values.split(",")]
 
 

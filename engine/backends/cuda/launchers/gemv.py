@@ -99,6 +99,7 @@ SM_SHARED = 227 * 1024    # shared memory an SM gives its blocks
 # reports/notes/decode-in-graph-2026-12-01.md, ab-20261202T060308Z-f089fa7b)
 WARPS_PER_SM = 12
 MAX_STAGES = 8            # gemv.cuh GEMV_MAX_STAGES
+PRE_STAGES = None         # gemv.cuh GEMV_PRE_STAGES: ring stages requested before the wait; None: all (a sweep sets it)
 MAX_PASSES = 4            # GEMV_PASSES values compiled (1..4)
 
 
@@ -217,6 +218,8 @@ def _defines(plan: GemvPlan, xq: bool | None, glu: bool = False, norm: bool = Fa
     d = {"GEMV_ROWS": plan.rows, "GEMV_XQ": int(XQ if xq is None else xq)}
     if plan.stages:
         d.update(GEMV_BULK=1, GEMV_PASSES=plan.passes)
+        if PRE_STAGES is not None and PRE_STAGES < plan.stages:
+            d["GEMV_PRE_STAGES"] = PRE_STAGES
     if glu:
         d["GEMV_GLU"] = 1
     if norm:
