@@ -57,7 +57,7 @@ class Heads:
         q, k = self.q, self.k
         launch.check_f32(q, k, self.q_w, self.k_w, self.freq_div)
         T, _, head_dim = q.shape
-        assert k.shape[0] == T and k.shape[2] == head_dim and head_dim <= 512
+        assert k.shape[0] == T and k.shape[2] == head_dim
         assert (self.q_w is None) == (self.k_w is None) and (self.q_w is None or self.q_w.size == self.k_w.size == head_dim)
         assert self.pos.dtype == np.int32 and self.pos.size >= T
         assert self.n_rot % 2 == 0 and self.n_rot <= head_dim
