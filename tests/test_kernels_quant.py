@@ -92,20 +92,28 @@ def test_gemv_bulk_plan():
     assert (p.rows, p.stages, p.passes) == (4, 2, 2)
 
 
-@pytest.mark.parametrize("pre", [0, 1])
-def test_gemv_pre_stages_compile_and_reach_the_launch(pre, monkeypatch):
-    """PRE_STAGES (gemv.cuh GEMV_PRE_STAGES): the bulk GEMV requests that
-    many ring stages before its wait and the rest after x's loads; the
-    define goes with a launch only where the plan has more stages than that
-    (None, the default: every stage before the wait, as before)."""
-    defines = {"GEMV_ROWS": 16, "GEMV_XQ": 1, "GEMV_BULK": 1, "GEMV_GLU": 1, "GEMV_NORM": 1, "GEMV_PRE_STAGES": pre}
-    assert b"gemv_glu_silu_q4_k\0" in nvrtc.compile_cubin("gemv.cu", "sm_90", defines)
+@pytest.mark.parametrize("halves", [0, 1, 2, 3])
+def test_gemv_pre_stages_compile_and_reach_the_launch(halves, monkeypatch):
+    """PRE_STAGES (gemv.cuh GEMV_PRE_HALVES, in half stages): the bulk GEMV
+    requests that much of its ring before its wait and the rest after x's
+    loads, a stage cut in halves where the count is odd (GLU: gate rows, up
+    rows; else its bytes). The define goes with a launch only where the plan
+    has more than that; None, the default, requests every stage before the
+    wait; a count not in halves is an error."""
+    for glu in (True, False):
+        defines = {"GEMV_ROWS": 16, "GEMV_XQ": 1, "GEMV_BULK": 1, "GEMV_NORM": 1, "GEMV_PRE_HALVES": halves}
+        name = "gemv_glu_silu_q4_k" if glu else "gemv_q4_k"
+        assert f"{name}\0".encode() in nvrtc.compile_cubin("gemv.cu", "sm_90", defines | ({"GEMV_GLU": 1} if glu else {}))
     glu = gemv.bulk_plan(QType.Q4_K, 4096, 12288, glu=True)  # 2 stages
     o = gemv.bulk_plan(QType.Q4_K, 4096, 4096)                 # 1 stage
-    assert gemv._defines(glu, None).get("GEMV_PRE_STAGES") is None
-    monkeypatch.setattr(gemv, "PRE_STAGES", pre)
-    assert gemv._defines(glu, None)["GEMV_PRE_STAGES"] == pre
-    assert ("GEMV_PRE_STAGES" in gemv._defines(o, None)) == (pre == 0)
+    monkeypatch.setattr(gemv, "PRE_STAGES", None)
+    assert gemv._defines(glu, None).get("GEMV_PRE_HALVES") is None
+    monkeypatch.setattr(gemv, "PRE_STAGES", halves / 2)
+    assert gemv._defines(glu, None)["GEMV_PRE_HALVES"] == halves
+    assert gemv._defines(o, None).get("GEMV_PRE_HALVES") == (halves if halves < 2 else None)
+    monkeypatch.setattr(gemv, "PRE_STAGES", 0.3)
+    with pytest.raises(AnvilError, match="PRE_STAGES must be a multiple of 0.5"):
+        gemv._defines(glu, None)
 
 
 def test_gemv_glu_compiles():
@@ -457,28 +465,32 @@ def test_gemv_norm(dev, t, xq, bulk):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("pre", [0, 1])
+@pytest.mark.parametrize("pre", [0, 0.5, 1, 1.5])
 def test_gemv_pre_stages_change_no_bit(dev, pre, monkeypatch):
-    """Ring stages requested after the wait instead of before it (PRE_STAGES)
-    change when the weights arrive, not the arithmetic: a 2-stage GLU and a
-    2-stage Q6_K down, each launched behind another GEMV, give the bits of
-    the default launch."""
+    """Ring stages (or halves of one) requested after the wait instead of
+    before it (PRE_STAGES) change when the weights arrive, not the
+    arithmetic: a 2-stage GLU, a 2-stage Q6_K down and a 1-stage O
+    projection, each launched behind another GEMV, give the bits of the
+    default launch."""
     g = rng("gemv_pre_stages", pre)
     n_embd, n_ff = 4096, 12288
     W_glu = dev.upload(gemv_bench.random_weights(g, QType.Q4_K, 2 * n_ff, n_embd))
     W_down = dev.upload(gemv_bench.random_weights(g, QType.Q6_K, n_embd, n_ff))
+    W_o = dev.upload(gemv_bench.random_weights(g, QType.Q4_K, n_embd, n_embd))
     assert gemv.bulk_plan(QType.Q4_K, n_embd, n_ff, glu=True).stages == 2
     assert gemv.bulk_plan(QType.Q6_K, n_ff, n_embd).stages == 2
+    assert gemv.bulk_plan(QType.Q4_K, n_embd, n_embd).stages == 1
     x = dev.upload(g.standard_normal(n_embd, dtype=np.float32))
     runs = []
     for value in (None, pre, None, pre):
         monkeypatch.setattr(gemv, "PRE_STAGES", value)
-        h, y = dev.empty((n_ff,), np.float32), dev.empty((n_embd,), np.float32)
+        h, y, o = dev.empty((n_ff,), np.float32), dev.empty((n_embd,), np.float32), dev.empty((n_embd,), np.float32)
         gemv.gemv_glu(dev, W_glu, QType.Q4_K, x, h, n_embd, n_ff, "silu")
         gemv.gemv(dev, W_down, QType.Q6_K, h, y, n_ff, n_embd, add=x)
-        runs.append([a.numpy() for a in (h, y)])
+        gemv.gemv(dev, W_o, QType.Q4_K, y, o, n_embd, n_embd)
+        runs.append([a.numpy() for a in (h, y, o)])
     for got in runs[1:]:
-        for name, a, b in zip(("glu", "down"), runs[0], got):
+        for name, a, b in zip(("glu", "down", "o"), runs[0], got):
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{name} differs (seed {SEED})"
 
 

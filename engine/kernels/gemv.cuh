@@ -918,14 +918,15 @@ __device__ __forceinline__ void gemv_impl(const uint8_t* __restrict__ W, const f
 #define GEMV_PASSES 1  // units per lane and row: U <= GEMV_PASSES * blockDim.x
 #endif
 #define GEMV_MAX_STAGES 8
-#ifndef GEMV_PRE_STAGES
-// Stages a block requests before its wait; the rest right after x's loads
-// (launchers/gemv.py PRE_STAGES). x's loads after the wait are on the
-// kernel's critical path, and their responses reach the SM behind the
-// weights still arriving for the stages requested before: fewer stages
-// requested early, fewer bytes ahead of x (in the decode graph on the H200,
-// reports/notes/decode-pre-stages-2026-12-04.md).
-#define GEMV_PRE_STAGES GEMV_MAX_STAGES
+#ifndef GEMV_PRE_HALVES
+// Half stages a block requests before its wait; the rest right after x's
+// loads (launchers/gemv.py PRE_STAGES, in halves). x's loads after the wait
+// are on the kernel's critical path, and their responses reach the SM behind
+// the weights still arriving for what was requested before: less requested
+// early, fewer bytes ahead of x (in the decode graph on the H200,
+// reports/notes/decode-pre-stages-2026-12-04.md). A stage's halves: GLU's
+// gate rows and up rows; else its bytes cut at a 16-byte boundary.
+#define GEMV_PRE_HALVES (2 * GEMV_MAX_STAGES)
 #endif
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -962,10 +963,18 @@ __device__ __forceinline__ uint32_t bulk_bytes(const uint8_t* src, size_t len) {
     const size_t s = reinterpret_cast<size_t>(src);
     return (uint32_t)(((s + len + 15) & ~(size_t)15) - (s & ~(size_t)15));
 }
-// Issue that copy into part, counting its bytes on bar.
-__device__ __forceinline__ void bulk_span(uint8_t* part, const uint8_t* src, size_t len, uint64_t* bar) {
-    bulk_copy(part, reinterpret_cast<const void*>(reinterpret_cast<size_t>(src) & ~(size_t)15), bulk_bytes(src, len),
-              bar);
+// Issue that copy into part, counting its bytes on bar: all of it (half 0), or
+// its first or second half (1, 2), cut at a 16-byte boundary (a copy of one
+// granule is all first half).
+__device__ __forceinline__ void bulk_span(uint8_t* part, const uint8_t* src, size_t len, uint64_t* bar,
+                                          int half = 0) {
+    const uint8_t* a0 = reinterpret_cast<const uint8_t*>(reinterpret_cast<size_t>(src) & ~(size_t)15);
+    const uint32_t n = bulk_bytes(src, len), cut = half ? n / 32 * 16 : n;
+    if (half == 2) {
+        if (cut < n && cut > 0) bulk_copy(part + cut, a0 + cut, n - cut, bar);
+    } else {
+        bulk_copy(part, a0, cut > 0 ? cut : n, bar);
+    }
 }
 
 template <class Q, class Act = NoAct>
@@ -991,21 +1000,38 @@ __device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, co
     if (S < 1 || U > P * NT) __trap();  // the launcher sized this launch wrongly
     // part p of group g: its first row, and how many of its rows exist
     auto part_src = [=](int g, int p) { return W + (size_t)((GLU && p ? n_out : 0) + g * H) * row_bytes; };
-    const auto issue = [&](int k) {  // group k of this block into stage k % S (one thread)
+    // group k of this block into stage k % S (one thread): all of it (half 0), or its first or second half
+    // (1, 2; GEMV_PRE_HALVES); the barrier expects the whole stage's bytes before the first copy starts
+    const auto issue = [&](int k, int half = 0) {
         const int g = blockIdx.x + k * gridDim.x;
         const size_t len = (size_t)min(H, n_out - g * H) * row_bytes;
         uint8_t* st = gemv_ring + (k % S) * stage;
         uint64_t* bar = &full[k % S];
-        uint32_t bytes = 0;  // expected before the copies start
-        for (int p = 0; p < PARTS; p++) bytes += bulk_bytes(part_src(g, p), len);
-        mbar_expect_tx(bar, bytes);
-        for (int p = 0; p < PARTS; p++) bulk_span(st + p * part, part_src(g, p), len, bar);
+        if (half != 2) {
+            uint32_t bytes = 0;
+            for (int p = 0; p < PARTS; p++) bytes += bulk_bytes(part_src(g, p), len);
+            mbar_expect_tx(bar, bytes);
+        }
+        for (int p = 0; p < PARTS; p++) {
+            if (half == 0) bulk_span(st + p * part, part_src(g, p), len, bar);
+            else if (!GLU) bulk_span(st, part_src(g, p), len, bar, half);
+            else if (p == half - 1) bulk_span(st + p * part, part_src(g, p), len, bar);  // GLU: gate, then up
+        }
     };
     const int mine = groups > (int)blockIdx.x ? (groups - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+#if GEMV_PRE_HALVES < 2 * GEMV_MAX_STAGES
+    const int pre = min(2 * min(S, mine), GEMV_PRE_HALVES);  // the halves requested before the wait
+#endif
     if (tid == 0) {
         for (int s = 0; s < S; s++) mbar_init(&full[s], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int k = 0; k < min(min(S, GEMV_PRE_STAGES), mine); k++) issue(k);  // weights only: before the previous kernel ends
+        // weights only: before the previous kernel ends
+#if GEMV_PRE_HALVES < 2 * GEMV_MAX_STAGES
+        for (int k = 0; k < pre / 2; k++) issue(k);
+        if (pre & 1) issue(pre / 2, 1);
+#else
+        for (int k = 0; k < min(S, mine); k++) issue(k);
+#endif
     }
     __syncthreads();  // the barriers are initialised
     if (!GEMV_LATE_WAIT) {
@@ -1023,8 +1049,12 @@ __device__ __forceinline__ void gemv_bulk_impl(const uint8_t* __restrict__ W, co
             else Q::load_x(xs[p], x, first + p * NT);
         }
     }
-    if (tid == 0)  // the stages not requested before the wait, behind x's loads
-        for (int k = GEMV_PRE_STAGES; k < min(S, mine); k++) issue(k);
+#if GEMV_PRE_HALVES < 2 * GEMV_MAX_STAGES
+    if (tid == 0) {  // what was not requested before the wait, behind x's loads
+        if (pre & 1) issue(pre / 2, 2);
+        for (int k = (pre + 1) / 2; k < min(S, mine); k++) issue(k);
+    }
+#endif
     for (int k = 0; k < mine; k++) {
         const int g = blockIdx.x + k * gridDim.x, s = k % S;
         const uint8_t* st = gemv_ring + s * stage;

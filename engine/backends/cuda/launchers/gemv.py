@@ -99,7 +99,7 @@ SM_SHARED = 227 * 1024    # shared memory an SM gives its blocks
 # reports/notes/decode-in-graph-2026-12-01.md, ab-20261202T060308Z-f089fa7b)
 WARPS_PER_SM = 12
 MAX_STAGES = 8            # gemv.cuh GEMV_MAX_STAGES
-PRE_STAGES = None         # gemv.cuh GEMV_PRE_STAGES: ring stages requested before the wait; None: all (a sweep sets it)
+PRE_STAGES = None         # gemv.cuh GEMV_PRE_HALVES / 2: ring stages (in halves) requested before the wait; None: all
 MAX_PASSES = 4            # GEMV_PASSES values compiled (1..4)
 
 
@@ -219,7 +219,10 @@ def _defines(plan: GemvPlan, xq: bool | None, glu: bool = False, norm: bool = Fa
     if plan.stages:
         d.update(GEMV_BULK=1, GEMV_PASSES=plan.passes)
         if PRE_STAGES is not None and PRE_STAGES < plan.stages:
-            d["GEMV_PRE_STAGES"] = PRE_STAGES
+            halves = 2 * PRE_STAGES
+            if halves != int(halves) or halves < 0:
+                raise AnvilError(f"CUDA gemv: PRE_STAGES must be a multiple of 0.5, at least 0, got {PRE_STAGES}")
+            d["GEMV_PRE_HALVES"] = int(halves)
     if glu:
         d["GEMV_GLU"] = 1
     if norm:
