@@ -99,7 +99,10 @@ SM_SHARED = 227 * 1024    # shared memory an SM gives its blocks
 # reports/notes/decode-in-graph-2026-12-01.md, ab-20261202T060308Z-f089fa7b)
 WARPS_PER_SM = 12
 MAX_STAGES = 8            # gemv.cuh GEMV_MAX_STAGES
-PRE_STAGES = None         # gemv.cuh GEMV_PRE_HALVES / 2: ring stages (in halves) requested before the wait; None: all
+# gemv.cuh GEMV_PRE_HALVES / 2: ring stages (in halves) requested before the wait, the rest after x's loads, whose
+# responses then queue behind fewer weights (qwen3-8b's decode step in the graph: -72 us,
+# reports/notes/decode-pre-stages-2026-12-04.md); None: all of them
+PRE_STAGES = 1.5
 MAX_PASSES = 4            # GEMV_PASSES values compiled (1..4)
 
 
