@@ -454,6 +454,15 @@ MUTANTS += [
            "their own launch) forms the queries' heads only, the keys left unnormed and unrotated", _any,
            _kernel_source("gemv.cu", "if (h < n_head + n_head_kv) qk_head", "if (h < n_head) qk_head"),
            backends=("cuda",)),
+    # a bulk GEMV's ring stage split around x's loads (launchers/gemv.py PRE_STAGES, gemv.cuh GEMV_PRE_HALVES):
+    # half of it requested before the wait, half after
+    Mutant("bulk-split-stage-half-refetched", "bulk-copy GEMV whose ring stage is requested in two halves around "
+           "its input's loads (PRE_STAGES): the second half copied from the first half's weights", _any,
+           _kernel_source("gemv.cuh", "bulk_copy(part + cut, a0 + cut, n - cut, bar);",
+                          "bulk_copy(part + cut, a0, n - cut, bar);"), backends=("cuda",),
+           # only a bulk GEMV of two or more stages splits one (the tiny models' matrices are under
+           # BULK_MIN_BYTES): qwen3-8b's down projections and output head do
+           first=("qwen3-8b",)),
     Mutant("queued-history-shifted", "queued greedy steps (the decode graph's argmax keeping each answer for the "
            "host to read once): the answer kept a row late", _any,
            _kernel_source("argmax.cu", "history[*pos] = a;", "history[*pos + 1] = a;"), backends=("cuda",)),

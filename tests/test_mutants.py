@@ -109,6 +109,8 @@ def test_kernel_source_mutants_still_apply_and_compile():
             ("glu-up-row-shifted", "gemv.cuh", "(r < H ? 0 : n_out - 1)", "gemv.cu", {"GEMV_ROWS": 2, "GEMV_GLU": 1}),
             ("bulk-glu-up-row-shifted", "gemv.cuh", "(GLU && p ? n_out - 1 : 0)", "gemv.cu",
              {"GEMV_ROWS": 2, "GEMV_GLU": 1, "GEMV_BULK": 1}),
+            ("bulk-split-stage-half-refetched", "gemv.cuh", "bulk_copy(part + cut, a0, n - cut, bar);", "gemv.cu",
+             {"GEMV_ROWS": 2, "GEMV_BULK": 1, "GEMV_PRE_HALVES": 3}),
             ("ffn-norm-fold-weight-dropped", "gemv.cuh", "return make_float4(v.x, v.y, v.z, v.w);", "gemv.cu",
              {"GEMV_ROWS": 2, "GEMV_GLU": 1, "GEMV_NORM": 1}),
             ("heads-in-v-keys-unformed", "gemv.cu", "if (h < n_head) qk_head", "gemv.cu",
