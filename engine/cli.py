@@ -81,7 +81,10 @@ def _backend_args(p) -> None:
                    help="auto (default): cuda when an NVIDIA GPU is usable and runs the model's architecture, "
                         "else numpy")
     p.add_argument("--eager", action="store_true", help="cuda: run decode without CUDA graphs")
-    p.add_argument("--kv", choices=["f16", "f32"], default="f16", help="cuda: KV cache type (default f16)")
+    p.add_argument("--kv", choices=["f16", "f32"], default=None,
+                   help="KV cache type (default: f16 on cuda and with --rounding cuda, else f32)")
+    p.add_argument("--rounding", choices=["exact", "cuda"], default=None,
+                   help="numpy: exact fp32 (default), or the CUDA engine's roundings (the faithful oracle)")
     p.add_argument("--ubatch", type=int, default=None, metavar="N",
                    help="cuda: a prompt's micro-batch in tokens (default 4096; NumPy's is 512)")
 
@@ -90,8 +93,8 @@ def _load(args):
     from .model import Model
 
     options = {} if args.ubatch is None else {"ubatch": args.ubatch}
-    model = Model(args.model, n_ctx=args.ctx, backend=args.backend, eager=args.eager, kv_f16=args.kv == "f16",
-                  **options)
+    model = Model(args.model, n_ctx=args.ctx, backend=args.backend, eager=args.eager,
+                  kv_f16=None if args.kv is None else args.kv == "f16", rounding=args.rounding, **options)
     args.backend = model.backend.name  # what "auto" chose
     if args.ubatch is not None and model.backend.ubatch != args.ubatch:  # NumPy's micro-batch is fixed
         raise AnvilError(f"--ubatch {args.ubatch}: the {args.backend} backend runs a prompt "

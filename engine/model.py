@@ -28,18 +28,22 @@ UBATCH = 512
 
 def make_backend(name: str, cfg: ModelConfig, n_ctx: int, **options):
     """``name``: numpy, cuda, or auto (cuda when an NVIDIA GPU is usable and
-    runs this architecture, else numpy). ``options`` are the CUDA backend's."""
+    runs this architecture, else numpy). ``options`` are the backend's (numpy: rounding, kv_f16)."""
     if name == "auto":
         from .backends.cuda import PENDING_ARCHS
         from .backends.cuda.device import gpu_available
 
         name = "cuda" if cfg.arch not in PENDING_ARCHS and gpu_available() else "numpy"
+    options = {k: v for k, v in options.items() if v is not None}  # None: the backend's default
     if name == "numpy":
         from .backends.numpy import Backend
 
-        options = {}  # the CUDA options (graphs, KV type) mean nothing here
+        # its own options (the rounding-faithful oracle, its KV type); the CUDA ones (graphs, workspace) mean nothing here
+        options = {k: v for k, v in options.items() if k in ("rounding", "kv_f16")}
     elif name == "cuda":
         from .backends.cuda import Backend
+
+        options.pop("rounding", None)  # it rounds as it does; the NumPy backend's option
     else:
         raise AnvilError(f"unknown backend '{name}' (available: numpy, cuda, auto)")
     return Backend(cfg, n_ctx, **options)

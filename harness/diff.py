@@ -16,7 +16,9 @@ one past the tolerance marked. The sides:
   llama.cpp's names onto (op, occurrence in the layer, output)
   (``llama_cpp_names``).
 
-``--against numpy`` holds the CUDA engine to the NumPy engine the same way;
+``--against numpy`` holds the CUDA engine to the NumPy engine the same way,
+``--against faithful`` to the NumPy engine rounding as the CUDA engine does
+(engine/backends/numpy/faithful.py; both with an f16 KV cache);
 ``--mutant NAME`` switches a mutant of ``harness mutants`` on in the engine
 under test, to show where a planted bug first shows.
 """
@@ -209,10 +211,13 @@ def main_diff(args, path: Path) -> int:
 
     import engine
 
-    def load(backend: str):
+    faithful = args.against == "faithful"  # both sides with the CUDA engine's f16 KV cache
+
+    def load(backend: str, **options):
         # CUDA: eager, so a prompt of a full micro-batch is not captured as a graph (the tracer copies each
         # operator's output to the host, which a capture cannot hold)
-        return engine.load(path, backend=backend, **({"kv_f16": False, "eager": True} if backend == "cuda" else {}))
+        return engine.load(path, backend=backend, **options,
+                           **({"kv_f16": faithful, "eager": True} if backend == "cuda" else {}))
 
     with mutants.BY_NAME[args.mutant].on() if args.mutant else contextlib.nullcontext():
         model = load(args.backend)
@@ -224,6 +229,8 @@ def main_diff(args, path: Path) -> int:
         ref_path = catalog.twin_path(args.model, catalog=cat) if twin else path
         ref = llama_cpp_tensors(ref_path, tokens, {*names, "result_norm", "result_output"}, reference.CPU_SETTINGS)
         ref_name = "llama.cpp" + (" (F32 twin)" if twin else "")
+    elif faithful:
+        ref, ref_name = engine_tensors(load("numpy", rounding="cuda", kv_f16=True), tokens), "faithful numpy"
     else:
         ref, ref_name = engine_tensors(load("numpy"), tokens), "numpy"
     rows, first = compare(test, ref, names, model.config.n_layer, args.tol)

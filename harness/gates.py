@@ -45,6 +45,39 @@ FP32_BUDGET = catalog.Gate(margin=2e-3, logit=1e-3, kl=1e-6)
 GELU_F16_BUDGET = catalog.Gate(margin=0.02, logit=0.02, kl=2e-4)
 MIN_MARGIN = 0.01  # without a budget: a near-tie in a reference's printing precision
 
+# The CUDA engine's operators against the rounding-faithful oracle's on the same
+# inputs (harness/anchored.py): the normalised error |cuda - oracle| / |oracle|
+# of each output. What may differ, op by op:
+# - sums in another fp32 order (GEMV, GEMM, norms, softmax, the DeltaNet
+#   recurrence): ~2^-24·√terms, under 1e-6 for the widths here; fast-math exp,
+#   rsqrt and division: a few ulp (~3e-7);
+# - the roundings themselves see identical inputs (the int8 activations of a
+#   GEMV, a GEMM's bf16 inputs, the f16 KV store) and agree bit for bit;
+# - a rounding inside an op of a value the op computed itself moves one step
+#   where the fp32 value (off by ε ~ 1e-6) lies within ε of a boundary: a
+#   share ε/u of the elements by u each, a normalised √(ε·u). The MoE hidden
+#   (int8 at u ~ 1/127 of its group's largest in decode, bf16 at 2^-8 in
+#   prefill): √(1e-6 · 8e-3) ~ 9e-5; attention's P in f16 (u = 2^-11):
+#   √(1e-6 · 5e-4) ~ 2e-5, spread over the keys' values.
+# - RoPE: the kernels form the angle in fp32 with fast-math __powf, __sinf
+#   and __cosf, as llama.cpp's CUDA build does (rope.cuh): an absolute error
+#   of ~|θ|·2^-22, θ up to the position, which the oracle's float64 angles
+#   do not make. A rotation at positions up to P: 2^-22·P on top.
+# Three times the estimate, rounded up. A wrong rounding costs far more: the
+# exact NumPy engine against the faithful one measures 2.5e-3 (bf16 GEMM),
+# 5e-3 (int8 GEMV), 2.5e-4 (f16 KV) and 1.2e-4 (f16 Q and P) on tiny-qwen3moe.
+OP_BUDGET = {"attention": 1e-4, "moe_ffn": 3e-4}
+OP_BUDGET_DEFAULT = 1e-5
+ROPE_OPS = ("rope", "qk_norm_rope")
+ROPE_ANGLE_ERROR = 2.0 ** -22  # per radian of angle: __sinf/__cosf and __powf (rope.cuh)
+
+
+def op_budget(op: str, max_position: int = 0) -> float:
+    """The bound on one op's normalised error (``max_position``: the largest
+    position a rotation turns)."""
+    rope = ROPE_ANGLE_ERROR * max_position if op in ROPE_OPS else 0.0
+    return OP_BUDGET.get(op, OP_BUDGET_DEFAULT) + rope
+
 FP32_VARIANTS = {"ubatch-1": {"n_batch": 1, "n_ubatch": 1}, "threads-1": {"n_threads": 1}}
 QUANT_VARIANTS = {"f32-twin": "twin", "ubatch-1": {"n_batch": 1, "n_ubatch": 1}}
 GPU_VARIANTS = {"flash-attn": {"flash_attn": True}, "ubatch-1": {"n_batch": 1, "n_ubatch": 1}}

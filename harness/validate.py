@@ -18,7 +18,12 @@ when every step of every prompt passes every check of its gate
   repetition loop where llama.cpp has none;
 - **queued**: where the engine queues its greedy steps (CUDA: the graph
   replayed back to back, as tg and generate run), the tokens are those of a
-  step at a time, which the checks above judge.
+  step at a time, which the checks above judge;
+- **ops** (the CUDA engine, with its oracle set): every operator of a
+  prefill and a few decode steps of each prompt against the rounding-faithful
+  NumPy oracle's on the same inputs (harness/anchored.py), within its
+  per-op budget (``gates.op_budget``): the sharp check, which a model's
+  whole output cannot be (its roundings amplify fp32 noise).
 
 Thresholds come from measurements that exclude the engine under test
 (``harness reference --variation``: llama.cpp against its own references
@@ -36,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from . import catalog, refs
 from .compare import CaseResult, compare_case
 
-CHECKS = ("drift", "logit", "kl", "margin", "degenerate", "queued")
+CHECKS = ("drift", "logit", "kl", "margin", "degenerate", "queued", "ops")
 
 
 @dataclass
@@ -56,6 +61,7 @@ class ModelResult:
     cases: list[CaseResult] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     seconds: float = 0.0
+    ops: dict[str, list[float]] | None = None  # the ops check, where it ran: "phase op" -> [worst error, its bound]
 
     @property
     def near_tie(self) -> float:
@@ -111,7 +117,7 @@ class ModelResult:
                 "agreement": self.agreement, "flips": self.n_flips, "drift": self.drift,
                 "max_logit_diff": self.max_logit_diff, "max_kl": self.max_kl,
                 "max_margin_shift": self.max_margin_shift, "passed": self.passed,
-                "failures": [asdict(f) for f in self.failures], "seconds": self.seconds,
+                "failures": [asdict(f) for f in self.failures], "seconds": self.seconds, "ops": self.ops,
                 "cases": [{"prompt": c.prompt[:80], "n_steps": c.n_steps, "matched": c.matched, "mode": c.mode,
                            "agreement": c.agreement, "flips": [asdict(f) for f in c.flips],
                            "max_logit_diff": c.max_logit_diff, "max_kl": c.max_kl,
@@ -216,8 +222,25 @@ def run(cat, entry: catalog.Entry, ref: refs.Reference, reference_set: str, back
     with the model's other sets) and validate it (``first_failure``: as
     validate_model)."""
     model, runs = (loaded or Loaded(cat, backend, quiet)).get(entry, ref)
-    return validate_model(model, entry, ref, backend, progress=progress, tier=reference_set,
-                          first_failure=first_failure, runs=runs)
+    out = validate_model(model, entry, ref, backend, progress=progress, tier=reference_set,
+                         first_failure=first_failure, runs=runs)
+    if backend == "cuda" and reference_set == "oracle" and not (first_failure and out.failures):
+        judge_ops(out, entry, ref, quiet)
+    return out
+
+
+def judge_ops(out: ModelResult, entry: catalog.Entry, ref: refs.Reference, quiet: bool = True) -> None:
+    """The ops check (harness/anchored.py) into ``out``: one failure per op
+    past its budget, at its worst."""
+    from . import anchored
+
+    t0 = time.perf_counter()
+    errors = anchored.check_entry(entry, ref, quiet)
+    out.ops = anchored.worst(errors)
+    for e in anchored.over(errors):
+        out.failures.append(Failure(-1, None, "ops", f"{e.phase} layer {e.layer} {e.op} (output {e.output}): "
+                                                     f"|cuda - faithful oracle| / |oracle| {e.error:.3g} > {e.bound:.3g}"))
+    out.seconds += time.perf_counter() - t0
 
 
 def _fmt(v: float | None, bound: float | None) -> str:
@@ -244,6 +267,9 @@ def format_failures(results: list[ModelResult]) -> str:
     lines = []
     for r in results:
         for f in r.failures:
+            if f.case < 0:  # the ops check: all prompts
+                lines.append(f"FAIL {r.model} ({r.tier} references, {r.backend}): {f.check}: {f.detail}")
+                continue
             c = r.cases[f.case]
             prompt = c.prompt if len(c.prompt) <= 40 else c.prompt[:37] + "..."
             step = "" if f.step is None else f" step {f.step}"

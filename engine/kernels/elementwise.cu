@@ -100,10 +100,12 @@ extern "C" __global__ void scale(float* x, float s, int n) {
 }
 
 // x = cap * tanh(x / cap), in place (gemma-style logit soft-capping). llama.cpp
-// builds it as scale(1/cap) -> tanh -> scale(cap); same shape here.
+// builds it as scale(1/cap) -> tanh -> scale(cap); same shape here, with an
+// accurate tanh (common.cuh tanh_exp): the approximate one moved logits of ~30
+// by ~1e-2.
 struct Softcap {
     float cap, inv_cap;
-    __device__ float operator()(float x) const { return tanhf(x * inv_cap) * cap; }
+    __device__ float operator()(float x) const { return tanh_exp(x * inv_cap) * cap; }
 };
 
 extern "C" __global__ void softcap(float* x, float cap, int n) {

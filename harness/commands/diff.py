@@ -10,8 +10,9 @@ def add(sub) -> None:
     df.add_argument("model", help="catalog model name or a .gguf path")
     df.add_argument("--prompt", required=True, help="text to prefill (at least two tokens)")
     df.add_argument("--backend", choices=["numpy", "cuda"], default="numpy", help="the engine under test")
-    df.add_argument("--against", choices=["llama.cpp", "numpy"], default="llama.cpp",
-                    help="the reference side: llama.cpp on the CPU (default) or the NumPy engine")
+    df.add_argument("--against", choices=["llama.cpp", "numpy", "faithful"], default="llama.cpp",
+                    help="the reference side: llama.cpp on the CPU (default), the NumPy engine, or the NumPy "
+                         "engine rounding as the CUDA engine does (faithful)")
     df.add_argument("--no-twin", action="store_true",
                     help="run llama.cpp on the quantised file itself, not its F32 twin (8-bit activation noise)")
     df.add_argument("--mutant", help="switch on a mutant of `harness mutants` in the engine under test")

@@ -5,29 +5,46 @@ from __future__ import annotations
 import numpy as np
 
 from ...config import ModelConfig
+from ...errors import AnvilError
 from ...gguf_file import GGUFFile
 from ...model import UBATCH
-from . import ops
+from . import faithful, ops
 from .cache import KVLayer, State
 
 
+ROUNDINGS = ("exact", "cuda")
+
+
 class Backend:
-    """Host memory and NumPy operators; the oracle for the CUDA backend."""
+    """Host memory and NumPy operators; the oracle for the CUDA backend.
+
+    ``rounding="exact"``: float32 throughout (the KV cache too, unless
+    ``kv_f16``), as llama.cpp's CPU backend computes on F32 weights.
+    ``rounding="cuda"``: the rounding-faithful oracle (faithful.py): the CUDA
+    engine's int8/bf16/f16 roundings, its f16 KV cache (``kv_f16``, its
+    default) and its micro-batch, so that the paths taken are the same."""
 
     name = "numpy"
-    ops = ops
-    ubatch = UBATCH  # a prompt's micro-batch (model.py)
 
-    def __init__(self, cfg: ModelConfig, n_ctx: int):
-        self.cfg, self.n_ctx = cfg, n_ctx
+    def __init__(self, cfg: ModelConfig, n_ctx: int, rounding: str = "exact", kv_f16: bool | None = None):
+        if rounding not in ROUNDINGS:
+            raise AnvilError(f"rounding {rounding!r}: one of {', '.join(ROUNDINGS)}")
+        self.cfg, self.n_ctx, self.rounding = cfg, n_ctx, rounding
+        self.kv_f16 = (rounding == "cuda") if kv_f16 is None else kv_f16
+        self.ops = faithful.FaithfulOps(self.kv_f16) if rounding == "cuda" else ops
+        self.ubatch = faithful.UBATCH if rounding == "cuda" else UBATCH  # a prompt's micro-batch (model.py)
         self._logits: np.ndarray | None = None
 
-    def upload(self, gf: GGUFFile, name: str) -> np.ndarray:
-        """Weights are dequantised once to float32."""
-        return gf.dequantize(name)
+    def upload(self, gf: GGUFFile, name: str):
+        """Weights are dequantised once to float32; the faithful oracle keeps
+        each matrix's type beside it (it decides the rounding)."""
+        values = gf.dequantize(name)
+        if self.rounding == "cuda" and values.ndim > 1:
+            return faithful.Weight(values, gf.tensor_type(name))
+        return values
 
     def make_state(self, kinds: list[str], rope_freqs) -> State:
-        return State(self.cfg, self.n_ctx, kinds, rope_freqs)
+        return State(self.cfg, self.n_ctx, kinds, rope_freqs, kv_f16=self.kv_f16)
 
     def inputs(self, tokens: np.ndarray, start: int):
         return tokens, np.arange(start, start + tokens.size)

@@ -4,7 +4,8 @@ its keys and values (``KVLayer``); a recurrent (Gated DeltaNet) layer its
 conv inputs and delta-rule state (``RecurrentLayer``).
 
 K and V are kept in float32, matching a llama.cpp reference run with
-``type_k = type_v = F32`` (its default f16 cache would round them).
+``type_k = type_v = F32`` (its default f16 cache would round them), or
+rounded to f16 as they are stored (``kv_f16``: the CUDA engine's cache).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from ...config import ModelConfig
 from . import ops
+from .faithful import f16
 
 
 class KVLayer:
@@ -23,6 +25,7 @@ class KVLayer:
         self.state, self.il = state, il
         self.k = np.zeros((n_ctx, cfg.n_head_kv, cfg.head_dim), np.float32)
         self.v = np.zeros_like(self.k)
+        self.f16 = state.kv_f16
 
     def rope(self, positions: np.ndarray):
         """This layer's rotation for these positions, for ``ops.rope``."""
@@ -35,8 +38,8 @@ class KVLayer:
     def store(self, positions: np.ndarray, k: np.ndarray, v: np.ndarray):
         """Write this step's K/V and return every cached position up to the last one."""
         p0, p1 = int(positions[0]), int(positions[-1]) + 1
-        self.k[p0:p1] = k
-        self.v[p0:p1] = v
+        self.k[p0:p1] = f16(k) if self.f16 else k
+        self.v[p0:p1] = f16(v) if self.f16 else v
         return self.k[:p1], self.v[:p1]
 
     def reset(self) -> None:
@@ -66,8 +69,9 @@ LAYER_KINDS = {"attention": KVLayer, "recurrent": RecurrentLayer}
 class State:
     """The state of one sequence: ``layers[il]`` for each layer; ``reset()`` clears all of it."""
 
-    def __init__(self, cfg: ModelConfig, n_ctx: int, kinds: list[str], rope_freqs: np.ndarray | None = None):
-        self.cfg, self.rope_freqs = cfg, rope_freqs
+    def __init__(self, cfg: ModelConfig, n_ctx: int, kinds: list[str], rope_freqs: np.ndarray | None = None,
+                 kv_f16: bool = False):
+        self.cfg, self.rope_freqs, self.kv_f16 = cfg, rope_freqs, kv_f16
         self.layers = [LAYER_KINDS[kind](self, il, n_ctx) for il, kind in enumerate(kinds)]
 
     def reset(self) -> None:

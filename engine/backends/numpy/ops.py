@@ -240,7 +240,11 @@ def moe_route(x: np.ndarray, router: np.ndarray, k: int, norm: bool, scale: floa
     1 when ``norm``."""
     if scale != 1.0:
         x = x * F32(scale)
-    logits = x @ router.T  # [T, n_expert]
+    return route(x @ router.T, k, norm)
+
+
+def route(logits: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``moe_route`` from the router's logits ``[T, n_expert]``."""
     e = np.exp((logits - logits.max(axis=-1, keepdims=True)).astype(np.float64))
     p = (e / e.sum(axis=-1, keepdims=True)).astype(F32)
     ids = np.argsort(-p, axis=-1, kind="stable")[:, :k].astype(np.int32)

@@ -1,0 +1,216 @@
+"""The rounding-faithful oracle: the NumPy operators, rounding where the CUDA
+engine rounds on purpose, and nowhere else.
+
+The CUDA engine is not an fp32 engine: its decode GEMVs meet block-type
+weights with int8 activations, its prefill GEMMs take bf16 (or f16) inputs,
+its KV cache is f16 and its tensor-core prefill attention rounds Q and P to
+f16. Held to the exact oracle (``ops``), a CUDA bug hides under the cost of
+those roundings (up to a logit on the tiny models). Held to this one, what
+is left between the two is fp32 summation order and fast-math's exp, rsqrt
+and division (a few ulp each): ``harness.gates.FAITHFUL_BUDGET`` states it
+per op and derives the model's bound.
+
+Each rounding is written once, here, bit for bit as the kernel does it (the
+kernel's comment names the same choice):
+
+- ``gemv_x``: int8 activations in groups of ``quants.xq_group(qtype)``
+  (gemv.cuh quant16: d = amax/127, q = rint(x·(127/amax))), block types only;
+- ``gemm_in``: prefill GEMM inputs, x and W both bf16 (round to nearest
+  even) for bf16 and block-type weights, f16 for F16 weights, fp32 for F32
+  (cuda/__init__.py Ops._gemms, dequant.cu, moe_gemm.cu);
+- ``f16``: the KV cache's stores (attention.cu to_kv);
+- ``attention_tc``: the tensor-core prefill (attention.cu attention_prefill_tc):
+  Q·scale in f16, keys in tiles with an online softmax, P rounded to f16.
+
+Which path a product takes follows the CUDA backend's own switches
+(``GEMV_MAX_TOKENS``, ``DECODE_MAX_T``, the tensor-core head sizes), read
+from there so the two cannot part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...quants import QType, quantize_x, xq_group
+from ..cuda import GEMV_MAX_TOKENS, UBATCH  # noqa: F401  (UBATCH: the micro-batch, numpy/__init__.py)
+from ..cuda.launchers.attention import DECODE_MAX_T, TC_HEAD_DIMS, TC_TQ, tc_keys
+from . import ops
+
+F32 = np.float32
+MOE_GEMM_ALIGN = 32  # cuda Ops.moe_ffn: widths the grouped GEMM cannot tile run as GEMVs
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A weight matrix as the CUDA engine holds it: its values (dequantised
+    exactly, float32) and its GGUF type, which decides the rounding."""
+    values: np.ndarray
+    qtype: QType
+
+    @property
+    def shape(self):
+        return self.values.shape
+
+
+def values(w):
+    return w.values if isinstance(w, Weight) else w
+
+
+def bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 (round to nearest even), as float32 (``__float2bfloat16_rn``)."""
+    b = np.ascontiguousarray(x, F32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16
+    out = b.astype(np.uint32).view(F32)
+    nan = np.isnan(x)
+    return np.where(nan, np.float32(np.nan), out) if nan.any() else out
+
+
+def f16(x: np.ndarray) -> np.ndarray:
+    """float32 -> f16 (round to nearest even), as float32 (``__float2half_rn``)."""
+    return np.asarray(x, F32).astype(np.float16).astype(F32)
+
+
+def gemv_x(x: np.ndarray, qtype: QType) -> np.ndarray:
+    """The decode GEMV's activations for a weight of ``qtype``: int8 groups
+    for block types (float64 values d·q), fp32 otherwise."""
+    group = xq_group(qtype)
+    return x.astype(np.float64) if group is None else quantize_x(x, group)
+
+
+def gemm_in(x: np.ndarray, w: Weight) -> tuple[np.ndarray, np.ndarray]:
+    """The prefill GEMM's inputs (x, W) for a weight of ``w.qtype``."""
+    if w.qtype == QType.F32:
+        return x, w.values
+    if w.qtype == QType.F16:
+        return f16(x), w.values  # F16 weights are exact in f16
+    return bf16(x), bf16(w.values)
+
+
+def gemv(x: np.ndarray, w: Weight) -> np.ndarray:
+    """Rows of ``x · Wᵀ`` each as the decode GEMV computes one."""
+    return (gemv_x(x, w.qtype) @ w.values.T.astype(np.float64)).astype(F32)
+
+
+def gemm(x: np.ndarray, w: Weight) -> np.ndarray:
+    """``x · Wᵀ`` as the prefill GEMM computes it (fp32 sums of the rounded inputs)."""
+    xa, wa = gemm_in(x, w)
+    return (xa.astype(np.float64) @ wa.T.astype(np.float64)).astype(F32)
+
+
+def product(x: np.ndarray, w: Weight) -> np.ndarray:
+    """``x · Wᵀ`` on the path the CUDA engine takes for these rows."""
+    return gemv(x, w) if x.shape[0] <= GEMV_MAX_TOKENS else gemm(x, w)
+
+
+class FaithfulOps:
+    """``ops`` with the CUDA engine's roundings; every other operator is ``ops``'s own."""
+
+    def __init__(self, kv_f16: bool):
+        self.kv_f16 = kv_f16
+
+    def __getattr__(self, name):
+        return getattr(ops, name)
+
+    def embed(self, table, tokens, scale=1.0):
+        return ops.embed(values(table), tokens, scale)
+
+    def matmul(self, x, w, bias=None, add=None):
+        y = product(x, w)
+        if bias is not None:
+            y = y + bias
+        return y if add is None else add + y
+
+    def matmuls(self, x, weights, biases=None):
+        biases = biases or (None,) * len(weights)
+        return [self.matmul(x, w, b) for w, b in zip(weights, biases)]
+
+    def glu(self, x, w_gate, w_up, activation):
+        g, u = self.matmuls(x, (w_gate, w_up))
+        return ops.swiglu(g, u) if activation == "silu" else ops.geglu(g, u)
+
+    def dot(self, x, w):
+        return self.matmul(x, Weight(w[None, :], QType.F32))
+
+    def causal_conv(self, x, w, state):
+        return ops.causal_conv(x, values(w), state)
+
+    def moe_route(self, x, router, k, norm, scale=1.0):
+        # the CUDA router scales the logits, not the input (equal up to rounding)
+        logits = product(x, router)
+        return ops.route(logits * F32(scale) if scale != 1.0 else logits, k, norm)
+
+    def moe_ffn(self, x, ids, weights, gate_exps, up_exps, down_exps, add=None, activation="silu",
+                down_scale=None):
+        """Decode (and widths the grouped GEMM cannot tile): every expert a
+        GEMV, int8 x and int8 hidden. Prefill: the grouped bf16 GEMMs, the
+        hidden rounded to bf16 (cuda Ops.moe_ffn). The experts' outputs are
+        summed in selection order."""
+        act = ops.swiglu if activation == "silu" else ops.geglu
+        n_embd, n_ff = down_exps.shape[1], down_exps.shape[2]
+        per_row = x.shape[0] <= GEMV_MAX_TOKENS or n_embd % MOE_GEMM_ALIGN or n_ff % MOE_GEMM_ALIGN
+        mul = gemv if per_row else gemm
+        if down_scale is not None:
+            weights = weights * down_scale[ids]  # folded into the routing weights (mul_gather)
+        ys = np.zeros((*ids.shape, n_embd), F32)
+        for e in np.unique(ids):
+            t, j = np.nonzero(ids == e)
+            g, u, d = (Weight(w.values[e], w.qtype) for w in (gate_exps, up_exps, down_exps))
+            h = act(mul(x[t], g), mul(x[t], u))
+            ys[t, j] = mul(h if per_row else bf16(h), d)
+        out = np.zeros((x.shape[0], n_embd), F32)
+        for j in range(ids.shape[1]):
+            out += ys[:, j] * weights[:, j:j + 1]
+        return out if add is None else add + out
+
+    def attention(self, q, keys, values_, positions, scale, window=0):
+        T, _, D = q.shape
+        if T > DECODE_MAX_T and self.kv_f16 and D in TC_HEAD_DIMS:
+            return attention_tc(q, keys, values_, positions, scale, window)
+        return ops.attention(q, keys, values_, positions, scale, window)
+
+
+def attention_tc(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, positions: np.ndarray, scale: float,
+                 window: int = 0) -> np.ndarray:
+    """The tensor-core prefill attention's arithmetic: per block of
+    TC_TQ query rows, the keys it can see from ``klo`` in tiles of
+    ``tc_keys(D)``, an online softmax in fp32 (running max m, sum l of the
+    unrounded p), and ``O += f16(p)·V``; Q is rounded to f16 and multiplied by
+    f16(scale) in f16. The cache holds f16 values already. ``[T, H·D]``."""
+    T, H, D = q.shape
+    _, Hkv, _ = keys.shape
+    g = H // Hkv
+    TK = tc_keys(D)
+    qh = f16(f16(q) * f16(np.float32(scale)))  # __hmul2: the product rounded to f16
+    out = np.empty((T, H, D), F32)
+    kv_head = np.arange(H) // g
+    for t0 in range(0, T, TC_TQ):
+        rows = slice(t0, min(T, t0 + TC_TQ))
+        qp = positions[rows]
+        klo = max(0, int(qp.min()) - window + 1) if window > 0 else 0
+        khi = int(qp.max())
+        K = keys[klo:khi + 1][:, kv_head].transpose(1, 0, 2).astype(np.float64)  # [H, S, D]
+        V = vals[klo:khi + 1][:, kv_head].transpose(1, 0, 2).astype(np.float64)
+        s = np.einsum("thd,hsd->hts", qh[rows].astype(np.float64), K).astype(F32)  # [H, n, S]
+        kp = np.arange(klo, khi + 1)
+        visible = kp[None, :] <= qp[:, None]
+        if window:
+            visible &= (qp[:, None] - kp[None, :]) < window
+        s = np.where(visible[None], s, -np.inf)
+        n = qp.size
+        m = np.full((H, n, 1), -np.inf, F32)
+        l = np.zeros((H, n, 1), F32)
+        o = np.zeros((H, n, D), F32)
+        for a in range(0, khi + 1 - klo, TK):
+            st = s[:, :, a:a + TK]
+            mn = np.maximum(m, st.max(axis=-1, keepdims=True))
+            mu = np.where(np.isneginf(mn), F32(0), mn)
+            with np.errstate(invalid="ignore"):
+                corr = np.exp(m - mu).astype(F32)
+                p = np.exp(st - mu).astype(F32)
+            m = mn
+            l = l * corr + p.sum(axis=-1, keepdims=True, dtype=np.float64).astype(F32)
+            o = o * corr + (f16(p).astype(np.float64) @ V[:, a:a + TK]).astype(F32)
+        out[rows] = (o * (F32(1) / l)).transpose(1, 0, 2)
+    return out.reshape(T, H * D)

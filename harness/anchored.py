@@ -1,0 +1,273 @@
+"""The engine held to the rounding-faithful oracle op by op (the ``ops`` check).
+
+Whole models cannot be compared at fp32 precision once they round on
+purpose: an int8, bf16 or f16 rounding turns an fp32 summation-order
+difference of 1e-6 into a whole rounding step wherever a value sits near a
+boundary, and layer after layer those steps grow to ~0.3 logits on the tiny
+models (CUDA against the faithful oracle, H200, 2026-12-04:
+reports/notes/cuda-gate-2026-12-04.md). So each operator is judged on its
+own inputs instead: the engine runs a prompt and a few teacher-forced decode
+steps with its operators wrapped; before each op its inputs are copied to
+the host, after it its outputs; the rounding-faithful NumPy op
+(engine/backends/numpy/faithful.py) runs on the same inputs with the same
+weights, and the normalised error ``|engine - oracle| / |oracle|`` of every
+output is held to ``gates.OP_BUDGET``. What stays out of a step's output
+(the KV rows it stores, the recurrent state it advances) is compared too.
+
+The engine's operators are its unfolded ones (as `harness diff` traces
+them): the decode folds (a norm inside gate/up's GEMV, the Q/K heads inside
+V's) run as separate launches here; the model-level checks see the folds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+from engine.backends.numpy import faithful
+from engine.backends.numpy import ops as np_ops
+
+from . import gates
+
+
+@dataclass
+class OpError:
+    phase: str  # "prefill" | "decode"
+    layer: int  # -1 before the first layer, n_layer after the last
+    op: str
+    output: int  # which output of the op (or of what it stored)
+    error: float  # |engine - oracle| / |oracle|
+    bound: float  # its budget (harness/gates.py op_budget)
+
+
+def rel_error(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    if not np.isfinite(a).all():
+        return float("inf")
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def _weights(engine_model, oracle_model) -> dict[int, object]:
+    """The engine's weight objects -> the oracle's, by their place in the
+    model (both loaded by models/weights.py from one file)."""
+    out = {}
+    pairs = [(engine_model.glob, oracle_model.glob), *zip(engine_model.layers, oracle_model.layers)]
+    for a, b in pairs:
+        for k, v in vars(a).items():
+            if v is not None:
+                out[_key(v)] = getattr(b, k)
+    return out
+
+
+def _key(v) -> int:
+    """A weight's identity: its device address on the GPU, the object itself on the host."""
+    data = getattr(v, "data", None)
+    if data is not None and hasattr(data, "ptr"):
+        return data.ptr  # a QWeight
+    return getattr(v, "ptr", id(v))  # a 1-D device weight, or a host array
+
+
+class Anchored:
+    """The engine's operators, each checked against the faithful oracle's on its own inputs."""
+
+    def __init__(self, engine_model, oracle_model):
+        self.model, self.oracle = engine_model, oracle_model
+        self.ops = getattr(engine_model.ops, "unfolded", engine_model.ops)
+        self.faithful = oracle_model.ops
+        self.weights = _weights(engine_model, oracle_model)
+        self.cfg = engine_model.config
+        self.layer, self.errors = -1, []
+        self.stored = None  # (layer state, positions, k, v) of the last KV store, checked by attention
+
+    # ---- host copies -----------------------------------------------------------
+    def host(self, v):
+        """``v`` as the oracle takes it: weights -> the oracle's, device arrays
+        -> host copies (f16 caches as float32), positions and rotations
+        rebuilt, a recurrent state copied."""
+        from engine.backends import cuda
+
+        if isinstance(v, (list, tuple)):
+            return type(v)(self.host(x) for x in v)
+        if v is None or isinstance(v, (int, float, str, bool, np.integer, np.floating)):
+            return v
+        if _key(v) in self.weights:
+            return self.weights[_key(v)]
+        if isinstance(v, np.ndarray):
+            return v.copy()
+        if isinstance(v, cuda.Positions):
+            return self.host(v.dev).astype(np.int64)
+        if isinstance(v, cuda.Rotation):
+            freq = None if v.freq_div is None else self.host(v.freq_div)
+            cos, sin = np_ops.rope_angles(self.host(v.positions), v.n_rot, v.base, v.scale, freq)
+            return cos, sin, v.rope_type
+        if isinstance(v, cuda.RecurrentLayer):
+            return SimpleNamespace(conv=self.host(v.conv), s=self.host(v.s))
+        if isinstance(v, cuda.DArray):
+            return np.asarray(self.model.backend.to_host(v)).reshape(v.shape).astype(
+                np.float32 if v.dtype == np.float16 else v.dtype)
+        if hasattr(v, "conv") and hasattr(v, "s"):  # the NumPy engine's recurrent state
+            return SimpleNamespace(conv=v.conv.copy(), s=v.s.copy())
+        raise TypeError(f"anchored: cannot copy a {type(v).__name__} to the host")
+
+    # ---- the wrapped operators ------------------------------------------------------
+    def __getattr__(self, name):
+        fn = getattr(self.ops, name)
+        if not callable(fn) or name.startswith("_"):
+            return fn
+
+        def op(*args, **kw):
+            if name == "attention":
+                return self._attention(fn, *args, **kw)
+            host_args, host_kw = self.host(args), {k: self.host(v) for k, v in kw.items()}
+            out = fn(*args, **kw)
+            want = getattr(self.faithful, name)(*host_args, **host_kw)
+            self._compare(name, out, want, args, host_args)
+            if name == "embed":
+                self.layer = 0
+            elif name == "end_layer":
+                self.layer += 1
+            return out
+        return op
+
+    def _phase(self, x) -> str:
+        return "decode" if x.shape[0] <= faithful.GEMV_MAX_TOKENS else "prefill"
+
+    def _record(self, name: str, phase: str, i: int, got, want, max_position: int = 0) -> None:
+        bound = gates.op_budget(name.split(" ")[0], max_position)
+        self.errors.append(OpError(phase, self.layer, name, i, rel_error(got, want), bound))
+
+    def _compare(self, name, out, want, args, host_args) -> None:
+        rows = next((a for a in args if len(getattr(a, "shape", ())) >= 2), None)
+        phase = "prefill" if rows is None else self._phase(rows)
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        wants = want if isinstance(want, (list, tuple)) else [want]
+        if name == "moe_route":  # the chosen experts exactly; the weights of each
+            ids, w = self.host(outs[0]), self.host(outs[1])
+            if not np.array_equal(np.sort(ids, axis=1), np.sort(wants[0], axis=1)):
+                self.errors.append(OpError(phase, self.layer, name + " ids", 0, float("inf"), 0.0))
+                return
+            self._record(name, phase, 1, w, wants[1])
+            return
+        # a rotation's angles grow with the position (gates.ROPE_ANGLE_ERROR)
+        rotation = args[0] if name in gates.ROPE_OPS else None
+        max_pos = int(self.host(rotation.positions).max()) if hasattr(rotation, "positions") else 0
+        for i, (o, w) in enumerate(zip(outs, wants)):
+            self._record(name, phase, i, self.host(o), w, max_pos)
+        for i, (a, h) in enumerate(zip(args, host_args)):  # a state the op advanced in place
+            if isinstance(h, SimpleNamespace):
+                after = self.host(a)
+                self._record(name + " state", phase, 0, after.conv, h.conv)
+                self._record(name + " state", phase, 1, after.s, h.s)
+
+    def _attention(self, fn, q, keys, values, positions, scale, window=0):
+        """Attention over the cache as the engine left it (its rows before
+        this step checked against the store that wrote them), the oracle
+        reading the same rows, rounded as its own store rounds them."""
+        from engine.backends import cuda
+
+        pos = self.host(positions)
+        row = None
+        if isinstance(keys, cuda.NewRow):  # decode: the kernel stores the step's row itself
+            row = (self.host(keys.row), self.host(values.row))
+            cache_k, cache_v = keys.cache, values.cache
+        else:
+            cache_k, cache_v = keys, values
+        n = int(pos.max()) + 1
+        hk, hv = self.host(cache_k)[:n], self.host(cache_v)[:n]
+        f16 = getattr(cache_k, "dtype", np.float32) == np.float16 or getattr(self.faithful, "kv_f16", False)
+        store = faithful.f16 if f16 else (lambda a: a)
+        if row is not None:
+            shape = hk.shape[1:]
+            hk[pos], hv[pos] = store(row[0].reshape(shape)), store(row[1].reshape(shape))
+        out = fn(q, keys, values, positions, scale, window)
+        want = self.faithful.attention(self.host(q), hk, hv, pos, scale, window)
+        phase = "decode" if q.shape[0] <= faithful.GEMV_MAX_TOKENS else "prefill"
+        self._record("attention", phase, 0, self.host(out), want)
+        # the rows this step stored: as the oracle's store rounds what the layer handed it
+        k_new, v_new = row if row is not None else self.stored[2:] if self.stored is not None else (None, None)
+        if k_new is not None:
+            got_k, got_v = self.host(cache_k)[pos], self.host(cache_v)[pos]
+            self._record("kv store", phase, 0, got_k, store(np.asarray(k_new).reshape(got_k.shape)))
+            self._record("kv store", phase, 1, got_v, store(np.asarray(v_new).reshape(got_v.shape)))
+        self.stored = None
+        return out
+
+
+def check(engine_model, oracle_model, prompt_ids, forced) -> list[OpError]:
+    """Run ``prompt_ids`` and then the ``forced`` tokens one at a time through
+    ``engine_model`` with every op checked against ``oracle_model``'s (the
+    NumPy engine with rounding="cuda", loaded from the same file with the
+    engine's KV type). The engine must run eagerly (no graphs: each op's
+    output is read back as it is made)."""
+    anchored = Anchored(engine_model, oracle_model)
+    ops = engine_model.ops
+    layers = engine_model.cache.layers
+    originals = [getattr(layer, "store", None) for layer in layers]
+
+    def watch(layer, store):
+        def stored(positions, k, v):
+            out = store(positions, k, v)
+            anchored.stored = (layer, positions, anchored.host(k), anchored.host(v))  # attention checks the rows
+            return out
+        return stored
+
+    for layer, store in zip(layers, originals):
+        if store is not None:
+            layer.store = watch(layer, store)
+    engine_model.ops = anchored
+    try:
+        engine_model.reset()
+        engine_model.forward(prompt_ids)
+        for tok in forced:
+            anchored.layer = -1
+            engine_model.forward([tok])
+    finally:
+        engine_model.ops = ops
+        for layer, store in zip(layers, originals):
+            if store is not None:
+                del layer.store  # the instance attribute; the class's method again
+    return anchored.errors
+
+
+STEPS = 4  # teacher-forced decode steps a prompt: every decode kernel runs, each at a few depths
+
+
+def check_entry(entry, ref, quiet: bool = True) -> list[OpError]:
+    """Every prompt of ``ref`` (llama.cpp's prompt ids, its first STEPS tokens
+    forced) through the catalog model on the CUDA engine as users run it (f16
+    KV cache), eagerly, each op against the faithful oracle's."""
+    import engine
+
+    from . import catalog
+
+    path = catalog.model_path(entry.name, progress=not quiet)
+    cuda = engine.load(path, backend="cuda", kv_f16=True, eager=True)
+    oracle = engine.load(path, backend="numpy", rounding="cuda", kv_f16=True)
+    errors = []
+    for case in ref.cases:
+        errors += check(cuda, oracle, case.prompt_ids, case.tokens[:STEPS])
+    return errors
+
+
+def worst(errors: list[OpError]) -> dict[str, list[float]]:
+    """Each op's largest error and the bound it was held to there, by "phase op"."""
+    out: dict[str, list[float]] = {}
+    for e in errors:
+        k = f"{e.phase} {e.op}"
+        if k not in out or e.error > out[k][0]:
+            out[k] = [e.error, e.bound]
+    return out
+
+
+def over(errors: list[OpError]) -> list[OpError]:
+    """The errors past their bound (NaN included), the worst of each op."""
+    bad: dict[str, OpError] = {}
+    for e in errors:
+        k = f"{e.phase} {e.op}"
+        if not e.error <= e.bound and (k not in bad or e.error > bad[k].error):
+            bad[k] = e
+    return list(bad.values())

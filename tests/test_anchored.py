@@ -1,0 +1,113 @@
+"""The rounding-faithful oracle (engine/backends/numpy/faithful.py) and the
+ops check that holds an engine to it op by op (harness/anchored.py), on the
+CPU: the NumPy engine itself plays the engine under test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+from engine.backends.numpy import faithful
+from engine.backends.numpy import ops as np_ops
+from engine.quants import QType
+from harness import anchored, catalog, gates, refs, validate
+
+
+def test_bf16_rounds_to_nearest_even():
+    one = np.float32(1.0)
+    ulp = np.float32(2.0 ** -7)  # bf16's step at 1
+    x = np.array([one, one + ulp / 2, one + ulp * 1.5, one + ulp / 4, one + ulp * 0.75, -3.0e38, np.inf], np.float32)
+    want = np.array([1.0, 1.0, 1.0 + 2 * ulp, 1.0, 1.0 + ulp, -3.0e38, np.inf], np.float32)  # ties to even
+    got = faithful.bf16(x)
+    assert np.array_equal(got[:5], want[:5]) and got[6] == np.inf
+    assert got[5] == np.float32(-2.9998e38) or abs(got[5] / -3.0e38 - 1) < 2 ** -8
+    assert np.isnan(faithful.bf16(np.array([np.nan], np.float32)))[0]
+
+
+def test_products_take_the_cuda_paths():
+    rng = np.random.default_rng(1)
+    w = faithful.Weight(rng.standard_normal((8, 64)).astype(np.float32), QType.Q4_K)
+    x1, x3 = rng.standard_normal((1, 64)).astype(np.float32), rng.standard_normal((3, 64)).astype(np.float32)
+    exact = lambda x: (x.astype(np.float64) @ w.values.T.astype(np.float64)).astype(np.float32)  # noqa: E731
+    gemv, gemm = faithful.product(x1, w), faithful.product(x3, w)
+    # int8 activations in decode, bf16 inputs in prefill: each near, neither equal, to the exact product
+    for got, want in ((gemv, exact(x1)), (gemm, exact(x3))):
+        assert not np.array_equal(got, want) and np.abs(got - want).max() < 0.05 * np.abs(want).max()
+    assert np.array_equal(gemm, (faithful.bf16(x3).astype(np.float64)
+                                 @ faithful.bf16(w.values).T.astype(np.float64)).astype(np.float32))
+    f32 = faithful.Weight(w.values, QType.F32)
+    assert np.array_equal(faithful.product(x3, f32), exact(x3))
+
+
+def test_tensor_core_attention_is_the_online_softmax_with_f16_p(monkeypatch):
+    rng = np.random.default_rng(2)
+    T, H, Hkv, D = 150, 4, 2, 64  # three query tiles, three key tiles
+    q = rng.standard_normal((T, H, D)).astype(np.float32)
+    k = faithful.f16(rng.standard_normal((T, Hkv, D)).astype(np.float32))
+    v = faithful.f16(rng.standard_normal((T, Hkv, D)).astype(np.float32))
+    pos = np.arange(T)
+    want = np_ops.attention(faithful.f16(faithful.f16(q) * faithful.f16(np.float32(0.125))), k, v, pos, 1.0)
+    got = faithful.attention_tc(q, k, v, pos, 0.125)
+    err = anchored.rel_error(got, want)
+    assert 1e-6 < err < 1e-3  # P in f16: near, not equal
+    monkeypatch.setattr(faithful, "f16", lambda a: np.asarray(a, np.float32))  # no rounding at all
+    exact = np_ops.attention(q, k, v, pos, 0.125)
+    assert anchored.rel_error(faithful.attention_tc(q, k, v, pos, 0.125), exact) < 1e-6
+    # a window: keys from each query tile's first visible one
+    assert anchored.rel_error(faithful.attention_tc(q, k, v, pos, 0.125, window=40),
+                              np_ops.attention(q, k, v, pos, 0.125, window=40)) < 1e-6
+
+
+def _case(name: str):
+    e = catalog.entry(name)
+    return catalog.model_path(name, progress=False), refs.for_entry(e, "cpu").cases[0]
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3moe", "tiny-qwen35", "tiny-gemma3"])
+def test_ops_check_passes_the_oracle_itself_and_fails_the_exact_engine(name):
+    """Every op of the faithful NumPy engine equals the oracle's on its own
+    inputs; the exact engine (no int8, bf16 or f16 rounding) fails where
+    those roundings are: the check can fail."""
+    path, case = _case(name)
+    oracle = engine.load(path, backend="numpy", rounding="cuda")
+    same = anchored.check(engine.load(path, backend="numpy", rounding="cuda"), oracle, case.prompt_ids[:40],
+                          case.tokens[:2])
+    assert same and not anchored.over(same) and max(e.error for e in same) == 0.0
+    exact = anchored.check(engine.load(path, backend="numpy"), oracle, case.prompt_ids[:40], case.tokens[:2])
+    failed = {e.op for e in anchored.over(exact)}
+    assert {"matmuls", "kv store"} <= failed, failed
+
+
+def test_ops_check_finds_a_planted_bug_in_one_op(monkeypatch):
+    """A bug in one operator of the engine under test (its RMSNorm's eps ten
+    times too large) is named at that op; its neighbours, fed the engine's
+    own inputs, stay within budget."""
+    path, case = _case("tiny-llama")
+    oracle = engine.load(path, backend="numpy", rounding="cuda")
+    model = engine.load(path, backend="numpy", rounding="cuda")
+    buggy = faithful.FaithfulOps(True)
+    monkeypatch.setattr(buggy, "rms_norm", lambda x, w, eps: np_ops.rms_norm(x, w, 10 * eps + 1e-2), raising=False)
+    model.ops = buggy
+    failed = {e.op for e in anchored.over(anchored.check(model, oracle, case.prompt_ids[:30], case.tokens[:2]))}
+    assert failed == {"rms_norm"}, failed
+
+
+def test_rope_budget_grows_with_the_position():
+    assert gates.op_budget("matmul", 4000) == gates.OP_BUDGET_DEFAULT
+    assert gates.op_budget("rope", 0) == gates.OP_BUDGET_DEFAULT
+    assert gates.op_budget("qk_norm_rope", 4096) == pytest.approx(gates.OP_BUDGET_DEFAULT + 4096 * 2.0 ** -22)
+
+
+def test_judge_ops_turns_errors_into_one_failure_per_op(monkeypatch):
+    e = catalog.entry("tiny-llama")
+    errors = [anchored.OpError("decode", 1, "matmul", 0, 2e-6, 1e-5), anchored.OpError("decode", 2, "glu", 0, 3e-3, 1e-5),
+              anchored.OpError("decode", 3, "glu", 0, 5e-3, 1e-5), anchored.OpError("prefill", 0, "attention", 0,
+                                                                                  float("nan"), 1e-4)]
+    monkeypatch.setattr(anchored, "check_entry", lambda entry, ref, quiet=True: errors)
+    out = validate.ModelResult("tiny-llama", "oracle", "cuda", e.gate("cuda", "oracle"))
+    validate.judge_ops(out, e, None)
+    assert [f.check for f in out.failures] == ["ops", "ops"]
+    assert "layer 3 glu" in out.failures[0].detail and "attention" in out.failures[1].detail
+    assert out.ops["decode glu"] == [5e-3, 1e-5] and not out.passed
+    assert "ops: decode layer 3 glu" in validate.format_failures([out])
