@@ -104,6 +104,13 @@ class Preset:
 
 
 _TINY = dict(n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512)
+# The tiny MoE models' routers (8 experts, 2 a token): at gain 1 the second and third experts
+# near-tie somewhere in every prompt, and a rounding-sized difference re-routes a token: the
+# exact and the rounding-faithful NumPy engines parted by 19.7 (qwen3moe), 12.4 (qwen35moe) and
+# 6.3 (gemma4moe) logits over three prompts, a gate that only a crash fails. At 8 the first
+# expert carries most of the weight, a swap at the second place moves little, and they part by
+# 1.5, 2.4 and 0.7 (the dense tiny models: 0.5-0.9; reports/notes/cuda-gate-2026-12-04.md).
+TINY_ROUTER_GAIN = 8.0
 
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("tiny-llama", "llama", **_TINY, context_length=131072, rope_freq_base=500000.0,
@@ -142,7 +149,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            n_ff=256, context_length=262144, rope_freq_base=1e6, rms_eps=1e-6, vocab="gemma-4",
            tied=True, sliding_window=16, rope_freq_base_swa=10000.0, softcap=30.0, rope_freqs=True,
            head_dim_swa=64, n_head_kv_swa=2, swa_period=2, rope_partial=0.25, out_scale=True,
-           n_expert=8, n_expert_used=2, n_ff_exp=256,
+           n_expert=8, n_expert_used=2, n_ff_exp=256, router_gain=TINY_ROUTER_GAIN,
            logit_std=3.5, head_row_sigma=0.3, file_type=FT.MOSTLY_Q4_K_M,
            mix=(("token_embd", "Q6_K"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"), ("attn_v", "Q6_K"),
                 ("attn_output", "Q5_K"), ("ffn_gate", "Q4_K"), ("ffn_up", "Q4_K"), ("ffn_down", "Q6_K"),
@@ -152,7 +159,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     # logit std 17 puts them near 2.5, above the decisive 2.
     # Mixture of experts: 8 SwiGLU experts of width 256, 2 per token, on every layer.
     Preset("tiny-qwen3moe", "qwen3moe", **_TINY, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6,
-           vocab="qwen2", n_expert=8, n_expert_used=2, n_ff_exp=256, file_type=FT.MOSTLY_Q4_K_M,
+           vocab="qwen2", n_expert=8, n_expert_used=2, n_ff_exp=256, router_gain=TINY_ROUTER_GAIN,
+           file_type=FT.MOSTLY_Q4_K_M,
            mix=(("token_embd", "Q4_K"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
                 ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("ffn_gate_exps", "Q4_K"),
                 ("ffn_up_exps", "Q4_K"), ("ffn_down_exps", "Q6_K"))),
@@ -169,6 +177,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("tiny-qwen35moe", "qwen35moe", **_TINY, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6,
            vocab="qwen2", n_rot=16, ssm_d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=32,
            full_attention_interval=4, n_expert=8, n_expert_used=2, n_ff_exp=256, n_ff_shexp=256,
+           router_gain=TINY_ROUTER_GAIN,
            file_type=FT.MOSTLY_Q4_K_M,
            mix=(("token_embd", "Q4_K"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
                 ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("attn_qkv", "Q5_K"), ("attn_gate", "Q4_K"),
@@ -232,9 +241,11 @@ _ROLES = ("token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output", "
 for _name in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"):
     PRESETS[f"{_name}-f32"] = replace(PRESETS[_name], name=f"{_name}-f32", vocab="smollm2",
                                       mix=tuple((r, "F32") for r in _ROLES), file_type=FT.ALL_F32)
-# The hybrids' twins (every role of their mix in F32): the CUDA engine's tests hold
-# the hybrid prefill (the chunked delta rule) to fp32 arithmetic with them.
-for _name in ("tiny-qwen35", "tiny-qwen35moe"):
+# The hybrids' and the MoE models' twins (every role of their mix in F32): the CUDA
+# engine's tests and its catalog gate hold the hybrid prefill (the chunked delta
+# rule) and the expert kernels to fp32 arithmetic with them, none of the roundings
+# of a quantised file between.
+for _name in ("tiny-qwen35", "tiny-qwen35moe", "tiny-qwen3moe", "tiny-gemma4moe"):
     PRESETS[f"{_name}-f32"] = replace(PRESETS[_name], name=f"{_name}-f32", vocab="smollm2",
                                       mix=tuple((r, "F32") for r, _ in PRESETS[_name].mix), file_type=FT.ALL_F32)
 

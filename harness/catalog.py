@@ -36,6 +36,7 @@ TIERS = ("cpu", "gpu")
 #   oracle: the NumPy engine on the model file, on llama.cpp's prompt ids: the
 #         CUDA engine's reference, free of llama.cpp's noise (made on the CPU)
 REFERENCE_SETS = {"cpu": "cpu", "twin": "cpu", "gpu": "gpu", "oracle": "cpu"}
+ENGINE_SETS = ("oracle",)  # made by the NumPy engine, not llama.cpp
 BACKENDS = ("numpy", "cuda")
 
 

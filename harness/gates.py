@@ -100,7 +100,8 @@ def variants(entry: catalog.Entry, reference_set: str) -> dict:
 def budget(entry: catalog.Entry, reference_set: str) -> catalog.Gate | None:
     if not is_fp32(entry, reference_set):
         return None
-    return GELU_F16_BUDGET if entry.arch in ("gemma3", "gemma4") else FP32_BUDGET
+    made_by_llamacpp = reference_set not in catalog.ENGINE_SETS  # its CPU GELU reads an f16 table
+    return GELU_F16_BUDGET if entry.arch in ("gemma3", "gemma4") and made_by_llamacpp else FP32_BUDGET
 
 
 def propose(entry: catalog.Entry, reference_set: str, spread: list) -> catalog.Gate:
@@ -146,12 +147,78 @@ def measure(cat, names: list[str], reference_set: str):
     return out
 
 
+# The faithful oracle's realisations: its sums in fp32 (BLAS) or exactly. A
+# model's roundings amplify summation-order noise into ~0.3 logits, so one
+# realisation's largest spread is itself noisy (±30% between two); the CUDA
+# engine is a third realisation, and its gate the largest of these, with the
+# headroom.
+FAITHFUL_VARIANTS = {"faithful": "fp32", "faithful-f64": "fp64"}
+
+
+def measure_faithful(cat, names: list[str], reference_set: str, variants=tuple(FAITHFUL_VARIANTS)):
+    """The rounding-faithful oracle (the NumPy engine with the CUDA engine's
+    roundings and KV type: engine/backends/numpy/faithful.py) against the
+    references of ``reference_set``, measured as validate-catalog measures
+    an engine: what the CUDA engine's roundings alone cost against them,
+    which ``gate.<set>-cuda`` is set from (the CUDA engine itself never is).
+    A list of (model, variant, settings, ModelResult), as ``measure``."""
+    import engine
+    from engine.backends.numpy import faithful
+
+    from . import refs, validate
+
+    out = []
+    for name in names:
+        e = catalog.entry(name, cat)
+        if reference_set not in e.reference_sets or catalog.REFERENCE_SETS[reference_set] != "cpu":
+            continue
+        ref = refs.for_entry(e, reference_set)
+        kv_f16 = ref.settings.get("type_k") != "f32"  # the KV type the CUDA engine is judged with (validate.Loaded)
+        for variant in variants:
+            print(f"{name}: the faithful oracle ({variant}) vs its {reference_set} references...", file=sys.stderr,
+                  flush=True)
+            sums, faithful.SUMS = faithful.SUMS, FAITHFUL_VARIANTS[variant]
+            try:
+                model = engine.load(catalog.model_path(name, catalog=cat), backend="numpy", rounding="cuda",
+                                    kv_f16=kv_f16)
+                r = validate.validate_model(model, e, ref, f"{variant} oracle", tier=reference_set,
+                                            gate=catalog.Gate(margin=float("inf")))
+            finally:
+                faithful.SUMS = sums
+            out.append((name, variant, {"rounding": "cuda", "kv_f16": kv_f16, "sums": FAITHFUL_VARIANTS[variant]}, r))
+    return out
+
+
+def faithful_records(results_dir) -> dict[tuple[str, str], list]:
+    """The committed measurements of the faithful oracle (``harness reference
+    --variation --faithful --save``): (model, set) -> its results, the newest
+    of each variant, as objects ``propose`` reads."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    newest: dict[tuple[str, str, str], tuple[str, dict]] = {}
+    for f in sorted(Path(results_dir).glob("variation-*.json")):
+        rec = json.loads(f.read_text())
+        if rec.get("engine") != "anvil faithful oracle":
+            continue
+        for r in rec["results"]:
+            key = (r["model"], r["tier"], r["variant"])
+            if key not in newest or rec["date"] >= newest[key][0]:
+                newest[key] = (rec["date"], r)
+    out: dict[tuple[str, str], list] = {}
+    for (model, rset, _), (_, r) in sorted(newest.items()):
+        out.setdefault((model, rset), []).append(SimpleNamespace(**r))
+    return out
+
+
 def format_proposals(cat, measured, reference_set: str) -> str:
     """Per model: llama.cpp's spread, the proposed gate and the catalog's
     (for the engine that set is judged with: CUDA for llama.cpp's CUDA references)."""
     from .table import markdown
 
-    backend = "cuda" if catalog.REFERENCE_SETS[reference_set] == "gpu" else "numpy"
+    faithful = any(v in FAITHFUL_VARIANTS for _, v, _, _ in measured)  # the CUDA engine's gate, from the faithful oracle
+    backend = "cuda" if catalog.REFERENCE_SETS[reference_set] == "gpu" or faithful else "numpy"
     rows = []
     for name in dict.fromkeys(m for m, *_ in measured):
         e = catalog.entry(name, cat)
@@ -166,5 +233,6 @@ def format_proposals(cat, measured, reference_set: str) -> str:
             rows.append([name, f"gate.{e.gate_key(backend, reference_set)}.{check}", src,
                          "—" if b is None else f"{getattr(b, check):g}", "—" if o is None else f"{o:g}", f"{n:g}",
                          change])
-    return markdown(["model", "catalog key", "llama.cpp's spread (per variant)", "budget", "catalog now",
+    return markdown(["model", "catalog key", f"{'the faithful oracle' if faithful else 'llama.cpp'}'s spread (per variant)",
+                     "budget", "catalog now",
                      "proposed", "change"], rows)

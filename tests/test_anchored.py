@@ -34,10 +34,9 @@ def test_products_take_the_cuda_paths():
     # int8 activations in decode, bf16 inputs in prefill: each near, neither equal, to the exact product
     for got, want in ((gemv, exact(x1)), (gemm, exact(x3))):
         assert not np.array_equal(got, want) and np.abs(got - want).max() < 0.05 * np.abs(want).max()
-    assert np.array_equal(gemm, (faithful.bf16(x3).astype(np.float64)
-                                 @ faithful.bf16(w.values).T.astype(np.float64)).astype(np.float32))
+    assert np.array_equal(gemm, faithful.bf16(x3) @ faithful.bf16(w.values).T)
     f32 = faithful.Weight(w.values, QType.F32)
-    assert np.array_equal(faithful.product(x3, f32), exact(x3))
+    assert np.array_equal(faithful.product(x3, f32), x3 @ w.values.T)
 
 
 def test_tensor_core_attention_is_the_online_softmax_with_f16_p(monkeypatch):
@@ -111,3 +110,26 @@ def test_judge_ops_turns_errors_into_one_failure_per_op(monkeypatch):
     assert "layer 3 glu" in out.failures[0].detail and "attention" in out.failures[1].detail
     assert out.ops["decode glu"] == [5e-3, 1e-5] and not out.passed
     assert "ops: decode layer 3 glu" in validate.format_failures([out])
+
+
+def test_cuda_gates_of_cpu_made_sets_are_the_faithful_oracles_measurement():
+    """Every gate.<cpu|twin|oracle>-cuda in the catalog is what the committed
+    measurements of the faithful oracle (`harness reference --variation
+    --faithful --save`) support, re-derived here: the CUDA engine's model-level
+    bounds come from a measurement that excludes it, never a multiple of
+    another bound."""
+    from harness import results
+
+    cat = catalog.load()
+    measured = gates.faithful_records(results.DEFAULT_DIR)
+    checked = 0
+    for name, e in cat.items():
+        for s in e.reference_sets:
+            if catalog.REFERENCE_SETS[s] != "cpu" or e.gate("cuda", s) is None:
+                continue
+            spread = measured.get((name, s))
+            assert spread, f"no faithful-oracle measurement of {name} against its {s} references"
+            assert {r.variant for r in spread} == set(gates.FAITHFUL_VARIANTS), (name, s)
+            assert e.gate("cuda", s) == gates.propose(e, s, spread), (name, s)
+            checked += 1
+    assert checked >= 30

@@ -19,6 +19,9 @@ def add(sub) -> None:
     r.add_argument("--variation", action="store_true",
                    help="instead: measure llama.cpp against its existing references under other settings "
                         "(harness/gates.py) and print the gate thresholds they support beside the catalog's")
+    r.add_argument("--faithful", action="store_true",
+                   help="with --variation: measure the rounding-faithful oracle (the CUDA engine's roundings in "
+                        "NumPy) instead of llama.cpp: the CUDA engine's gate against a CPU-made set")
     r.add_argument("--save", action="store_true", help="with --variation: append the measurement to reports/results")
     r.set_defaults(func=run)
 
@@ -32,9 +35,9 @@ def run(args) -> int:
     rset = args.tier
     names = [args.model] if args.model else [n for n, e in cat.items() if rset in e.reference_sets]
     if args.variation:
-        return _reference_variation(cat, names, rset, args.save)
-    if args.save:
-        raise AnvilError("--save goes with --variation (a reference is always written to references/)")
+        return _reference_variation(cat, names, rset, args.save, args.faithful)
+    if args.save or args.faithful:
+        raise AnvilError("--save and --faithful go with --variation (a reference is always written to references/)")
     settings = GPU_SETTINGS if catalog.REFERENCE_SETS[rset] == "gpu" else CPU_SETTINGS
     for name in names:
         e = catalog.entry(name, cat)
@@ -71,7 +74,7 @@ def run(args) -> int:
     return 0
 
 
-def _reference_variation(cat, names: list[str], rset: str, save: bool) -> int:
+def _reference_variation(cat, names: list[str], rset: str, save: bool, faithful: bool = False) -> int:
     """llama.cpp against its own references under settings that should not
     matter (harness/gates.py), measured as validate-catalog measures the
     engine: the spread the gate's thresholds are set from."""
@@ -83,16 +86,20 @@ def _reference_variation(cat, names: list[str], rset: str, save: bool) -> int:
     from .. import results as store
     from ..reference import CPU_SETTINGS, GPU_SETTINGS, device_description
 
-    measured = gates.measure(cat, names, rset)
+    if faithful and catalog.REFERENCE_SETS[rset] != "cpu":
+        raise AnvilError(f"--faithful measures CPU-made sets (cpu, twin, oracle), not '{rset}'")
+    measured = (gates.measure_faithful if faithful else gates.measure)(cat, names, rset)
     if not measured:
         raise AnvilError(f"no catalog model among {', '.join(names)} has '{rset}' references")
     device = device_description(CPU_SETTINGS if catalog.REFERENCE_SETS[rset] == "cpu" else GPU_SETTINGS)
     print(validate.format_table([r for *_, r in measured]))
-    print(f"\nthresholds from llama.cpp's spread ({gates.HEADROOM} x, KL {gates.HEADROOM}² x) or the stated "
+    who = "the faithful oracle" if faithful else "llama.cpp"
+    print(f"\nthresholds from {who}'s spread ({gates.HEADROOM} x, KL {gates.HEADROOM}² x) or the stated "
           f"budget, whichever is larger; nothing is written, edit references/catalog.toml to adopt:")
     print(gates.format_proposals(cat, measured, rset))
     if save:
-        rec = {"engine": "llama.cpp", "build": build_hash(), "backend": "llama.cpp", "tiers": [rset],
+        rec = {"engine": "anvil faithful oracle" if faithful else "llama.cpp", "build": build_hash(),
+               "backend": "numpy (rounding cuda)" if faithful else "llama.cpp", "tiers": [rset],
                "device": device, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "results": [{**r.to_json(), "variant": v, "settings": st} for _, v, st, r in measured]}
         print(f"saved {store.save(rec, 'variation')}", file=sys.stderr)

@@ -124,7 +124,7 @@ def bulk_plan(qtype, n_in: int, n_out: int, sm_count: int = 132, glu: bool = Fal
     (H200 sweep, reports/notes/gemv-bulk-2026-12-01.md: the most rows win
     where that much is in flight: Q4_K [4096 x 4096] 3.79 us with 16 rows, 4
     blocks of one stage per SM, 5.0-5.5 with 4-8 rows.)"""
-    key = ("bulk", qtype, n_in, n_out, sm_count, glu, rows)
+    key = ("bulk", qtype, n_in, n_out, sm_count, glu, rows, BULK_MIN_BYTES)  # tests lower the threshold
     if key in _plans:
         return _plans[key]
     qt = launch.weight_type(qtype, "gemv")
