@@ -644,6 +644,7 @@ def format_rows(rows: list[dict]) -> str:
 def main_suite(args) -> int:
     """``harness mutants``: the suite, one child process per mutant; exit 0 only if every one is caught."""
 
+    from engine.bench import build_hash
     from engine.errors import AnvilError
 
     from . import catalog
@@ -672,20 +673,40 @@ def main_suite(args) -> int:
     for name in args.model or []:
         catalog.entry(name, cat)  # an unknown name is an error, not an empty suite
     jobs = args.jobs or default_jobs(backend)
+    build = build_hash()  # the sources the children load
     rows = run_suite(cat, names, backend, tiers, models=args.model, progress=progress, jobs=jobs)
     print(format_rows(rows))
-    caught = sum(r["caught"] for r in rows)
-    print(f"caught {caught} of {len(rows)} mutants")
+    rec = sitting(backend, tiers, args.model, rows, build)
+    print(f"caught {rec['caught']} of {len(rows)} mutants")
+    if rec["partial"]:
+        print(f"partial: {len(rec['not_run'])} of the suite's {len(rec['suite'])} mutants not run, "
+              f"{len(rec['not_judged'])} not judged")
     if args.save:
-        from engine.bench import build_hash, gpu_info
+        from engine.bench import gpu_info
 
         from . import results as store
 
-        rec = {"engine": "anvil", "build": build_hash(), "backend": backend, "tiers": tiers,
-               **(gpu_info() if backend == "cuda" else {"gpu": None}),
-               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "caught": caught, "mutants": rows}
+        rec.update(gpu_info() if backend == "cuda" else {"gpu": None})
         print(f"saved {store.save(rec, 'mutants')}", file=sys.stderr)
-    return 0 if caught == len(rows) else 1
+    return 0 if rec["caught"] == len(rows) else 1
+
+
+def sitting(backend: str, tiers: list[str], models, rows: list[dict], build: str) -> dict:
+    """One run of ``harness mutants`` as one record: every mutant's result on
+    one build (the models it tried; where it was caught and by which checks),
+    and what makes the run partial: the backend's mutants it did not run
+    (``--mutant``), and those it could not judge (a child that failed, or no
+    model with the feature among ``--model``). The scoreboard shows such a
+    record as it is, never merged with another."""
+    suite = [m.name for m in for_backend(backend)]
+    ran = {r["mutant"] for r in rows}
+    not_run = [n for n in suite if n not in ran]
+    not_judged = [r["mutant"] for r in rows if r.get("error")]
+    return {"engine": "anvil", "build": build, "backend": backend, "tiers": tiers,
+            "models": sorted(models) if models else None,  # None: every catalog model the tiers have
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "caught": sum(bool(r["caught"]) for r in rows), "suite": suite, "not_run": not_run,
+            "not_judged": not_judged, "partial": bool(not_run or not_judged), "mutants": rows}
 
 
 def main(argv=None) -> int:
