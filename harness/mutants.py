@@ -102,13 +102,17 @@ def _cuda_op(name: str, method: Callable):
     return patches
 
 
-def _kernel_source(file: str, old: str, new: str):
+def _kernel_source(file: str, old: str, new: str, *more: tuple[str, str]):
     """Compile the CUDA kernels from a copy with ``old`` replaced by ``new``
-    in ``file`` (and a kernel cache of their own)."""
+    in ``file``, and each further (old, new) of ``more`` (one bug may need
+    the same change in two places), into a kernel cache of their own."""
+    edits = ((old, new), *more)
+
     def patches():
         from engine.backends.cuda import compile as nvrtc
 
-        yield nvrtc.edited_kernels(file, (old, new))
+        yield nvrtc.edited_kernels(file, *edits)
+    patches.kernel_edits = (file, edits)  # the tests check each edit still applies, once
     return patches
 
 
@@ -467,6 +471,64 @@ MUTANTS += [
            "host to read once): the answer kept a row late", _any,
            _kernel_source("argmax.cu", "history[*pos] = a;", "history[*pos + 1] = a;"), backends=("cuda",)),
 ]
+
+# Precision-class mutants: the CUDA engine rounds on purpose (int8 activations like q8_1, f16 KV), and a
+# rounding one step coarser, or a sum a little off, is the bug a fast kernel invites. Each is small next to
+# a logic bug: whether the gate sees it is what their runs measure.
+DEEP_POSITION = 2048  # attn-merge-deep-last-split bites from this position on (see there)
+MUTANTS += [
+    # each lane keeps its running sum of its units' partial dots (gemv.cuh dot_staged, and the bulk-copy
+    # kernel's loop) as a __half: a float row's units are 4-8 elements, so the F32 files round most often,
+    # and their gates are 2 x the fp32 budget
+    Mutant("gemv-acc-f16", "decode GEMVs accumulating in f16: each lane's running sum rounded to __half "
+           "after every unit it adds", _any,
+           _kernel_source("gemv.cuh", "acc[r] += Q::dot(buf + r * Q::SPAN, off + boff, sub, xs);",
+                          "acc[r] = __half2float(__float2half_rn(acc[r] + Q::dot(buf + r * Q::SPAN, off + boff, "
+                          "sub, xs)));",
+                          ("acc[r] += Q::dot(st + pp * part, off + boff, sub, xs[p]);",
+                           "acc[r] = __half2float(__float2half_rn(acc[r] + Q::dot(st + pp * part, off + boff, sub, "
+                           "xs[p])));")),
+           backends=("cuda",), first=("tiny-qwen3-f32",)),
+    # q8_1 keeps its scale as f16 (11 significant bits); this keeps 8, as a (d, sum) pair packed in
+    # __nv_bfloat162 would. The integers still come from the exact 127/amax: only the scale is off, by up
+    # to 2^-9 of itself, per group of 16 (8 for Q6_K). Quantised files only (the F32 ones take fp32 x)
+    Mutant("xq-scale-bf16", "int8-activation GEMV: each group's scale amax/127 rounded to bf16 before it "
+           "multiplies the integer sums (q8_1 rounds it to f16)", _any,
+           _kernel_source("gemv.cuh", "o.d = __fdiv_rn(m, 127.0f);",
+                          "o.d = __bfloat162float(__float2bfloat16_rn(__fdiv_rn(m, 127.0f)));",
+                          ("xs.g[g].d = __fdiv_rn(m, 127.0f);",
+                           "xs.g[g].d = __bfloat162float(__float2bfloat16_rn(__fdiv_rn(m, 127.0f)));")),
+           backends=("cuda",)),
+    # the sum of a group's int8s (quant16's s) is the K-quants' min term and the legacy quants' offset
+    # (Q4_0, Q5_0) and min (Q4_1, Q5_1); Q8_0 and Q6_K do not use it. tiny-llama (Q4_0, Q5_1) is tried first
+    Mutant("xq-block-sum-word-dropped", "int8-activation GEMV: a group's sum of its 16 int8s (the min and "
+           "offset terms) taken over its first 12, the last word left out", _any,
+           _kernel_source("gemv.cuh", "o.s = __dp4a((int)o.q[i], 0x01010101, o.s);",
+                          "o.s = i < 3 ? __dp4a((int)o.q[i], 0x01010101, o.s) : o.s;"),
+           backends=("cuda",)),
+    # the engine runs f16 KV only against references made with it: the gpu sets (llama.cpp with CUDA,
+    # F16 KV); the cpu, twin and oracle sets run F32 KV as their references do. smollm2-135m is the
+    # smallest model with a gpu set
+    Mutant("kv-bf16", "KV cache values rounded to bf16 (8 significant bits) before their f16 store", _any,
+           _kernel_source("attention.cu", "return __float2half_rn(x);",
+                          "return __float2half_rn(__bfloat162float(__float2bfloat16_rn(x)));"),
+           backends=("cuda",), first=("smollm2-135m",)),
+    # No catalog prompt reaches position 2048 (the long prompt: 1614-1655 tokens, then 32 steps on the
+    # tiny models and 64 on the gpu tier: 1687 positions at most), so until one does this mutant escapes
+    # by construction: its NOT CAUGHT says the gate does not look at depth.
+    Mutant("attn-merge-deep-last-split", f"split decode attention from position {DEEP_POSITION} on: the "
+           "merge leaves out the last split (the newest keys)", _any,
+           _kernel_source("attention.cu", "(size_t)g * G, n_splits, n_active);",
+                          f"(size_t)g * G, n_splits, qp >= {DEEP_POSITION} ? n_active - 1 : n_active);"),
+           backends=("cuda",)),
+    # chunks of DR_C = 64 tokens, the next one starting at the last one's final token: that token updates
+    # the state twice. Only a chunked prefill of 64 tokens or more (the long prompt) has a boundary
+    Mutant("deltanet-chunk-boundary-off-by-one", "chunked DeltaNet prefill: each chunk of 64 starts one "
+           "token early, so the token at every chunk boundary enters the state twice", _deltanet,
+           _kernel_source("deltanet.cu", "for (int t0 = 0; t0 < T; t0 += DR_C) {",
+                          "for (int t0 = 0; t0 < T; t0 += DR_C - 1) {"),
+           backends=("cuda",)),
+]
 BY_NAME = {m.name: m for m in MUTANTS}
 
 
@@ -582,6 +644,7 @@ def format_rows(rows: list[dict]) -> str:
 def main_suite(args) -> int:
     """``harness mutants``: the suite, one child process per mutant; exit 0 only if every one is caught."""
 
+    from engine.bench import build_hash
     from engine.errors import AnvilError
 
     from . import catalog
@@ -610,20 +673,40 @@ def main_suite(args) -> int:
     for name in args.model or []:
         catalog.entry(name, cat)  # an unknown name is an error, not an empty suite
     jobs = args.jobs or default_jobs(backend)
+    build = build_hash()  # the sources the children load
     rows = run_suite(cat, names, backend, tiers, models=args.model, progress=progress, jobs=jobs)
     print(format_rows(rows))
-    caught = sum(r["caught"] for r in rows)
-    print(f"caught {caught} of {len(rows)} mutants")
+    rec = sitting(backend, tiers, args.model, rows, build)
+    print(f"caught {rec['caught']} of {len(rows)} mutants")
+    if rec["partial"]:
+        print(f"partial: {len(rec['not_run'])} of the suite's {len(rec['suite'])} mutants not run, "
+              f"{len(rec['not_judged'])} not judged")
     if args.save:
-        from engine.bench import build_hash, gpu_info
+        from engine.bench import gpu_info
 
         from . import results as store
 
-        rec = {"engine": "anvil", "build": build_hash(), "backend": backend, "tiers": tiers,
-               **(gpu_info() if backend == "cuda" else {"gpu": None}),
-               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "caught": caught, "mutants": rows}
+        rec.update(gpu_info() if backend == "cuda" else {"gpu": None})
         print(f"saved {store.save(rec, 'mutants')}", file=sys.stderr)
-    return 0 if caught == len(rows) else 1
+    return 0 if rec["caught"] == len(rows) else 1
+
+
+def sitting(backend: str, tiers: list[str], models, rows: list[dict], build: str) -> dict:
+    """One run of ``harness mutants`` as one record: every mutant's result on
+    one build (the models it tried; where it was caught and by which checks),
+    and what makes the run partial: the backend's mutants it did not run
+    (``--mutant``), and those it could not judge (a child that failed, or no
+    model with the feature among ``--model``). The scoreboard shows such a
+    record as it is, never merged with another."""
+    suite = [m.name for m in for_backend(backend)]
+    ran = {r["mutant"] for r in rows}
+    not_run = [n for n in suite if n not in ran]
+    not_judged = [r["mutant"] for r in rows if r.get("error")]
+    return {"engine": "anvil", "build": build, "backend": backend, "tiers": tiers,
+            "models": sorted(models) if models else None,  # None: every catalog model the tiers have
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "caught": sum(bool(r["caught"]) for r in rows), "suite": suite, "not_run": not_run,
+            "not_judged": not_judged, "partial": bool(not_run or not_judged), "mutants": rows}
 
 
 def main(argv=None) -> int:

@@ -166,7 +166,7 @@ _FIELDS = {
     "bench": [("results", _LIST), ("settings", _OBJ)],
     "validate": [("results", _LIST)],
     "variation": [("results", _LIST)],
-    "mutants": [("mutants", _LIST), ("caught", (int,))],
+    "mutants": [("mutants", _LIST), ("caught", (int,)), ("suite", _LIST), ("not_run", _LIST), ("partial", (bool,))],
     "ab": [("rounds", _LIST), ("arms", _OBJ), ("analysis", _OBJ), ("measured_rounds", (int,))],
 }
 _REQUIRED = {None: ("date",), "ab": ("measured_rounds",)}  # schema 2

@@ -50,6 +50,8 @@ def test_a_mutants_first_models_are_tried_first():
     assert pairs[0] == ("gemma3-270m", "twin") and {n for n, _ in pairs} > {"gemma3-270m", "tiny-gemma3"}
     plain = mutants.candidates(cat, mutants.Mutant("x", "", gelu.has_feature, gelu.patches), "numpy", ["cpu"])
     assert sorted(plain) == sorted(pairs) and plain[0][0] != "gemma3-270m"  # else cheapest first
+    for m in mutants.MUTANTS:  # a misspelt name would silently try nothing first
+        assert set(m.first) <= set(cat), m.name
 
 
 def test_mutants_of_code_one_engine_lacks_run_on_that_engine_only(capsys):
@@ -124,7 +126,17 @@ def test_kernel_source_mutants_still_apply_and_compile():
             ("gelu-quick", "common.cuh", "tanhf(0.851f * g)", "elementwise.cu", {}),
             ("deltanet-conv-state-dropped", "deltanet.cu", "t * C + c] : 0.0f;", "deltanet.cu", {}),
             ("deltanet-decay-sign", "deltanet.cu", "g[i] = -sp * ssm_a[h];", "deltanet.cu", {}),
-            ("deltanet-key-heads-grouped", "deltanet.cu", "hk = h / (H_v / H_k);", "deltanet.cu", {})):
+            ("deltanet-key-heads-grouped", "deltanet.cu", "hk = h / (H_v / H_k);", "deltanet.cu", {}),
+            # the precision-class mutants (gemv-acc-f16 twice: its edits are in the staged and the bulk kernel)
+            ("gemv-acc-f16", "gemv.cuh", "acc[r] = __half2float(__float2half_rn(acc[r] + Q::dot(buf", "gemv.cu", one),
+            ("gemv-acc-f16", "gemv.cuh", "acc[r] = __half2float(__float2half_rn(acc[r] + Q::dot(st", "gemv.cu",
+             {"GEMV_ROWS": 2, "GEMV_BULK": 1}),
+            ("xq-scale-bf16", "gemv.cuh", "xs.g[g].d = __bfloat162float(__float2bfloat16_rn(", "gemv.cu", one),
+            ("xq-block-sum-word-dropped", "gemv.cuh", "o.s = i < 3 ? __dp4a(", "gemv.cu", one),
+            ("kv-bf16", "attention.cu", "return __float2half_rn(__bfloat162float(", "attention.cu", {}),
+            ("attn-merge-deep-last-split", "attention.cu", "qp >= 2048 ? n_active - 1 : n_active);", "attention.cu",
+             {}),
+            ("deltanet-chunk-boundary-off-by-one", "deltanet.cu", "t0 += DR_C - 1) {", "deltanet.cu", {})):
         code = ("from harness.mutants import BY_NAME; from engine.backends.cuda import compile as c\n"
                 f"with BY_NAME[{name!r}].on():\n"
                 f"    assert {mark!r} in (c.KERNELS_DIR / {file!r}).read_text()\n"
@@ -132,6 +144,26 @@ def test_kernel_source_mutants_still_apply_and_compile():
                 f"assert {mark!r} not in (c.KERNELS_DIR / {file!r}).read_text()  # undone on exit\n")
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert p.returncode == 0 and int(p.stdout) > 0, (name, p.stderr[-2000:])
+
+
+def test_each_kernel_edit_finds_its_text_once():
+    """A kernel-source mutant's text to replace is in its file exactly once
+    (the edit replaces every copy: a second copy elsewhere would be a second,
+    unintended bug), and every mutant of the suite that edits a kernel says
+    which edits it makes."""
+    from engine.backends.cuda import compile as nvrtc
+
+    # its `if (u < n_active) {` is in both merges: it was run on the H200 like that
+    twice = {"attn-merge-few-last-split"}
+    edited = [m for m in mutants.MUTANTS if hasattr(m.patches, "kernel_edits")]
+    assert {"gemv-acc-f16", "xq-scale-bf16", "xq-block-sum-word-dropped", "kv-bf16", "attn-merge-deep-last-split",
+            "deltanet-chunk-boundary-off-by-one"} <= {m.name for m in edited}
+    for m in edited:
+        file, edits = m.patches.kernel_edits
+        text = (nvrtc.KERNELS_DIR / file).read_text()
+        for old, new in edits:
+            assert text.count(old) == (2 if m.name in twice else 1), (m.name, old)
+            assert new not in text, (m.name, new)
 
 
 def test_a_mutant_is_undone_when_its_block_ends(model_path):

@@ -535,43 +535,63 @@ def test_rate_sources():
     assert r.tflop_s == pytest.approx(2 * 3.04e9 * 6352 / 1e12) and r.note == "2 x params_per_token FLOPs per token"
 
 
-def test_mutants_section_shows_the_latest_suite_per_backend(tmp_path):
-    rows = [{"mutant": "rope-base", "bug": "RoPE base x1.01", "caught": True, "model": "tiny-llama",
-             "references": "twin", "checks": ["kl", "logit"], "tried": ["tiny-llama (twin)"], "seconds": 3.0},
-            {"mutant": "gelu-erf", "bug": "erf GELU", "caught": False, "tried": ["tiny-gemma3 (twin)"],
-             "seconds": 5.0}]
-    results.save({"engine": "anvil", "backend": "cuda", "gpu": H200, "driver": "580.159.04",
-                  "date": "2026-11-30T09:00:00Z", "build": "a1b2c3d4e5f6a7b8", "caught": 1, "mutants": rows},
+def test_mutants_section_shows_one_sitting_never_a_merge(tmp_path):
+    from harness.mutants import for_backend
+
+    suite = [m.name for m in for_backend("cuda")]
+    caught = {"caught": True, "model": "tiny-llama", "references": "twin", "checks": ["kl", "logit"],
+              "tried": ["tiny-llama (twin)"], "seconds": 3.0}
+    whole = [{"mutant": n, "bug": f"bug {n}", **caught} for n in suite]
+    whole[1] = {"mutant": suite[1], "bug": "erf GELU", "caught": False, "seconds": 5.0,
+                "tried": ["tiny-gemma3 (twin)", "gemma3-270m (twin)"]}
+    prov = {"engine": "anvil", "backend": "cuda", "gpu": H200, "driver": "580.159.04", "tiers": ["cpu", "gpu"]}
+    results.save({**prov, "date": "2026-12-05T09:00:00Z", "build": "a1b2c3d4e5f6a7b8", "caught": len(suite) - 1,
+                  "suite": suite, "not_run": [], "partial": False, "mutants": whole}, "mutants", tmp_path)
+    # a later run of one mutant (--mutant) on another build: listed as history, not merged into the table
+    results.save({**prov, "date": "2026-12-05T10:00:00Z", "build": "b1b2c3d4e5f6a7b8", "caught": 1,
+                  "suite": suite, "not_run": suite[:1] + suite[2:], "partial": True,
+                  "mutants": [dict(whole[1], caught=True, model="gemma3-270m", references="twin", checks=["kl"])]},
                  "mutants", tmp_path)
     rep = build_report(results.load_all(tmp_path))
     (m,) = rep.mutants
-    assert (m.backend, m.caught, m.total) == ("cuda", 1, 2)
-    assert m.rows[0][:4] == ("rope-base", "RoPE base x1.01", "tiny-llama (twin)", "kl, logit")
-    assert m.rows[1][2] == "NOT CAUGHT" and m.rows[0][4].endswith(".json")
+    assert (m.backend, m.caught, m.total, m.build, m.partial, m.not_run) == (
+        "cuda", len(suite) - 1, len(suite), "a1b2c3d4", False, ())
+    assert m.rows[0][2:] == ("tiny-llama (twin)", "kl, logit", "tiny-llama (twin)")
+    assert m.rows[1][2:] == ("NOT CAUGHT", "", "tiny-gemma3 (twin), gemma3-270m (twin)")
+    assert [h[1:4] for h in m.history] == [("b1b2c3d4", "caught 1 of 1", f"{len(suite) - 1} not run")]
     html, md = render_html(rep), render_md(rep)
-    assert "caught 1 of 2" in html and "NOT CAUGHT" in html and "cuda engine: caught 1 of 2" in md
-    # a later run of only some mutants updates those, keeps the others, and names what never ran
-    results.save({"engine": "anvil", "backend": "cuda", "gpu": H200, "driver": "580.159.04",
-                  "date": "2026-11-30T10:00:00Z", "build": "b1b2c3d4e5f6a7b8", "caught": 1,
-                  "mutants": [dict(rows[1], caught=True, model="tiny-gemma3", references="twin", checks=["kl"])]},
-                 "mutants", tmp_path)
-    (m,) = build_report(results.load_all(tmp_path)).mutants
-    assert (m.caught, m.total) == (2, 2) and m.rows[0][2] == "tiny-llama (twin)" and m.rows[1][2] == "tiny-gemma3 (twin)"
-    from harness.mutants import MUTANTS
-
-    assert set(m.not_run) == {x.name for x in MUTANTS} - {"rope-base", "gelu-erf"}
-    assert "Not run with this engine yet: " in render_md(build_report(results.load_all(tmp_path)))
-    # a later run whose child failed (killed, or a traceback) judged nothing: the verdict stands,
-    # and a mutant with no verdict at all reads "NOT JUDGED" with the error, not as a hole in the gate
+    assert f"caught {len(suite) - 1} of {len(suite)}</span>\nat build a1b2c3d4, 2026-12-05" in html
+    assert f"cuda engine: caught {len(suite) - 1} of {len(suite)} at build a1b2c3d4, 2026-12-05 (" in md
+    # with no record of the whole suite (records from before one was kept say nothing), the latest one,
+    # partial, with the suite's mutants it has no result for named; a failed child reads NOT JUDGED
+    old = tmp_path / "old"
     failed = {"caught": False, "tried": [], "error": "the mutant's process killed by signal 15", "seconds": 1.0}
-    results.save({"engine": "anvil", "backend": "cuda", "gpu": H200, "driver": "580.159.04",
-                  "date": "2026-11-30T11:00:00Z", "build": "c1b2c3d4e5f6a7b8", "caught": 0,
-                  "mutants": [dict(rows[1], **failed), dict(rows[1], mutant="rms-eps", bug="eps", **failed)]},
-                 "mutants", tmp_path)
-    (m,) = build_report(results.load_all(tmp_path)).mutants
-    by_name = {row[0]: row for row in m.rows}
-    assert (m.caught, m.total) == (2, 3) and by_name["gelu-erf"][2] == "tiny-gemma3 (twin)"
-    assert by_name["rms-eps"][2] == "NOT JUDGED" and "signal 15" in by_name["rms-eps"][3]
+    results.save({**prov, "date": "2026-11-30T09:00:00Z", "build": "c1b2c3d4e5f6a7b8", "caught": 1,
+                  "mutants": whole[:2]}, "mutants", old)
+    results.save({**prov, "date": "2026-11-30T11:00:00Z", "build": "d1b2c3d4e5f6a7b8", "caught": 0,
+                  "mutants": [{"mutant": suite[2], "bug": "b", **failed}]}, "mutants", old)
+    (m,) = build_report(results.load_all(old)).mutants
+    assert (m.build, m.caught, m.total, m.partial) == ("d1b2c3d4", 0, 1, True)
+    assert m.rows[0][2] == "NOT JUDGED" and "signal 15" in m.rows[0][3]
+    assert set(m.not_run) == set(suite) - {suite[2]}  # never filled in from the older record
+    assert [h[1:4] for h in m.history] == [("c1b2c3d4", "caught 1 of 2", "not recorded")]
+    assert "Not in this record: " in render_md(build_report(results.load_all(old)))
+    assert "partial: " in render_html(build_report(results.load_all(old)))
+
+
+def test_a_sitting_record_says_what_it_did_not_run():
+    from harness import mutants
+
+    suite = [m.name for m in mutants.for_backend("numpy")]
+    rows = [{"mutant": n, "caught": True} for n in suite]
+    rec = mutants.sitting("numpy", ["cpu"], None, rows, "abcd")
+    assert (rec["build"], rec["caught"], rec["not_run"], rec["not_judged"], rec["partial"]) == (
+        "abcd", len(suite), [], [], False)
+    rows[0] = {"mutant": suite[0], "caught": False, "error": "no catalog model has this feature"}
+    rec = mutants.sitting("numpy", ["cpu"], ["tiny-llama"], rows[:-1], "abcd")
+    assert (rec["not_run"], rec["not_judged"], rec["partial"], rec["models"]) == (
+        suite[-1:], suite[:1], True, ["tiny-llama"])
+    assert results.check_record({"schema_version": results.SCHEMA_VERSION, "kind": "mutants", **rec}) is None
 
 
 def test_the_committed_scoreboard_is_what_harness_report_renders():

@@ -14,7 +14,9 @@ def add(sub) -> None:
     mu.add_argument("--backend", choices=["auto", "cuda", "numpy"], default="auto")
     mu.add_argument("--jobs", "-j", type=positive_int, default=None,
                     help="mutants at a time, each in its own process (default: one per CPU with numpy, 1 with cuda)")
-    mu.add_argument("--save", action="store_true", help="append the outcome to the results store (reports/results)")
+    mu.add_argument("--save", action="store_true",
+                    help="save the run as one record (reports/results): every mutant's result on this build, "
+                         "and the mutants not run or not judged")
     mu.set_defaults(func=run)
 
 

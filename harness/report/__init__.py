@@ -179,16 +179,22 @@ class ModelSection:
 
 @dataclass(frozen=True)
 class MutantSuite:
-    """One backend's mutation suite: each planted bug's latest outcome over
-    every ``harness mutants`` record of the backend (a run may cover only
-    some mutants), where the gate caught it and in which record; the suite's
-    mutants no record has run yet are listed, not hidden."""
+    """One backend's mutation suite as one ``harness mutants`` record left it
+    (one sitting, one build), never a merge of records: the latest record
+    that ran the backend's whole suite, or, with none, the latest record
+    (partial). The suite's mutants it has no result for are listed, not
+    hidden; the backend's other records are history, each its own result."""
     backend: str
     caught: int
-    total: int
-    rows: tuple[tuple[str, str, str, str, str], ...]  # (mutant, bug, caught by, checks, record)
-    provenance: str
-    not_run: tuple[str, ...] = ()
+    total: int  # mutants in the record
+    rows: tuple[tuple[str, str, str, str, str], ...]  # (mutant, bug, caught by, checks, models tried)
+    build: str
+    date: str
+    file: str
+    provenance: str  # where it ran
+    partial: bool  # some of the suite not run, or not judged
+    not_run: tuple[str, ...] = ()  # the suite's mutants (as it stands) the record has no result for
+    history: tuple[tuple[str, str, str, str, str], ...] = ()  # (date, build, result, run, file), newest first
 
 
 @dataclass(frozen=True)
@@ -602,33 +608,40 @@ def _depth_figure(model: str, rows: list[Row]) -> Figure | None:
                   (("x", "depth"), ("panels", tuple(panels))))
 
 
-def _mutants(records: list[dict]) -> list[MutantSuite]:
-    from ..mutants import MUTANTS  # the suite as it stands: what a backend has not run yet shows
+def _whole_suite(rec: dict) -> bool:
+    """The record says it ran every mutant of its backend's suite (records
+    from before ``not_run`` was recorded do not say)."""
+    return rec.get("not_run") == []
 
-    latest: dict[str, dict[str, tuple[dict, dict]]] = {}
-    for rec in sorted(records, key=_order):  # later records override each mutant they judged
-        for r in rec.get("mutants") or []:
-            if isinstance(r, dict):
-                seen = latest.setdefault(str(rec.get("backend") or "?"), {})
-                # a run whose child failed judged nothing: it never hides an earlier verdict
-                if not (r.get("error") and str(r.get("mutant")) in seen):
-                    seen[str(r.get("mutant"))] = (r, rec)
-    order = {m.name: i for i, m in enumerate(MUTANTS)}
+
+def _mutants(records: list[dict]) -> list[MutantSuite]:
+    from ..mutants import for_backend  # the suite as it stands: what a record has no result for shows
+
+    by_backend: dict[str, list[dict]] = {}
+    for rec in sorted(records, key=_order):
+        by_backend.setdefault(str(rec.get("backend") or "?"), []).append(rec)
     out = []
-    for backend in sorted(latest):
-        entries = sorted(latest[backend].items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
-        rows = tuple((name, str(r.get("bug", "")),
+    for backend, recs in sorted(by_backend.items()):
+        whole = [rec for rec in recs if _whole_suite(rec)]
+        shown = (whole or recs)[-1]
+        results = [r for r in shown.get("mutants") or [] if isinstance(r, dict)]
+        rows = tuple((str(r.get("mutant")), str(r.get("bug", "")),
                       f"{r.get('model')} ({r.get('references')})" if r.get("caught")
                       else "NOT JUDGED" if r.get("error") else "NOT CAUGHT",
                       ", ".join(r.get("checks") or []) or str(r.get("error") or ""),
-                      f"{_date(rec) or '?'}, {_file(rec)}") for name, (r, rec) in entries)
-        recs = {id(rec): rec for _, rec in latest[backend].values()}.values()
-        wheres = sorted({f"{rec['gpu']}, driver {rec.get('driver') or '?'}" if rec.get("gpu") else "CPU run"
-                         for rec in recs})
-        out.append(MutantSuite(
-            backend, sum(bool(r.get("caught")) for r, _ in latest[backend].values()), len(rows), rows,
-            f"each mutant's latest outcome over {len(recs)} record(s); {'; '.join(wheres)}",
-            tuple(m.name for m in MUTANTS if m.name not in latest[backend] and backend in m.backends)))
+                      ", ".join(r.get("tried") or [])) for r in results)
+        names = {row[0] for row in rows}
+        not_run = tuple(m.name for m in for_backend(backend) if m.name not in names)
+        partial = bool(not_run) or any(r.get("error") for r in results) or shown.get("partial") is True
+        where = (f"{shown['gpu']}, driver {shown.get('driver') or '?'}" if shown.get("gpu") else "CPU run")
+        history = tuple((_date(rec), str(rec.get("build") or "?")[:8],
+                         f"caught {rec.get('caught')} of {len(rec.get('mutants') or [])}",
+                         "whole suite" if _whole_suite(rec) else
+                         f"{len(rec['not_run'])} not run" if isinstance(rec.get("not_run"), list) else "not recorded",
+                         _file(rec)) for rec in reversed(recs) if rec is not shown)
+        out.append(MutantSuite(backend, sum(bool(r.get("caught")) for r in results), len(rows), rows,
+                               str(shown.get("build") or "?")[:8], _date(shown), _file(shown), where, partial,
+                               not_run, history))
     return out
 
 

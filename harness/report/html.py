@@ -256,15 +256,21 @@ A flip counts as a near-tie only where llama.cpp's margin is below the near-tie 
 <section id="mutants"><h2>Mutation suite: does the gate catch bugs?</h2>
 <p class="muted">Each row is one deliberate engine bug (<code>harness mutants</code>), switched on in its own process; the
 gate must fail on a catalog model that has the feature it breaks. Shown: the model and reference set that caught it
-first, and the checks that failed there.</p>
+first, the checks that failed there, and the models tried. Each engine's table is one record, one sitting on one build:
+the latest that ran the whole suite (else the latest, marked partial); records are never merged.</p>
 {% for m in r.mutants %}
-<h3>{{ m.backend }} engine: <span class="badge {{ 'ok' if m.caught == m.total else 'bad' }}">caught {{ m.caught }} of {{ m.total }}</span>
-{% if m.not_run %}<span class="badge bad">{{ m.not_run|length }} not run</span>{% endif %}
-<small class="prov">{{ m.provenance }}</small></h3>
-{% if m.not_run %}<p class="muted">Not run with this engine yet: {{ m.not_run|join(', ') }}.</p>{% endif %}
-<table><thead><tr><th>mutant</th><th>bug</th><th>caught by</th><th>checks that failed</th><th>record</th></tr></thead><tbody>
+<h3>{{ m.backend }} engine: <span class="badge {{ 'ok' if m.caught == m.total and not m.partial else 'bad' }}">caught {{ m.caught }} of {{ m.total }}</span>
+at build {{ m.build }}, {{ m.date[:10] }}
+{% if m.partial %}<span class="badge bad">partial{% if m.not_run %}: {{ m.not_run|length }} not run{% endif %}</span>{% endif %}
+<small class="prov">{{ m.provenance }}, {% if r.records_href %}<a href="{{ r.records_href }}/{{ m.file }}">{{ m.file }}</a>{% else %}{{ m.file }}{% endif %}</small></h3>
+{% if m.not_run %}<p class="muted">Not in this record: {{ m.not_run|join(', ') }}.</p>{% endif %}
+<table><thead><tr><th>mutant</th><th>bug</th><th>caught by</th><th>checks that failed</th><th>models tried</th></tr></thead><tbody>
 {% for row in m.rows %}<tr><td>{{ row[0] }}</td><td>{{ row[1] }}</td><td>{{ row[2] }}</td><td>{{ row[3] }}</td><td class="prov">{{ row[4] }}</td></tr>{% endfor %}
 </tbody></table>
+{% if m.history %}<details><summary class="muted">The {{ m.backend }} engine's other records ({{ m.history|length }}), each its own build's result, not merged</summary>
+<table><thead><tr><th>date</th><th>build</th><th>result</th><th>run</th><th>record</th></tr></thead><tbody>
+{% for h in m.history %}<tr><td class="nw">{{ h[0][:16]|replace('T', ' ') }}</td><td>{{ h[1] }}</td><td>{{ h[2] }}</td><td>{{ h[3] }}</td><td class="prov">{% if r.records_href %}<a href="{{ r.records_href }}/{{ h[4] }}">{{ h[4] }}</a>{% else %}{{ h[4] }}{% endif %}</td></tr>{% endfor %}
+</tbody></table></details>{% endif %}
 {% else %}<p class="muted">No mutants records yet (<code>harness mutants --save</code>).</p>{% endfor %}
 </section>
 
@@ -434,12 +440,18 @@ def render_md(report) -> str:
                         for p in r.parity], "No validate records yet.")
     lines += ["", "## Mutation suite", ""]
     for m in r.mutants:
-        lines += [f"{m.backend} engine: caught {m.caught} of {m.total} ({m.provenance})", ""]
+        lines += [f"{m.backend} engine: caught {m.caught} of {m.total} at build {m.build}, {m.date[:10]}"
+                  f"{', partial' if m.partial else ''} ({m.provenance}, {m.file})", ""]
         if m.not_run:
-            lines += [f"Not run with this engine yet: {', '.join(m.not_run)}.", ""]
-        lines += _md_table(["mutant", "bug", "caught by", "checks that failed", "record"], [list(x) for x in m.rows],
-                           "")
+            lines += [f"Not in this record: {', '.join(m.not_run)}.", ""]
+        lines += _md_table(["mutant", "bug", "caught by", "checks that failed", "models tried"],
+                           [list(x) for x in m.rows], "")
         lines += [""]
+        if m.history:
+            lines += [f"The {m.backend} engine's other records, each its own build's result, not merged:", ""]
+            lines += _md_table(["date", "build", "result", "run", "record"],
+                               [[h[0][:16].replace("T", " "), *h[1:]] for h in m.history], "")
+            lines += [""]
     if not r.mutants:
         lines += ["No mutants records yet."]
     lines += ["", "## A/B comparisons", ""]
