@@ -123,7 +123,7 @@ def test_kernel_source_mutants_still_apply_and_compile():
             ("decode-feed-position-stuck", "argmax.cu", "*pos += 0;", "argmax.cu", {}),
             ("deq-q4k-scale-nibble-swapped", "quants.cuh", "(b2 >> 4) | ((b0 >> 6) << 4)", "dequant.cu", {}),
             ("attn-prefill-tile-unmasked", "attention.cu", "kb <= wq_lo &&", "attention.cu", {}),
-            ("gelu-quick", "common.cuh", "tanhf(0.851f * g)", "elementwise.cu", {}),
+            ("gelu-quick", "common.cuh", "__expf(-1.702f * g)", "elementwise.cu", {}),
             ("deltanet-conv-state-dropped", "deltanet.cu", "t * C + c] : 0.0f;", "deltanet.cu", {}),
             ("deltanet-decay-sign", "deltanet.cu", "g[i] = -sp * ssm_a[h];", "deltanet.cu", {}),
             ("deltanet-key-heads-grouped", "deltanet.cu", "hk = h / (H_v / H_k);", "deltanet.cu", {}),
