@@ -27,6 +27,7 @@ FAKE_PYTHON = textwrap.dedent('''\
         exit 0 ;;
       *"harness.cli validate-catalog"*)
         model=$(echo "$*" | sed -n 's/.*--model \\([^ ]*\\).*/\\1/p')
+        echo "{}" > "reports/results/validate-fake-$model.json"  # what --save leaves, passed or not
         case " $FAKE_FAIL " in *" $model "*) echo "$model: FAIL"; exit 1 ;; esac
         exit 0 ;;
       "-m pytest"*"--co"*)
@@ -131,3 +132,32 @@ def test_check_tests_with_a_selection_is_not_the_suite(host):
     (pytest_call,) = [c for c in calls if c.startswith("python3 -m pytest") and "--co" not in c]
     assert r"-k gemv\ and\ not\ bulk tests" in pytest_call  # one argument
     assert results.load_all(host.root / "reports" / "results") == []
+
+
+def harness_calls(calls, command):
+    """The models of the ``harness.cli COMMAND`` calls, in order."""
+    return [c.split("--model ")[1].split()[0] for c in calls if f"harness.cli {command} " in c]
+
+
+def test_scoreboard_benchmarks_each_model_right_after_it_passed(host):
+    rc, out, calls = host.run("scoreboard.sh", "qwen3-8b", "llama3-8b")
+    assert rc == 0, out
+    gated = [c for c in calls if "harness.cli validate-catalog" in c or "harness.cli bench" in c]
+    assert [(c.split()[3], c.split("--model ")[1].split()[0]) for c in gated[-4:]] == [
+        ("validate-catalog", "qwen3-8b"), ("bench", "qwen3-8b"), ("validate-catalog", "llama3-8b"),
+        ("bench", "llama3-8b")]
+    assert "tiny-llama" in harness_calls(calls, "validate-catalog")  # the cpu tier first, while llama.cpp builds
+    assert all("--save" in c for c in calls if "harness.cli validate-catalog" in c)
+
+
+@pytest.mark.parametrize("failing, benched", [("llama3-8b", ["qwen3-8b"]), ("tiny-qwen3", [])])
+def test_scoreboard_stops_at_a_failed_validation(host, failing, benched):
+    rc, out, calls = host.run("scoreboard.sh", "qwen3-8b", "llama3-8b", "gemma4-31b", FAKE_FAIL=failing)
+    assert rc == 1 and f"{failing}: validation FAILED" in out
+    assert harness_calls(calls, "bench") == benched  # nothing after the failure, nothing that did not pass
+    validated = harness_calls(calls, "validate-catalog")
+    assert validated[-1] == failing and "gemma4-31b" not in validated
+    import tarfile
+
+    with tarfile.open(host.out / "results.tgz") as t:  # the records so far come back, the failure's included
+        assert f"reports/results/validate-fake-{failing}.json" in t.getnames()
