@@ -267,7 +267,7 @@ A flip counts as a near-tie only where llama.cpp's margin is below the near-tie 
 <section id="gpu-tests"><h2>GPU test suite</h2>
 <p class="muted">The whole <code>pytest -m gpu</code> suite on the GPU host (<code>scripts/gpu/check.sh tests</code>,
 with <code>ANVIL_REQUIRE_GPU=1</code>: a missing or broken GPU stops the run instead of skipping its tests). A run
-stands when no test failed or errored and some test ran. The latest {{ r.suite_runs|length }} run(s):</p>
+stands when no test failed or errored and some test ran. Newest first:</p>
 <table><thead><tr><th>date</th><th>result</th><th>passed</th><th>failed</th><th>errors</th><th>skipped</th><th>time</th>
 <th>build</th><th>where</th><th>command</th></tr></thead><tbody>
 {% for t in r.suite_runs %}
