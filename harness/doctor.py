@@ -128,22 +128,12 @@ def check_nvrtc_compile() -> Check:
 
 
 def check_gpu() -> Check:
-    from engine.backends.cuda.device import gpu_available
+    from engine.backends.cuda.device import gpu_probe
 
     fix = ("no usable NVIDIA GPU: the engine falls back to the NumPy backend. On a GPU machine install the "
            "NVIDIA driver and check that `nvidia-smi` lists the GPU")
-    if not gpu_available():
-        reason = "cuInit failed"
-        try:
-            from cuda.bindings import driver
-
-            err = driver.cuInit(0)[0]
-            reason = f"cuInit: {getattr(err, 'name', err)}"
-            if err == driver.CUresult.CUDA_SUCCESS:
-                reason = "the driver reports no CUDA devices"
-        except Exception as e:
-            reason = _first_line(e)
-        return Check("cuda gpu", False, reason, fix)
+    if why := gpu_probe():
+        return Check("cuda gpu", False, why.splitlines()[0], fix)
     from cuda.bindings import driver
 
     _, n = driver.cuDeviceGetCount()

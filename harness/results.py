@@ -16,6 +16,10 @@ A bench record is what ``engine.bench.bench`` returns (plus, optionally,
      "date", "results": [{"test": "pp512", "samples_tok_s": [...],
      "tok_s_mean", "tok_s_sd", "gb_s"?, "nvml"?: {...}}, ...]}
 
+A tests record is one run of the test suite (harness/testrun.py: the GPU
+suite, ``scripts/gpu/check.sh tests``): the outcome counts, the build, the
+GPU and the command that ran it.
+
 The store adds ``schema_version``, ``kind`` and ``saved_at``.
 
 Schema history (``upgrade()`` is the one path from any older record to the
@@ -52,7 +56,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SCHEMA_VERSION = 2
-KINDS = ("bench", "ab", "validate", "variation", "mutants")
+KINDS = ("bench", "ab", "validate", "variation", "mutants", "tests")
 DEFAULT_DIR = project.ROOT / "reports" / "results"
 
 # What makes two measurements the same benchmark: the WORK done, not how an
@@ -168,13 +172,17 @@ _FIELDS = {
     "variation": [("results", _LIST)],
     "mutants": [("mutants", _LIST), ("caught", (int,)), ("suite", _LIST), ("not_run", _LIST), ("partial", (bool,))],
     "ab": [("rounds", _LIST), ("arms", _OBJ), ("analysis", _OBJ), ("measured_rounds", (int,))],
+    "tests": [("command", _TEXT), ("passed", (int,)), ("failed", (int,)), ("errors", (int,)), ("skipped", (int,)),
+              ("duration_s", _NUM), ("failures", _LIST), ("skip_reasons", _OBJ)],
 }
-_REQUIRED = {None: ("date",), "ab": ("measured_rounds",)}  # schema 2
+_REQUIRED = {None: ("date",), "ab": ("measured_rounds",),  # schema 2
+             "tests": ("command", "passed", "failed", "errors", "skipped")}
 _ITEMS = {"bench": ("results", [("test", _TEXT), ("samples_tok_s", _LIST), ("tok_s_mean", _NUM)]),
           "validate": ("results", [("model", _TEXT), ("passed", (bool,)), ("steps", (int,))]),
           "variation": ("results", [("model", _TEXT), ("variant", _TEXT)]),
           "mutants": ("mutants", [("mutant", _TEXT), ("caught", (bool,))]),
-          "ab": ("rounds", [])}
+          "ab": ("rounds", []),
+          "tests": ("failures", [("test", _TEXT), ("message", _TEXT)])}
 
 
 def _date_ok(text: str) -> bool:

@@ -103,6 +103,12 @@ def test_save_appends_a_validate_record(tmp_path, monkeypatch, capsys):
     (rec,) = results.load_all(tmp_path, kind="validate")
     (entry,) = rec["results"]
     assert entry["model"] == MODEL and entry["passed"] and entry["mode"] == "exact" and rec["backend"] == "numpy"
+    import platform
+
+    from engine.bench import build_hash
+
+    # what ties a speed figure to it (harness/report/validated.py): build, host, date
+    assert (rec["build"], rec["host"]) == (build_hash(), platform.node()) and rec["date"]
 
 
 def test_several_models_in_one_run(tmp_path, monkeypatch):

@@ -21,6 +21,7 @@ def add(sub) -> None:
 
 def run(args) -> int:
     import json
+    import platform
 
     backend = args.backend
     if backend == "auto":
@@ -68,7 +69,9 @@ def run(args) -> int:
 
         from .. import results as store
 
+        # host: with GPU, build and date, what ties a speed figure to this validation (report/validated.py)
         rec = {"engine": "anvil", "build": build_hash(), "backend": backend, "tiers": tiers,
+               "host": platform.node(),
                **(gpu_info() if backend == "cuda" else {"gpu": None}),
                "date": __import__("time").strftime("%Y-%m-%dT%H:%M:%SZ", __import__("time").gmtime()),
                "results": [r.to_json() for r in results]}

@@ -30,6 +30,7 @@ from .. import ab, nvml, project, results
 from . import diagnose as dx  # not `from .diagnose import diagnose`: that would hide the submodule
 from .diagnose import MEASURED_BF16_TFLOPS, MEASURED_HBM_GBS, Diagnosis, Rate
 from .html import atomic_write, render_md, render_readme_table, update_readme, write_html
+from .validated import Backing, backing, validate_entries
 
 ANVIL, LLAMACPP = "anvil", "llama.cpp"
 _LLAMACPP_NAMES = {"llama.cpp", "llamacpp", "llama-cpp-python", "llama-bench"}
@@ -58,6 +59,7 @@ class Measure:
     j_per_token: float | None = None  # energy: mean board power over the measured window / tok/s
     peak_bytes: int | None = None  # peak device memory the engine allocated (its record's peak_device_bytes)
     stack: str = ""  # the CUDA stack it ran on: "CUDA driver API 12.9, NVRTC 12.9, cuBLAS 12.9.1.4"
+    validation: Backing | None = None  # Anvil's: the validate record of its build and sitting (validated.py)
 
     @property
     def energy_note(self) -> str:
@@ -83,6 +85,13 @@ class Row:
     llamacpp: Measure | None
     ratio: float | None  # anvil / llama.cpp; None unless both exist and are comparable
     anvil_spread: tuple[float, int] | None = None  # run-to-run spread of Anvil's build: (spread, sittings)
+    # the newest pair, where it is newer than the row's and not validated: (Anvil, llama.cpp, ratio)
+    newer_unvalidated: tuple[Measure, Measure, float] | None = None
+
+    @property
+    def validated(self) -> bool:
+        """Anvil's number stands: its build passed the gate on the model in its sitting."""
+        return self.anvil is not None and self.anvil.validation is not None and self.anvil.validation.ok
 
 
 @dataclass(frozen=True)
@@ -198,6 +207,22 @@ class MutantSuite:
 
 
 @dataclass(frozen=True)
+class SuiteRun:
+    """One run of the GPU test suite (a ``tests`` record, harness/testrun.py)."""
+    file: str
+    date: str
+    build: str
+    where: str  # GPU, driver, host
+    passed: int
+    failed: int
+    errors: int
+    skipped: int
+    duration_s: float | None
+    command: str
+    problem: str | None  # why the run does not stand (testrun.verdict); None: it passed
+
+
+@dataclass(frozen=True)
 class Report:
     models: tuple[ModelSection, ...]
     parity: tuple[Parity, ...]
@@ -210,6 +235,7 @@ class Report:
     mutants: tuple[MutantSuite, ...] = ()
     skipped: tuple[tuple[str, str], ...] = ()  # (file, why): records the store could not use
     records_href: str = ""  # the results store relative to the page: record links ("" = no links)
+    suite_runs: tuple[SuiteRun, ...] = ()  # the GPU test suite's latest runs, newest first
 
     @property
     def rows(self) -> tuple[Row, ...]:
@@ -338,8 +364,9 @@ def _trace_figure(name: str, title: str, trace: dict, power_limit, window: dict 
 
 # ---- the builder -------------------------------------------------------------
 
-def _bench_measures(rec: dict, facts: dict, figures: dict) -> list[tuple[dict, Measure]]:
+def _bench_measures(rec: dict, facts: dict, figures: dict, validations=()) -> list[tuple[dict, Measure]]:
     out = []
+    backed = backing(rec, model_name(rec), validations) if engine_name(rec) == ANVIL else None
     for r in rec.get("results") or []:
         test, tok = r.get("test"), results.throughput(r)
         if not test or tok is None:
@@ -364,15 +391,17 @@ def _bench_measures(rec: dict, facts: dict, figures: dict) -> list[tuple[dict, M
                                  rec.get("gpu"), rec.get("driver"), _build(rec), _settings(rec), _file(rec),
                                  str(rec.get("note") or ""), rt, diag, fig, joules,
                                  rec.get("peak_device_bytes") if isinstance(rec.get("peak_device_bytes"), int) else None,
-                                 _stack(rec))))
+                                 _stack(rec), backed)))
     return out
 
 
 def _rows_and_history(measures: list[tuple[dict, Measure]]):
     """Group by (model, test, GPU, spec); the scoreboard row is the newest
-    pair of the two engines measured in one sitting (results.same_sitting),
-    with their ratio, or, where no such pair exists, the latest of each engine
-    and no ratio; first -> latest of each engine is the history."""
+    pair of the two engines measured in one sitting (results.same_sitting)
+    whose Anvil build passed the gate there (validated.py), with their ratio;
+    without one, the newest such pair, not validated; without a pair, the
+    latest of each engine and no ratio. First -> latest of each engine is
+    the history."""
     groups: dict[tuple, dict[str, list]] = {}
     for rec, m in measures:
         key = (model_name(rec), m.test, m.gpu or "", results.spec_hash(rec, m.test))
@@ -386,8 +415,14 @@ def _rows_and_history(measures: list[tuple[dict, Measure]]):
         pairs = [(a, l) for a in by_engine.get(ANVIL, []) for l in by_engine.get(LLAMACPP, [])
                  if l[1].tok_s > 0 and results.same_sitting(a[0], l[0])
                  and results.comparable(a[0], l[0], test)]  # the key says so; double-check
+        newest = lambda ps: max(ps, key=lambda p: (_order(p[0][0]), _order(p[1][0])))  # noqa: E731
+        newer = None
         if pairs:
-            a, l = max(pairs, key=lambda p: (_order(p[0][0]), _order(p[1][0])))
+            a, l = newest(pairs)
+            if validated := [p for p in pairs if p[0][1].validation.ok]:
+                if (a, l) != newest(validated):  # the newest is not validated: the row stays on what is
+                    newer = (a[1], l[1], a[1].tok_s / l[1].tok_s)
+                a, l = newest(validated)
             ratio = a[1].tok_s / l[1].tok_s
         else:
             a, l, ratio = latest.get(ANVIL), latest.get(LLAMACPP), None
@@ -395,7 +430,7 @@ def _rows_and_history(measures: list[tuple[dict, Measure]]):
         spec_text = ", ".join(f"{k}={v}" for k, v in results.spec(any_rec, test).items())
         spread = _spread(by_engine.get(ANVIL, []), a[1].build) if a and a[1].engine == ANVIL else None
         rows.append(Row(model, test, gpu or None, spec, spec_text, a[1] if a else None, l[1] if l else None, ratio,
-                        spread))
+                        spread, newer))
         for eng in sorted(by_engine, key=lambda e: (e != ANVIL, e != LLAMACPP, e)):
             v = by_engine[eng]
             hist.append(History(model, test, eng, gpu or None, spec, v[0][1], v[-1][1], len(v),
@@ -417,15 +452,6 @@ def _spread(measured: list[tuple[dict, Measure]], build: str) -> tuple[float, in
     return (v[-1] - v[0]) / statistics.median(v), len(v)
 
 
-def _validate_entries(rec: dict) -> list[dict]:
-    """A validate record holds one ModelResult.to_json() (plus provenance) or a
-    list of them under "models" or "results"."""
-    for key in ("models", "results"):
-        if isinstance(rec.get(key), list):
-            return [e for e in rec[key] if isinstance(e, dict) and e.get("model")]
-    return [rec] if rec.get("model") and ("passed" in rec or "mode" in rec) else []
-
-
 def _llama_spread(records: list[dict]) -> dict[tuple[str, str], str]:
     """(model, reference set) -> llama.cpp's own max margin shift per variant,
     all from the latest variation record that measured that pair (an older
@@ -433,7 +459,7 @@ def _llama_spread(records: list[dict]) -> dict[tuple[str, str], str]:
     latest: dict[tuple, dict[str, float]] = {}
     for rec in sorted(records, key=_order):
         this: dict[tuple, dict[str, float]] = {}
-        for e in _validate_entries(rec):
+        for e in validate_entries(rec):
             if e.get("variant") and e.get("max_margin_shift") is not None:
                 key = (model_name({"model_name": e["model"]}), str(e.get("tier")))
                 this.setdefault(key, {})[e["variant"]] = e["max_margin_shift"]
@@ -445,7 +471,7 @@ def _parity(records: list[dict], variation: list[dict] = ()) -> list[Parity]:
     spread = _llama_spread(list(variation))
     latest: dict[tuple, Parity] = {}
     for rec in sorted(records, key=_order):
-        for e in _validate_entries(rec):
+        for e in validate_entries(rec):
             drift = e.get("drift") or []
             passed = e.get("passed", not drift)
             near = max(0, int(e.get("flips") or 0) - len(drift))
@@ -645,6 +671,21 @@ def _mutants(records: list[dict]) -> list[MutantSuite]:
     return out
 
 
+SUITE_RUNS_SHOWN = 5
+
+
+def _suite_runs(records: list[dict]) -> list[SuiteRun]:
+    from ..testrun import verdict
+
+    out = []
+    for rec in sorted(records, key=_order, reverse=True)[:SUITE_RUNS_SHOWN]:
+        where = ", ".join(x for x in (rec.get("gpu") or "GPU not recorded", f"driver {rec.get('driver') or '?'}",
+                                      rec.get("host")) if x)
+        out.append(SuiteRun(_file(rec), _date(rec), _build(rec), where, rec["passed"], rec["failed"], rec["errors"],
+                            rec["skipped"], rec.get("duration_s"), str(rec["command"]), verdict(rec)))
+    return out
+
+
 def build_report(records: list[dict]) -> Report:
     """The whole page's content from result records (as results.load_all returns)."""
     records = sorted(records, key=_order)
@@ -652,9 +693,10 @@ def build_report(records: list[dict]) -> Report:
     bench = [r for r in records if kind(r) == "bench"]
     facts = _facts(bench + [r for r in records if kind(r) == "ab"])
     figures: dict[str, Figure] = {}
-    measures = [rm for rec in bench for rm in _bench_measures(rec, facts, figures)]
+    validations = [r for r in records if kind(r) == "validate"]
+    measures = [rm for rec in bench for rm in _bench_measures(rec, facts, figures, validations)]
     rows, hist = _rows_and_history(measures)
-    parity = _parity([r for r in records if kind(r) == "validate"], [r for r in records if kind(r) == "variation"])
+    parity = _parity(validations, [r for r in records if kind(r) == "variation"])
     ab_tests, ab_runs = _ab([r for r in records if kind(r) == "ab"], facts, figures)
 
     runs = [Run("bench", "", row.model, m.engine, m.test, m.diagnosis, m.figure, m.provenance)
@@ -676,7 +718,8 @@ def build_report(records: list[dict]) -> Report:
     return Report(models, tuple(parity), tuple(ab_tests), tuple(runs + ab_runs),  # both already in page order
                   tuple(figures[k] for k in sorted(figures)), sources, digest,
                   max((_date(r) for r in records), default=""),
-                  tuple(_mutants([r for r in records if kind(r) == "mutants"])))
+                  tuple(_mutants([r for r in records if kind(r) == "mutants"])),
+                  suite_runs=tuple(_suite_runs([r for r in records if kind(r) == "tests"])))
 
 
 def main_report(args) -> int:

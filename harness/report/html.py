@@ -16,7 +16,7 @@ import jinja2
 from engine.atomic import atomic_open
 
 from ..table import markdown
-from . import diagnose, figures
+from . import diagnose, figures, validated
 
 FIGURES_DIR = "figures"
 _OURS = re.compile(r"^(bars|trace|history|depth)-[A-Za-z0-9_-]+\.png$")  # what write_html may delete as stale
@@ -99,6 +99,14 @@ def fmt_achieved(m) -> str:
     return f"{m.rate.text} · {fmt_pct(m.rate.roofline)} of {what}"
 
 
+def fmt_validation(row) -> str:
+    """The validate record behind a row's Anvil number, or why there is none ("—": no Anvil number)."""
+    v = row.anvil.validation if row.anvil else None
+    if v is None:
+        return "—"
+    return f"validated by {v.record}" if v.ok else v.note
+
+
 def slug(s: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-") or "x"
 
@@ -174,13 +182,15 @@ details { margin: 8px 0; } summary { cursor: pointer; }
 record{{ '' if r.sources|length == 1 else 's' }} (latest {{ r.latest_date or 'none' }}; evidence digest
 <code>{{ r.digest[:16] }}</code>). Hover a number for where it comes from.</p>
 <nav><a href="#scoreboard">Scoreboard</a><a href="#figures">Figures</a><a href="#history">History</a>
-<a href="#parity">Parity</a><a href="#mutants">Mutants</a><a href="#ab">A/B</a><a href="#diagnosis">Diagnosis</a><a href="#provenance">Provenance</a></nav>
+<a href="#parity">Parity</a><a href="#gpu-tests">GPU tests</a><a href="#mutants">Mutants</a><a href="#ab">A/B</a><a href="#diagnosis">Diagnosis</a><a href="#provenance">Provenance</a></nav>
 </header>
 
 <section id="scoreboard"><h2>Scoreboard</h2>
 <p class="muted">Per model, test, GPU and benchmark spec: the newest pair of records of the two engines measured in
-one sitting (one <code>harness bench</code> call), and their ratio; where there is no such pair, the latest record
-of each engine and no ratio. t/s: the median of a test's repetitions ± their sd
+one sitting (one <code>harness bench</code> call) whose Anvil build passed <code>harness validate-catalog</code> on the
+model in the same sitting (against llama.cpp with CUDA; same build, GPU and host, within {{ sitting_min }} minutes),
+and their ratio; where no such pair exists, the newest pair, marked <span class="badge bad">not validated</span>; where
+there is no pair, the latest record of each engine and no ratio. t/s: the median of a test's repetitions ± their sd
 (llama-bench's first timed prefill repetition runs slow even after its warm-up; a mean would carry it into
 the ratio). Decode is shown against the measured HBM bandwidth
 ({{ hbm }} GB/s), prefill against the measured bf16 tensor-core peak ({{ bf16 }} TFLOP/s, at 2 × parameters
@@ -190,13 +200,14 @@ FLOPs per token).</p>
 <h3>{{ m.name }}
 {% for p in m.parity %} <span class="badge {{ 'ok' if p.ok else 'bad' }}" title="{{ p.provenance }}">parity ({{ p.backend }}, {{ p.tier }} refs): {{ p.status }}</span>{% endfor %}</h3>
 {% if m.rows %}
-<table class="scores"><thead><tr><th>test</th><th>Anvil t/s</th><th>llama.cpp t/s</th><th>Anvil ÷ llama.cpp</th>
+<table class="scores"><thead><tr><th>test</th><th>Anvil t/s</th><th>llama.cpp t/s</th><th>Anvil ÷ llama.cpp</th><th>validation</th>
 <th>Anvil vs roofline</th><th>llama.cpp vs roofline</th><th>J / token<br><small>Anvil · llama.cpp</small></th><th>peak device memory<br><small>Anvil</small></th><th>Anvil diagnosis</th><th>provenance</th></tr></thead><tbody>
 {% for row in m.rows %}
 <tr><td title="spec {{ row.spec }}: {{ row.spec_text }}">{{ row.test }}</td>
 {% for x in (row.anvil, row.llamacpp) %}<td class="num"{% if x %} title="{{ x.provenance }}"{% endif %}>{{ x|measure }}{% if loop.first and row.anvil_spread %}<br><small title="this build's results in separate sittings (harness bench calls): (max - min) / median">{{ row.anvil_spread|spread }}</small>{% endif %}</td>{% endfor %}
-<td class="num {{ 'win' if row.ratio and row.ratio > 1 else 'loss' if row.ratio else '' }}"
- title="{{ 'one sitting, same spec ' ~ row.spec ~ ' on ' ~ row.gpu if row.ratio else 'no comparable pair (same spec, same GPU, one sitting)' }}">{{ row.ratio|ratio }}</td>
+<td class="num {{ '' if not row.validated else 'win' if row.ratio and row.ratio > 1 else 'loss' if row.ratio else '' }}"
+ title="{{ ('one sitting, same spec ' ~ row.spec ~ ' on ' ~ row.gpu ~ ('' if row.validated else '; NOT VALIDATED')) if row.ratio else 'no comparable pair (same spec, same GPU, one sitting)' }}">{{ row.ratio|ratio }}{% if row.newer_unvalidated %}<br><small class="muted" title="{{ row.newer_unvalidated[0].validation.note }}; {{ row.newer_unvalidated[0].file }}">newer: {{ row.newer_unvalidated[2]|ratio }} ({{ row.newer_unvalidated[0].build|short_build }}, {{ row.newer_unvalidated[0].date[:10] }}), not validated</small>{% endif %}</td>
+<td>{% if row.anvil and row.anvil.validation %}{% set v = row.anvil.validation %}{% if v.ok %}{% if r.records_href %}<a href="{{ r.records_href }}/{{ v.record }}" title="{{ v.note }}">{% else %}<span title="{{ v.note }}">{% endif %}<span class="badge ok">validated</span><br><small>{{ v.record }}</small>{{ '</a>'|safe if r.records_href else '</span>'|safe }}{% else %}<span class="badge bad" title="{{ v.note }}">not validated</span><br><small>{{ v.note|replace('not validated: ', '') }}</small>{% endif %}{% else %}—{% endif %}</td>
 {% for x in (row.anvil, row.llamacpp) %}<td class="rate"{% if x %} title="{{ x.rate.note }}"{% endif %}>{{ x|achieved }}{% if x and x.rate.roofline is not none %}<span class="meter"><span style="width: {{ [100, (x.rate.roofline * 100)|round(1)]|min }}%"></span></span>{% endif %}</td>{% endfor %}
 <td class="num" title="{{ (row.anvil or row.llamacpp).energy_note if (row.anvil or row.llamacpp) else '' }}">{{ row.anvil|energy }} · {{ row.llamacpp|energy }}</td>
 <td class="num" title="what the engine allocated on the device: weights, KV cache, workspace">{{ row.anvil|memory }}</td>
@@ -250,6 +261,22 @@ A flip counts as a near-tie only where llama.cpp's margin is below the near-tie 
 <td class="num">{{ p.near_tie if p.near_tie is not none else '—' }}</td>
 <td class="nw">{% if r.records_href and p.file %}<a href="{{ r.records_href }}/{{ p.file }}">{{ p.date[:10] }}</a>{% else %}{{ p.date[:10] }}{% endif %}</td></tr>
 {% else %}<tr><td colspan="10" class="muted">No validate records yet (<code>harness validate-catalog</code>).</td></tr>{% endfor %}
+</tbody></table>
+</section>
+
+<section id="gpu-tests"><h2>GPU test suite</h2>
+<p class="muted">The whole <code>pytest -m gpu</code> suite on the GPU host (<code>scripts/gpu/check.sh tests</code>,
+with <code>ANVIL_REQUIRE_GPU=1</code>: a missing or broken GPU stops the run instead of skipping its tests). A run
+stands when no test failed or errored and some test ran. Newest first:</p>
+<table><thead><tr><th>date</th><th>result</th><th>passed</th><th>failed</th><th>errors</th><th>skipped</th><th>time</th>
+<th>build</th><th>where</th><th>command</th></tr></thead><tbody>
+{% for t in r.suite_runs %}
+<tr><td class="nw">{% if r.records_href %}<a href="{{ r.records_href }}/{{ t.file }}">{{ t.date[:16]|replace('T', ' ') }}</a>{% else %}{{ t.date[:16]|replace('T', ' ') }}{% endif %}</td>
+<td><span class="badge {{ 'bad' if t.problem else 'ok' }}">{{ t.problem or 'pass' }}</span></td>
+<td class="num">{{ t.passed }}</td><td class="num">{{ t.failed }}</td><td class="num">{{ t.errors }}</td><td class="num">{{ t.skipped }}</td>
+<td class="num">{{ '%.0f s'|format(t.duration_s) if t.duration_s is not none else '—' }}</td><td>{{ t.build|short_build }}</td>
+<td class="prov">{{ t.where }}</td><td class="prov"><code>{{ t.command }}</code></td></tr>
+{% else %}<tr><td colspan="10" class="muted">No tests records yet (<code>scripts/gpu/check.sh tests</code> on the GPU host).</td></tr>{% endfor %}
 </tbody></table>
 </section>
 
@@ -336,7 +363,7 @@ def _env() -> jinja2.Environment:
 
 def render_html(report) -> str:
     return _env().from_string(_TEMPLATE).render(
-        r=report, figdir=FIGURES_DIR, rules=diagnose.RULES,
+        r=report, figdir=FIGURES_DIR, rules=diagnose.RULES, sitting_min=validated.SITTING_S // 60,
         hbm=f"{diagnose.MEASURED_HBM_GBS:.0f}", bf16=f"{diagnose.MEASURED_BF16_TFLOPS:.0f}")
 
 
@@ -379,22 +406,42 @@ README_BEGIN = "<!-- speed table: `harness report --readme` writes it from repor
 README_END = "<!-- end of speed table -->"
 
 
+def _newest_per_test(rows) -> dict:
+    newest: dict[tuple, object] = {}
+    for row in rows:
+        key = (row.model, row.test, row.gpu)
+        if key not in newest or row.anvil.date > newest[key].anvil.date:
+            newest[key] = row
+    return newest
+
+
 def render_readme_table(report) -> str:
     """The README's speed table: per model, test and GPU, the newest
-    scoreboard row with both engines measured in one sitting (the pairs the
-    scoreboard takes ratios of; rows of other benchmark settings are on the
-    scoreboard), with the date, Anvil's build and the two record files."""
-    newest: dict[tuple, object] = {}
-    for row in report.rows:
-        key = (row.model, row.test, row.gpu)
-        if row.ratio is not None and row.gpu and (key not in newest or row.anvil.date > newest[key].anvil.date):
-            newest[key] = row
+    scoreboard row with both engines measured in one sitting and Anvil's
+    build validated on the model in that sitting (validated.py; rows of
+    other benchmark settings are on the scoreboard), with the date, Anvil's
+    build, the two bench records and the validate record. Below it, the
+    newest pairs left out as not validated."""
+    paired = [row for row in report.rows if row.ratio is not None and row.gpu]
+    shown = _newest_per_test(row for row in paired if row.validated)
     rows = [[row.model, row.test, fmt_measure(row.anvil), fmt_measure(row.llamacpp), fmt_ratio(row.ratio),
              f"{row.anvil.n} / {row.llamacpp.n}", row.anvil.date[:10], fmt_short_build(row.anvil.build),
-             f"`{row.anvil.file}`, `{row.llamacpp.file}`"]
-            for row in report.rows if newest.get((row.model, row.test, row.gpu)) is row]
-    return markdown(["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "repetitions", "date",
-                     "Anvil build", "records (reports/results)"], rows, "No paired GPU records yet.")
+             f"`{row.anvil.file}`, `{row.llamacpp.file}`", f"`{row.anvil.validation.record}`"]
+            for row in paired if shown.get((row.model, row.test, row.gpu)) is row]
+    table = markdown(["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "repetitions", "date",
+                      "Anvil build", "records (reports/results)", "validated by"], rows,
+                     "No validated GPU records yet.")
+    # what is not above: a test with no validated pair, or a pair newer than the validated one shown
+    left_out = [(row.model, row.test, row.anvil, row.ratio) for key, row in
+                _newest_per_test(r for r in paired if not r.validated).items() if key not in shown]
+    left_out += [(row.model, row.test, *row.newer_unvalidated[::2]) for row in shown.values() if row.newer_unvalidated]
+    if not left_out:
+        return table
+    lines = [f"- {model} {test}: {fmt_ratio(ratio)}, build {fmt_short_build(a.build)}, {a.date[:10]} "
+             f"({a.validation.note.removeprefix('not validated: ')})"
+             for model, test, a, ratio in sorted(left_out, key=lambda x: (x[0], x[1], x[2].date))]
+    return (f"{table}\n\nNot validated, so not in the table (Anvil's build did not pass `harness validate-catalog` "
+            f"on the model in the sitting of the benchmark):\n\n" + "\n".join(lines))
 
 
 def update_readme(text: str, table: str) -> str:
@@ -414,11 +461,12 @@ def render_md(report) -> str:
              f"`{r.digest[:16]}`). Rooflines: {diagnose.MEASURED_HBM_GBS:.0f} GB/s HBM copy and "
              f"{diagnose.MEASURED_BF16_TFLOPS:.0f} TFLOP/s bf16, measured on the H200.", "", "## Scoreboard", ""]
     lines += _md_table(
-        ["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "Anvil run to run", "Anvil achieved",
+        ["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "validation", "Anvil run to run",
+         "Anvil achieved",
          "llama.cpp achieved", "Anvil J/token", "llama.cpp J/token", "Anvil peak memory", "Anvil diagnosis", "GPU",
          "provenance"],
         [[row.model, row.test, fmt_measure(row.anvil), fmt_measure(row.llamacpp), fmt_ratio(row.ratio),
-          fmt_spread(row.anvil_spread) or "—", fmt_achieved(row.anvil), fmt_achieved(row.llamacpp), fmt_energy(row.anvil), fmt_energy(row.llamacpp),
+          fmt_validation(row), fmt_spread(row.anvil_spread) or "—", fmt_achieved(row.anvil), fmt_achieved(row.llamacpp), fmt_energy(row.anvil), fmt_energy(row.llamacpp),
           fmt_memory(row.anvil),
           row.anvil.diagnosis.label if row.anvil else "—",
           row.gpu or "?", "; ".join(p for p in (_md_prov(row.anvil), _md_prov(row.llamacpp)) if p)]
@@ -438,6 +486,13 @@ def render_md(report) -> str:
                          f"{p.margin_shift:.3g}" if p.margin_shift is not None else "—", p.llama_spread or "—",
                          p.provenance]
                         for p in r.parity], "No validate records yet.")
+    lines += ["", "## GPU test suite", ""]
+    lines += _md_table(["date", "result", "passed", "failed", "errors", "skipped", "time", "build", "where", "command",
+                        "record"],
+                       [[t.date[:16].replace("T", " "), t.problem or "pass", str(t.passed), str(t.failed),
+                         str(t.errors), str(t.skipped), "—" if t.duration_s is None else f"{t.duration_s:.0f} s",
+                         fmt_short_build(t.build), t.where, f"`{t.command}`", t.file] for t in r.suite_runs],
+                       "No tests records yet.")
     lines += ["", "## Mutation suite", ""]
     for m in r.mutants:
         lines += [f"{m.backend} engine: caught {m.caught} of {m.total} at build {m.build}, {m.date[:10]}"

@@ -40,16 +40,34 @@ def check(result):
     return values[0] if len(values) == 1 else (tuple(values) if values else None)
 
 
-def gpu_available() -> bool:
+def _error_text(driver, err) -> str:
+    _, name = driver.cuGetErrorName(err)
+    _, text = driver.cuGetErrorString(err)
+    return f"{name.decode() if name else err} ({text.decode() if text else 'no description'})"
+
+
+def gpu_probe() -> str | None:
+    """Why no NVIDIA GPU is usable here, in the driver's words (None: one is).
+    Callers that skip GPU work can say why; callers that need a GPU can fail
+    with it."""
     try:
         from cuda.bindings import driver
-
-        if driver.cuInit(0)[0] != driver.CUresult.CUDA_SUCCESS:
-            return False
+    except Exception as e:  # no cuda-python, or a broken install of it
+        return f"cuda.bindings is not importable ({type(e).__name__}: {e})"
+    try:
+        err = driver.cuInit(0)[0]
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return f"cuInit: {_error_text(driver, err)}"
         err, n = driver.cuDeviceGetCount()
-        return err == driver.CUresult.CUDA_SUCCESS and n > 0
-    except Exception:
-        return False
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return f"cuDeviceGetCount: {_error_text(driver, err)}"
+    except Exception as e:  # e.g. libcuda.so missing or of another version
+        return f"the CUDA driver failed ({type(e).__name__}: {e})"
+    return None if n > 0 else "the CUDA driver reports no devices"
+
+
+def gpu_available() -> bool:
+    return gpu_probe() is None
 
 
 @dataclass
@@ -142,8 +160,8 @@ class Device:
         from cuda.bindings import driver
         from cuda.core import Device as CoreDevice
 
-        if not gpu_available():
-            raise AnvilError("no usable NVIDIA GPU (cuInit failed or no device): use --backend numpy")
+        if why := gpu_probe():
+            raise AnvilError(f"no usable NVIDIA GPU ({why}): use --backend numpy")
         self.driver = driver
         self.core = CoreDevice(ordinal)
         self.core.set_current()

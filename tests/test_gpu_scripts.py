@@ -1,0 +1,163 @@
+"""The GPU host scripts' decisions, run on the CPU against a fake host: a
+``python3`` that fakes pytest, the harness's GPU commands and pip (and runs
+everything else, the harness's own record keeping included, for real) and a
+fake ``nvidia-smi``. What is checked is what the scripts decide: which
+models are benchmarked after which validations, which records are saved,
+and the exit status."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO
+from harness import results
+
+FAKE_PYTHON = textwrap.dedent('''\
+    #!/usr/bin/env bash
+    # the host's python3, faked where the real one would need a GPU, llama.cpp or the network
+    echo "python3 $(printf '%q ' "$@")" >> "$FAKE_LOG"
+    case "$*" in
+      "-m pip "*|scripts/gpu/join_parts.py*|"-c import llama_cpp"*|*"harness.cli models"*|*"harness.cli bench"*)
+        exit 0 ;;
+      *"harness.cli validate-catalog"*)
+        model=$(echo "$*" | sed -n 's/.*--model \\([^ ]*\\).*/\\1/p')
+        echo "{}" > "reports/results/validate-fake-$model.json"  # what --save leaves, passed or not
+        case " $FAKE_FAIL " in *" $model "*) echo "$model: FAIL"; exit 1 ;; esac
+        exit 0 ;;
+      "-m pytest"*"--co"*)
+        exit 1 ;;  # no pytest-xdist here: one process
+      "-m pytest"*)
+        junit=$(echo "$*" | sed -n 's/.*--junitxml=\\([^ ]*\\).*/\\1/p')
+        [ -n "$FAKE_JUNIT" ] && cp "$FAKE_JUNIT" "$junit"
+        echo "$FAKE_PYTEST_OUT"
+        exit "$FAKE_PYTEST_RC" ;;
+    esac
+    PYTHONPATH=$FAKE_REPO:$PYTHONPATH exec "$REAL_PYTHON" "$@"  # host-env.sh set PYTHONPATH to the host's
+''')
+
+
+def junit_xml(passed=0, failed=0, skipped=0) -> str:
+    cases = ([f'<testcase classname="tests.test_k" name="test_p{i}" time="0.1"/>' for i in range(passed)]
+             + [f'<testcase classname="tests.test_k" name="test_f{i}" time="0.1"><failure message="assert 0">'
+                '</failure></testcase>' for i in range(failed)]
+             + [f'<testcase classname="tests.test_k" name="test_s{i}" time="0"><skipped type="pytest.skip" '
+                'message="no usable NVIDIA GPU: cuInit: CUDA_ERROR_NO_DEVICE"/></testcase>' for i in range(skipped)])
+    return (f'<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" time="12.5">'
+            f'{"".join(cases)}</testsuite></testsuites>')
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A checkout on a fake GPU host: the scripts and the catalog (the project
+    root, where records are saved), fake python3 and nvidia-smi on PATH.
+    ``host.run(script, *args, **env)`` returns (exit status, output, the python3 calls)."""
+    root = tmp_path / "checkout"
+    shutil.copytree(REPO / "scripts" / "gpu", root / "scripts" / "gpu")
+    shutil.copytree(REPO / "references" / "prompts", root / "references" / "prompts")
+    shutil.copy(REPO / "references" / "catalog.toml", root / "references" / "catalog.toml")
+    (root / "reports" / "results").mkdir(parents=True)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "python3").write_text(FAKE_PYTHON)
+    (bin_ / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'NVIDIA H200, 580.159.04, 700.00 W'\n")
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    log, out = tmp_path / "calls.log", tmp_path / "out"
+
+    def run(script, *args, **env):
+        log.write_text("")
+        e = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "REAL_PYTHON": sys.executable,
+             "FAKE_REPO": str(REPO), "FAKE_LOG": str(log), "OUT": str(out), "ANVIL_MODELS_DIR": str(tmp_path / "m"),
+             "ANVIL_PROJECT": str(root), "FAKE_FAIL": "", "FAKE_JUNIT": "", "FAKE_PYTEST_RC": "0",
+             "FAKE_PYTEST_OUT": "", **env}
+        e.pop("ANVIL_REQUIRE_GPU", None)
+        p = subprocess.run(["bash", f"scripts/gpu/{script}", *args], cwd=root, env=e, capture_output=True,
+                           text=True, timeout=300)
+        return p.returncode, p.stdout + p.stderr, log.read_text().splitlines()
+
+    return type("Host", (), {"run": staticmethod(run), "root": root, "tmp": tmp_path, "out": out})
+
+
+def test_the_scripts_parse():
+    for script in sorted((REPO / "scripts" / "gpu").glob("*.sh")):
+        p = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert p.returncode == 0, f"{script.name}: {p.stderr}"
+
+
+def test_check_tests_runs_the_whole_gpu_suite_and_saves_its_record(host):
+    xml = host.tmp / "j.xml"
+    xml.write_text(junit_xml(passed=40, skipped=2))
+    rc, out, calls = host.run("check.sh", "tests", FAKE_JUNIT=str(xml))
+    assert rc == 0, out
+    (pytest_call,) = [c for c in calls if c.startswith("python3 -m pytest") and "--co" not in c]
+    assert " -m gpu " in pytest_call and pytest_call.endswith(" tests ")  # every file, none picked by hand
+    (rec,) = results.load_all(host.root / "reports" / "results", "tests")
+    assert (rec["passed"], rec["failed"], rec["skipped"]) == (40, 0, 2)
+    assert rec["command"].startswith("ANVIL_REQUIRE_GPU=1 python3 -m pytest -q -m gpu")
+    assert (host.out / "results.tgz").is_file() and "40 passed, 0 failed" in out
+
+
+@pytest.mark.parametrize("junit, pytest_rc, why", [
+    (junit_xml(passed=39, failed=1), 1, "the gpu suite does not pass: 1 failed, 0 errors"),
+    (junit_xml(skipped=42), 0, "the gpu suite does not pass: no test ran (42 skipped; no usable NVIDIA GPU"),
+])
+def test_check_tests_fails_on_a_failure_or_when_nothing_ran(host, junit, pytest_rc, why):
+    xml = host.tmp / "j.xml"
+    xml.write_text(junit)
+    rc, out, _ = host.run("check.sh", "tests", FAKE_JUNIT=str(xml), FAKE_PYTEST_RC=str(pytest_rc))
+    assert rc == 1 and why in out
+    assert len(results.load_all(host.root / "reports" / "results", "tests")) == 1  # the evidence is kept either way
+
+
+def test_check_tests_fails_without_a_report_and_saves_nothing(host):
+    """A broken driver under ANVIL_REQUIRE_GPU=1 stops pytest before it writes a report."""
+    rc, out, _ = host.run("check.sh", "tests", FAKE_PYTEST_RC="4",
+                          FAKE_PYTEST_OUT="ERROR: ANVIL_REQUIRE_GPU=1 but no usable NVIDIA GPU: cuInit: CUDA_ERROR_X")
+    assert rc == 1 and "pytest -m gpu: exit 4" in out and "no readable pytest report" in out
+    assert "ANVIL_REQUIRE_GPU=1 but no usable NVIDIA GPU: cuInit: CUDA_ERROR_X" in out
+    assert results.load_all(host.root / "reports" / "results") == []
+
+
+def test_check_tests_with_a_selection_is_not_the_suite(host):
+    xml = host.tmp / "j.xml"
+    xml.write_text(junit_xml(passed=3))
+    rc, out, calls = host.run("check.sh", "tests", "gemv and not bulk", FAKE_JUNIT=str(xml))
+    assert rc == 0, out
+    (pytest_call,) = [c for c in calls if c.startswith("python3 -m pytest") and "--co" not in c]
+    assert r"-k gemv\ and\ not\ bulk tests" in pytest_call  # one argument
+    assert results.load_all(host.root / "reports" / "results") == []
+
+
+def harness_calls(calls, command):
+    """The models of the ``harness.cli COMMAND`` calls, in order."""
+    return [c.split("--model ")[1].split()[0] for c in calls if f"harness.cli {command} " in c]
+
+
+def test_scoreboard_benchmarks_each_model_right_after_it_passed(host):
+    rc, out, calls = host.run("scoreboard.sh", "qwen3-8b", "llama3-8b")
+    assert rc == 0, out
+    gated = [c for c in calls if "harness.cli validate-catalog" in c or "harness.cli bench" in c]
+    assert [(c.split()[3], c.split("--model ")[1].split()[0]) for c in gated[-4:]] == [
+        ("validate-catalog", "qwen3-8b"), ("bench", "qwen3-8b"), ("validate-catalog", "llama3-8b"),
+        ("bench", "llama3-8b")]
+    assert "tiny-llama" in harness_calls(calls, "validate-catalog")  # the cpu tier first, while llama.cpp builds
+    assert all("--save" in c for c in calls if "harness.cli validate-catalog" in c)
+
+
+@pytest.mark.parametrize("failing, benched", [("llama3-8b", ["qwen3-8b"]), ("tiny-qwen3", [])])
+def test_scoreboard_stops_at_a_failed_validation(host, failing, benched):
+    rc, out, calls = host.run("scoreboard.sh", "qwen3-8b", "llama3-8b", "gemma4-31b", FAKE_FAIL=failing)
+    assert rc == 1 and f"{failing}: validation FAILED" in out
+    assert harness_calls(calls, "bench") == benched  # nothing after the failure, nothing that did not pass
+    validated = harness_calls(calls, "validate-catalog")
+    assert validated[-1] == failing and "gemma4-31b" not in validated
+    import tarfile
+
+    with tarfile.open(host.out / "results.tgz") as t:  # the records so far come back, the failure's included
+        assert f"reports/results/validate-fake-{failing}.json" in t.getnames()
