@@ -84,7 +84,8 @@ class ModelResult:
     @property
     def max_flip_share(self) -> float:
         """The largest share of one prompt's steps that were near-tie flips."""
-        return max((len(near_ties(c, self.gate.margin)) / c.n_steps for c in self.cases if c.n_steps), default=0.0)
+        shares = (len(near_ties(c, self.gate.margin)) / c.n_steps for c in self.cases if c.n_steps)
+        return max(shares, default=0.0)
 
     @property
     def drift(self) -> list[tuple[int, int]]:
@@ -255,8 +256,8 @@ def format_table(results: list[ModelResult]) -> str:
                      _fmt(r.max_logit_diff, r.gate.logit), _fmt(r.max_kl, r.gate.kl),
                      _fmt(r.max_margin_shift, r.gate.margin), verdict, f"{r.seconds:.1f} s"])
     return markdown(["model", "references", "backend", "free-run prefix", "teacher-forced agreement",
-                     "near-tie flips", "max near-tie share of a prompt / bound", "max Δlogit / bound", "max KL / bound", "max margin shift / bound",
-                     "verdict", "time"], rows)
+                     "near-tie flips", "max near-tie share of a prompt / bound", "max Δlogit / bound",
+                     "max KL / bound", "max margin shift / bound", "verdict", "time"], rows)
 
 
 def format_failures(results: list[ModelResult]) -> str:

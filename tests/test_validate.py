@@ -176,7 +176,7 @@ def test_catalog_flip_shares_are_shares(tmp_path):
     bad = tmp_path / "catalog.toml"
     bad.write_text('[models.m]\nsource = "synth"\npreset = "tiny-llama"\ntier = "cpu"\narch = "llama"\n'
                    'gate.cpu = { margin = 0.5, flips = 3 }\n')
-    with pytest.raises(catalog.AnvilError, match=r"gate flips are a share of a prompt's steps, 0 to 1 \(got \{'cpu': 3.0\}\)"):
+    with pytest.raises(catalog.AnvilError, match=r"flips are a share of a prompt's steps, 0 to 1 \(got \{'cpu': 3.0\}\)"):
         catalog.load(bad)
     bad.write_text(bad.read_text().replace("flips = 3", "flips = 0.25"))
     assert catalog.load(bad)["m"].gate("numpy").flips == 0.25
