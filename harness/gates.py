@@ -86,9 +86,9 @@ def propose(entry: catalog.Entry, reference_set: str, spread: list) -> catalog.G
     margin = max(r.max_margin_shift for r in spread)
     logit = max(r.max_logit_diff for r in spread)
     kl = max(r.max_kl for r in spread)
-    return catalog.Gate(margin=_round(max(floor.margin, HEADROOM * margin)),
-                        logit=_round(max(floor.logit, HEADROOM * logit)),
-                        kl=_round(max(floor.kl, HEADROOM ** 2 * kl)),
+    return catalog.Gate(margin=round2(max(floor.margin, HEADROOM * margin)),
+                        logit=round2(max(floor.logit, HEADROOM * logit)),
+                        kl=round2(max(floor.kl, HEADROOM ** 2 * kl)),
                         flips=propose_flips((len(c.flips), c.n_steps) for r in spread for c in r.cases))
 
 
@@ -96,10 +96,11 @@ def propose_flips(counts) -> float:
     """The near-tie flip share from llama.cpp's (flips, steps) per prompt and
     variant: HEADROOM x the largest (0: it never flipped, so no flip passes;
     at most 1, every step)."""
-    return min(1.0, _round(HEADROOM * max((f / n for f, n in counts if n), default=0.0)))
+    return min(1.0, round2(HEADROOM * max((f / n for f, n in counts if n), default=0.0)))
 
 
-def _round(x: float) -> float:
+def round2(x: float) -> float:
+    """Two significant digits: how every proposed threshold is written."""
     return float(f"{x:.2g}")
 
 

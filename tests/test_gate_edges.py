@@ -193,8 +193,8 @@ def test_the_ab_token_check_names_the_first_differing_step_and_the_tokens_there(
     tb = ta[:5] + [99] + ta[6:]
     rec = {}
     _check_tokens(rec, _arms(ta, tb), allow)
-    judged = rec["token_diff"].pop("judged")  # no catalog model, no top logits: not a near-tie
-    assert judged == {"step": 5, "bound": None, "margins": {}, "near_tie": False, "gate": None}
+    judged = rec["token_diff"].pop("judged")  # no catalog model: the A/B budget; no top logits: not a near-tie
+    assert judged == {"step": 5, "bound": 1.1, "margins": {}, "near_tie": False, "bound_from": "the A/B budget"}
     assert rec == {"tokens_identical": False, "token_diff": {"first_step": 5, "A": ta[5:13], "B": tb[5:13]}}
     for short, long_ in ((ta[:3], ta), (ta, ta[:3])):  # one arm a prefix of the other: they part at its end
         rec = {}
