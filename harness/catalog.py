@@ -44,17 +44,21 @@ BACKENDS = ("numpy", "cuda")
 class Gate:
     """One model's thresholds against one reference set for one backend.
 
-    margin: the llama.cpp top-1/top-2 margin below which a greedy flip is a
-        near-tie, and the bound on how far the engine may move that margin
-        at any step; logit: bound on max |engine - llama.cpp| over the stored
+    margin: a greedy flip is a near-tie when both llama.cpp's top-1/top-2
+        margin and the engine's gap to llama.cpp's token are below it; also
+        the bound on how far the engine may move llama.cpp's margin at any
+        step; logit: bound on max |engine - llama.cpp| over the stored
         top-k logits of every step; kl: bound on the KL divergence of
         llama.cpp's stored top-k distribution (renormalised) from the
-        engine's at every step. None: not judged (said in the output).
+        engine's at every step; flips: the share of a prompt's steps that
+        may be near-tie flips (llama.cpp flips that often under its own
+        other settings). None: not judged (said in the output).
     """
 
     margin: float
     logit: float | None = None
     kl: float | None = None
+    flips: float | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,8 @@ def load(path: Path | None = None) -> dict[str, Entry]:
     out = {}
     for name, e in data.get("models", {}).items():
         try:
-            gates = {k: Gate(float(g["margin"]), *(None if g.get(c) is None else float(g[c]) for c in ("logit", "kl")))
+            gates = {k: Gate(float(g["margin"]), *(None if g.get(c) is None else float(g[c])
+                                                   for c in ("logit", "kl", "flips")))
                      for k, g in e.get("gate", {}).items()}
             out[name] = Entry(name=name, source=e["source"], tier=e["tier"], sha256=e.get("sha256", ""),
                               arch=e["arch"], preset=e.get("preset"), seed=int(e.get("seed", 0)),
@@ -106,6 +111,10 @@ def load(path: Path | None = None) -> dict[str, Entry]:
         except (TypeError, ValueError, AttributeError) as err:
             raise AnvilError(f"{where}: model '{name}': malformed gate thresholds ({err})") from None
         ent = out[name]
+        shares = {k: g.flips for k, g in gates.items() if g.flips is not None and not 0 <= g.flips <= 1}
+        if shares:
+            raise AnvilError(f"{where}: model '{name}': gate flips are a share of a prompt's steps, 0 to 1 "
+                             f"(got {shares})")
         sets = ent.reference_sets
         if ent.tier not in TIERS or not set(sets) <= set(REFERENCE_SETS) or ent.tier not in sets:
             raise AnvilError(f"{where}: model '{name}': tier must be one of {', '.join(TIERS)} and references a "

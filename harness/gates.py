@@ -19,9 +19,13 @@ the reference set:
   and ``ubatch-1``.
 
 A proposal is ``max(HEADROOM x spread, budget)`` per check (KL scales with
-the square of a logit error, so its headroom is squared). It is printed
-beside the catalog's current value, marked where it would loosen the gate;
-nothing is written: a threshold changes only by editing the catalog.
+the square of a logit error, so its headroom is squared). The share of a
+prompt's steps that may be near-tie flips is HEADROOM x the largest share
+llama.cpp flipped in one prompt under one variant (judged with an infinite
+gate, every flip of its own is a near-tie); no budget stands in for it. It
+is printed beside the catalog's current value, marked where it would loosen
+the gate; nothing is written: a threshold changes only by editing the
+catalog.
 """
 
 from __future__ import annotations
@@ -97,6 +101,12 @@ def variants(entry: catalog.Entry, reference_set: str) -> dict:
     return FP32_VARIANTS if is_fp32(entry, reference_set) else QUANT_VARIANTS
 
 
+def judged_backend(reference_set: str) -> str:
+    """The engine whose gate a variation of ``reference_set`` measures: CUDA
+    against llama.cpp's CUDA references, NumPy against its CPU ones."""
+    return "cuda" if catalog.REFERENCE_SETS[reference_set] == "gpu" else "numpy"
+
+
 def budget(entry: catalog.Entry, reference_set: str) -> catalog.Gate | None:
     if not is_fp32(entry, reference_set):
         return None
@@ -110,12 +120,21 @@ def propose(entry: catalog.Entry, reference_set: str, spread: list) -> catalog.G
     margin = max(r.max_margin_shift for r in spread)
     logit = max(r.max_logit_diff for r in spread)
     kl = max(r.max_kl for r in spread)
-    return catalog.Gate(margin=_round(max(floor.margin, HEADROOM * margin)),
-                        logit=_round(max(floor.logit, HEADROOM * logit)),
-                        kl=_round(max(floor.kl, HEADROOM ** 2 * kl)))
+    return catalog.Gate(margin=round2(max(floor.margin, HEADROOM * margin)),
+                        logit=round2(max(floor.logit, HEADROOM * logit)),
+                        kl=round2(max(floor.kl, HEADROOM ** 2 * kl)),
+                        flips=propose_flips((len(c.flips), c.n_steps) for r in spread for c in r.cases))
 
 
-def _round(x: float) -> float:
+def propose_flips(counts) -> float:
+    """The near-tie flip share from llama.cpp's (flips, steps) per prompt and
+    variant: HEADROOM x the largest (0: it never flipped, so no flip passes;
+    at most 1, every step)."""
+    return min(1.0, round2(HEADROOM * max((f / n for f, n in counts if n), default=0.0)))
+
+
+def round2(x: float) -> float:
+    """Two significant digits: how every proposed threshold is written."""
     return float(f"{x:.2g}")
 
 
@@ -208,8 +227,17 @@ def faithful_records(results_dir) -> dict[tuple[str, str], list]:
                 newest[key] = (rec["date"], r)
     out: dict[tuple[str, str], list] = {}
     for (model, rset, _), (_, r) in sorted(newest.items()):
-        out.setdefault((model, rset), []).append(SimpleNamespace(**r))
+        out.setdefault((model, rset), []).append(
+            SimpleNamespace(**{**r, "cases": [SimpleNamespace(**c) for c in r["cases"]]}))
     return out
+
+
+def _spread(r, check: str) -> str:
+    """One variant's measure behind ``check``: for flips, its prompt with the most (flips/steps)."""
+    if check == "flips":
+        most = max(r.cases, key=lambda c: len(c.flips) / max(c.n_steps, 1), default=None)
+        return "—" if most is None else f"{len(most.flips)}/{most.n_steps}"
+    return f"{getattr(r, {'margin': 'max_margin_shift', 'logit': 'max_logit_diff', 'kl': 'max_kl'}[check]):.3g}"
 
 
 def format_proposals(cat, measured, reference_set: str) -> str:
@@ -218,21 +246,19 @@ def format_proposals(cat, measured, reference_set: str) -> str:
     from .table import markdown
 
     faithful = any(v in FAITHFUL_VARIANTS for _, v, _, _ in measured)  # the CUDA engine's gate, from the faithful oracle
-    backend = "cuda" if catalog.REFERENCE_SETS[reference_set] == "gpu" or faithful else "numpy"
+    backend = "cuda" if faithful else judged_backend(reference_set)
     rows = []
     for name in dict.fromkeys(m for m, *_ in measured):
         e = catalog.entry(name, cat)
         spread = [r for m, _, _, r in measured if m == name]
         new, old = propose(e, reference_set, spread), e.gate(backend, reference_set)
-        for check in ("margin", "logit", "kl"):
+        for check in ("margin", "logit", "kl", "flips"):
             o, n = (getattr(old, check) if old else None), getattr(new, check)
             change = "new" if o is None else "LOOSER" if n > o else "tighter" if n < o else "same"
-            src = ", ".join(f"{v} {getattr(r, 'max_' + {'margin': 'margin_shift', 'logit': 'logit_diff', 'kl': 'kl'}[check]):.3g}"
-                            for m, v, _, r in measured if m == name)
-            b = budget(e, reference_set)
+            src = ", ".join(f"{v} {_spread(r, check)}" for m, v, _, r in measured if m == name)
+            b = getattr(budget(e, reference_set), check, None)
             rows.append([name, f"gate.{e.gate_key(backend, reference_set)}.{check}", src,
-                         "—" if b is None else f"{getattr(b, check):g}", "—" if o is None else f"{o:g}", f"{n:g}",
-                         change])
+                         "—" if b is None else f"{b:g}", "—" if o is None else f"{o:g}", f"{n:g}", change])
     return markdown(["model", "catalog key", f"{'the faithful oracle' if faithful else 'llama.cpp'}'s spread (per variant)",
                      "budget", "catalog now",
                      "proposed", "change"], rows)

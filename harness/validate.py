@@ -7,10 +7,12 @@ when every step of every prompt passes every check of its gate
 (``catalog.Gate``, one per model, reference set and backend):
 
 - **drift**: a flip (the engine's argmax is not llama.cpp's token) is
-  tolerated only as a near-tie: llama.cpp's own top-2 margin there is below
-  ``margin``, and the engine nearly chose llama.cpp's token too (it is in
-  the engine's top-2, or within ``margin`` of the engine's top logit: a
-  three-way tie where llama.cpp's token ranks third by a hair);
+  tolerated only as a near-tie: both sides were nearly undecided, llama.cpp's
+  own top-2 margin there and the engine's gap from its top logit to
+  llama.cpp's token each below ``margin``;
+- **flips**: near-tie flips take at most the share ``flips`` of a prompt's
+  steps (llama.cpp's own flip rate under other settings): a sound engine
+  flips where llama.cpp nearly ties, not at every step a loose bound admits;
 - **logit**: max |Δlogit| over llama.cpp's stored top-k within ``logit``;
 - **kl**: the top-k KL divergence within ``kl``;
 - **margin**: the shift of llama.cpp's top-1/top-2 margin within ``margin``;
@@ -41,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from . import catalog, refs
 from .compare import CaseResult, compare_case
 
-CHECKS = ("drift", "logit", "kl", "margin", "degenerate", "queued", "ops")
+CHECKS = ("drift", "flips", "logit", "kl", "margin", "degenerate", "queued", "ops")
 
 
 @dataclass
@@ -84,6 +86,12 @@ class ModelResult:
     @property
     def n_flips(self) -> int:
         return sum(len(c.flips) for c in self.cases)
+
+    @property
+    def max_flip_share(self) -> float:
+        """The largest share of one prompt's steps that were near-tie flips."""
+        shares = (len(near_ties(c, self.gate.margin)) / c.n_steps for c in self.cases if c.n_steps)
+        return max(shares, default=0.0)
 
     @property
     def drift(self) -> list[tuple[int, int]]:
@@ -137,8 +145,15 @@ def plan(cat, backend: str, tiers: list[str], models: list[str] | None = None):
 
 
 def is_near_tie(flip, near_tie: float) -> bool:
-    engine_gap_to_ref = flip.engine_margin  # engine top-1 logit minus its logit for llama.cpp's token
-    return flip.ref_margin < near_tie and (flip.ref_in_engine_top2 or engine_gap_to_ref < near_tie)
+    """Both sides nearly undecided: llama.cpp's top-2 margin and the engine's
+    gap to llama.cpp's token (its top-1 logit minus that token's) under the
+    bound. Whether llama.cpp's token is the engine's second does not count:
+    a confident engine is drift wherever llama.cpp's token ranks."""
+    return flip.ref_margin < near_tie and flip.engine_margin < near_tie
+
+
+def near_ties(c: CaseResult, near_tie: float) -> list:
+    return [f for f in c.flips if is_near_tie(f, near_tie)]
 
 
 def judge(i: int, c: CaseResult, gate: catalog.Gate) -> list[Failure]:
@@ -154,6 +169,12 @@ def judge(i: int, c: CaseResult, gate: catalog.Gate) -> list[Failure]:
             out.append(Failure(i, f.step, "drift",
                                f"llama.cpp {f.ref_token} vs engine {f.engine_token}: llama.cpp margin "
                                f"{f.ref_margin:.4g}, engine gap {f.engine_margin:.4g} (near-tie below {gate.margin:g})"))
+    near = near_ties(c, gate.margin)
+    if gate.flips is not None and c.n_steps and len(near) / c.n_steps > gate.flips:
+        past = next(k for k in range(len(near)) if (k + 1) / c.n_steps > gate.flips)  # the flip one too many
+        out.append(Failure(i, near[past].step, "flips",
+                           f"{len(near)} near-tie flips in {c.n_steps} steps, a share of {len(near) / c.n_steps:.3g} "
+                           f"> {gate.flips:g}"))
     for check, values, bound in (("logit", c.logit_diffs, gate.logit), ("kl", c.kls, gate.kl),
                                  ("margin", [abs(m) for m in c.margin_shifts], gate.margin)):
         if bound is None:
@@ -254,12 +275,12 @@ def format_table(results: list[ModelResult]) -> str:
     for r in results:
         verdict = "pass" if r.passed else "FAIL: " + ", ".join(sorted({f.check for f in r.failures}))
         rows.append([r.model, r.tier, r.backend, f"{r.matched}/{r.steps}", f"{r.agreement}/{r.steps}",
-                     str(r.n_flips - len(r.drift)), _fmt(r.max_logit_diff, r.gate.logit),
-                     _fmt(r.max_kl, r.gate.kl), _fmt(r.max_margin_shift, r.gate.margin), verdict,
-                     f"{r.seconds:.1f} s"])
+                     str(r.n_flips - len(r.drift)), _fmt(r.max_flip_share, r.gate.flips),
+                     _fmt(r.max_logit_diff, r.gate.logit), _fmt(r.max_kl, r.gate.kl),
+                     _fmt(r.max_margin_shift, r.gate.margin), verdict, f"{r.seconds:.1f} s"])
     return markdown(["model", "references", "backend", "free-run prefix", "teacher-forced agreement",
-                     "near-tie flips", "max Δlogit / bound", "max KL / bound", "max margin shift / bound",
-                     "verdict", "time"], rows)
+                     "near-tie flips", "max near-tie share of a prompt / bound", "max Δlogit / bound",
+                     "max KL / bound", "max margin shift / bound", "verdict", "time"], rows)
 
 
 def format_failures(results: list[ModelResult]) -> str:

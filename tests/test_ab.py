@@ -106,32 +106,52 @@ def _tops(tokens, runner_up, gap):
     return [{"ids": [t, runner_up[i]], "logits": [10.0, 10.0 - (gap if i == 1 else 5.0)]} for i, t in enumerate(tokens)]
 
 
-@pytest.mark.parametrize("gap_a,gap_b,backend,name,judged", [
-    (0.05, 0.02, "cuda", "tiny-qwen3", True),    # both arms: the other's token within the gate's margin
-    (0.05, None, "cuda", "tiny-qwen3", True),    # B kept no top logits: A's alone judge
-    (0.05, 3.0, "cuda", "tiny-qwen3", False),   # B puts A's token beyond the margin
-    (0.05, 0.02, "cuda", "m", False),           # a .gguf path: no catalog gate
-    (None, None, "cuda", "tiny-qwen3", False),  # old builds: no top logits at all
+@pytest.mark.parametrize("gap_a,gap_b,backend,name,judged,bound,source", [
+    (0.05, 0.02, "cuda", "tiny-qwen3", True, 1.1, "the A/B budget"),  # both: the other's token within the budget
+    (0.05, None, "cuda", "tiny-qwen3", True, 1.1, "the A/B budget"),  # B kept no top logits: A's alone judge
+    (0.05, 1.5, "cuda", "tiny-qwen3", False, 1.1, None),  # within the parity gate's 2.6, beyond the A/B's 1.1
+    (0.05, 0.02, "cuda", "m", True, 1.1, "the A/B budget"),  # a .gguf path: no catalog gate, the budget still
+    (0.05, 0.5, "cuda", "tiny-qwen2-f32", False, 0.004, None),  # the gate's margin where tighter (fp32: 0.004)
+    (0.003, 0.001, "cuda", "tiny-qwen2-f32", True, 0.004, "gate.cpu-cuda"),
+    (None, None, "cuda", "tiny-qwen3", False, 1.1, None),  # old builds: no top logits at all
 ])
-def test_token_difference_judged_by_the_gate(monkeypatch, tmp_path, gap_a, gap_b, backend, name, judged):
+def test_token_difference_judged_by_the_ab_budget(monkeypatch, tmp_path, gap_a, gap_b, backend, name, judged, bound,
+                                                  source):
     """Where the arms' tokens first part, the flip passes when it is between
-    near-tied tokens by the model's catalog gate margin (tiny-qwen3 with CUDA
-    against its cpu references: 2.6), in every arm that kept that step's
-    top logits; otherwise the A/B fails as before."""
+    tokens both builds nearly tie: within the A/B's own budget (AB_NEAR_TIE,
+    not the parity gate's margin: tiny-qwen3 with CUDA against its cpu
+    references has 2.6), or the model's gate margin where that is tighter,
+    in every arm that kept that step's top logits; otherwise the A/B fails."""
     ta, tb = [5, 6, 7], [5, 9, 7]
     raw = lambda toks, other, gap: {"backend": backend, **({} if gap is None else {"token_tops": _tops(toks, other, gap)})}
     _fake(monkeypatch, FakeRunner("A", lambda n: 1.0, tokens=ta, sha="a" * 64, raw=raw(ta, tb, gap_a)),
           FakeRunner("B", lambda n: 1.0, tokens=tb, sha="b" * 64, raw=raw(tb, ta, gap_b)))
     cfg = _cfg(tmp_path, identity={"model_name": name})
     if not judged:
-        with pytest.raises(AnvilError, match="different greedy tokens from step 1.*not a near-tie"):
+        with pytest.raises(AnvilError, match=f"different greedy tokens from step 1.*not a near-tie between builds.*"
+                                             f"each must be within {bound:g}"):
             ab.run_ab("a.whl", "b.whl", cfg, tmp_path, results_dir=tmp_path / "res")
         return
     rec = ab.run_ab("a.whl", "b.whl", cfg, tmp_path, results_dir=tmp_path / "res")
     j = rec["token_diff"]["judged"]
-    assert rec["tokens_identical"] is False and j["near_tie"] and j["step"] == 1 and j["gate"] == "cpu-cuda"
-    assert j["bound"] == 2.6 and j["margins"]["A"] == pytest.approx(gap_a)
-    assert "a flip between near-tied tokens" in ab.format_report(rec)
+    assert rec["tokens_identical"] is False and j["near_tie"] and j["step"] == 1
+    assert (j["bound"], j["bound_from"]) == (bound, source) and j["margins"]["A"] == pytest.approx(gap_a)
+    assert f"a flip between near-tied tokens, margins A {gap_a:.3g}" in ab.format_report(rec)
+
+
+def test_the_ab_budget_is_the_one_its_records_support():
+    """AB_NEAR_TIE is re-derived from the committed A/B records it cites: the
+    arms' gaps at the flips between two builds A/B'd without
+    --allow-token-diff, saved before the budget judged any; it is well under
+    the parity gate's margin on the model those flips were seen on."""
+    from harness import catalog
+
+    recs = [r for r in results.load_all(kind="ab")
+            if r.get("saved_at", "") < ab.AB_MEASURED_BEFORE and not r["config"].get("allow_token_diff")]
+    gaps = [m for r in recs for m in ((r.get("token_diff") or {}).get("judged") or {}).get("margins", {}).values()
+            if m is not None]
+    assert len(gaps) == 26 and ab.AB_NEAR_TIE == ab.ab_budget(gaps) == 1.1
+    assert ab.AB_NEAR_TIE < catalog.entry("qwen3-8b").gate("cuda").margin / 3
 
 
 def test_judge_flip_needs_the_run_path():

@@ -6,6 +6,7 @@ top-2 to top-3, of the headroom, or of a reference's precision fails here."""
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,12 +22,45 @@ def flip(ref_margin, engine_margin, in_top2):
                 ref_in_engine_top2=in_top2)
 
 
-def test_a_near_tie_is_strictly_below_the_threshold():
+def test_a_near_tie_is_strictly_below_the_threshold_on_both_sides():
     t = 0.5
-    assert validate.is_near_tie(flip(0.4999, 9.0, True), t)       # llama.cpp's margin under it, its token 2nd
-    assert not validate.is_near_tie(flip(0.5, 9.0, True), t)      # at the threshold: not a near-tie
+    assert validate.is_near_tie(flip(0.4999, 0.4999, True), t)    # llama.cpp's margin and the engine's gap under it
+    assert not validate.is_near_tie(flip(0.5, 0.1, True), t)      # llama.cpp's margin at the threshold
+    assert not validate.is_near_tie(flip(0.1, 0.5, True), t)      # the engine's gap at it, llama.cpp's token its 2nd
+    assert not validate.is_near_tie(flip(0.4999, 9.0, True), t)   # a sure engine: its top 2 opens no door
     assert validate.is_near_tie(flip(0.1, 0.4999, False), t)      # not in the top 2, but within the threshold
-    assert not validate.is_near_tie(flip(0.1, 0.5, False), t)     # ...at it: a drift
+
+
+def test_a_flip_with_a_small_llama_cpp_margin_and_a_large_engine_gap_is_drift():
+    c = CaseResult("p", 4, 1, "teacher-forced", 3, flips=[flip(0.01, 3.0, True)], logit_diffs=[0.0] * 4,
+                   kls=[0.0] * 4, margin_shifts=[0.0] * 4)
+    (f,) = validate.judge(0, c, catalog.Gate(margin=0.5))
+    assert (f.check, f.detail) == ("drift", "llama.cpp 1 vs engine 2: llama.cpp margin 0.01, engine gap 3 "
+                                            "(near-tie below 0.5)")
+
+
+def _near_ties(n_flips, n_steps=8):
+    """A case of ``n_steps`` with a near-tie flip at each of its first ``n_flips`` steps."""
+    flips = [Flip(step=i, ref_token=1, engine_token=2, ref_margin=0.1, engine_margin=0.1, ref_in_engine_top2=True)
+             for i in range(n_flips)]
+    zeros = [0.0] * n_steps
+    return CaseResult("p", n_steps, 0, "teacher-forced", n_steps - n_flips, flips=flips, logit_diffs=zeros,
+                      kls=zeros, margin_shifts=zeros)
+
+
+def test_near_tie_flips_beyond_their_share_of_the_steps_fail():
+    gate = catalog.Gate(margin=0.5, flips=0.25)  # 2 of 8 steps
+    assert validate.judge(0, _near_ties(2), gate) == []                  # at the share: passes
+    (f,) = validate.judge(3, _near_ties(3), gate)                        # one more: fails, at that flip's step
+    assert (f.case, f.step, f.check) == (3, 2, "flips")
+    assert f.detail == "3 near-tie flips in 8 steps, a share of 0.375 > 0.25"
+    assert validate.judge(0, _near_ties(8), catalog.Gate(margin=0.5)) == []  # no share in the catalog: not judged
+    (f,) = validate.judge(0, _near_ties(1), catalog.Gate(margin=0.5, flips=0.0))  # llama.cpp never flipped
+    assert (f.step, f.check) == (0, "flips")
+    # a drift is not a near-tie: it fails as drift and does not count toward the share
+    c = _near_ties(2)
+    c.flips[1].engine_margin = 0.6
+    assert [x.check for x in validate.judge(0, c, catalog.Gate(margin=0.5, flips=0.125))] == ["drift"]
 
 
 def test_each_measure_passes_at_its_bound_and_fails_just_past_it():
@@ -81,11 +115,43 @@ def test_proposed_thresholds_are_one_and_a_quarter_times_llama_cpps_spread():
     e = catalog.Entry("m", "synth", "cpu", "", "llama", references=("cpu", "twin"))
     spread = [SimpleNamespace(max_margin_shift=1.0, max_logit_diff=2.0, max_kl=0.1),
               SimpleNamespace(max_margin_shift=0.2, max_logit_diff=0.4, max_kl=0.3)]
+    cases = lambda *counts: [SimpleNamespace(flips=[None] * f, n_steps=n) for f, n in counts]  # noqa: E731
+    spread = [SimpleNamespace(max_margin_shift=1.0, max_logit_diff=2.0, max_kl=0.1, cases=cases((3, 32), (1, 32))),
+              SimpleNamespace(max_margin_shift=0.2, max_logit_diff=0.4, max_kl=0.3, cases=cases((7, 64), (0, 64)))]
     g = gates.propose(e, "cpu", spread)
     assert (g.margin, g.logit, g.kl) == (1.2, 2.5, 0.47)  # 1.25 x 1.0 (2 digits), 1.25 x 2.0, 1.5625 x 0.3
-    # an fp32 comparison never goes under its stated budget
-    assert gates.propose(e, "twin", [SimpleNamespace(max_margin_shift=0.0, max_logit_diff=0.0, max_kl=0.0)]) == \
-        gates.FP32_BUDGET
+    assert g.flips == 0.14  # 1.25 x 3/32 (the largest share of one prompt's steps), 2 digits
+    # an fp32 comparison never goes under its stated budget; a llama.cpp that never flipped allows no flip
+    g = gates.propose(e, "twin", [SimpleNamespace(max_margin_shift=0.0, max_logit_diff=0.0, max_kl=0.0,
+                                                  cases=cases((0, 32)))])
+    assert (g.margin, g.logit, g.kl, g.flips) == (*astuple(gates.FP32_BUDGET)[:3], 0.0)
+    assert gates.propose_flips([(30, 32)]) == 1.0  # at most every step
+
+
+def test_every_catalog_flip_share_is_the_one_its_variation_record_supports():
+    """gate.<set>.flips is re-derived from the latest committed llama.cpp
+    variation record of that model and set (gates.propose_flips), for the
+    engine that variation measures; a gate with no such record has none."""
+    from harness import results
+
+    runs = {}
+    for rec in results.load_all(kind="variation"):  # oldest first: a later record of a set replaces the earlier
+        if rec.get("engine") != "llama.cpp":  # the faithful oracle's: the CUDA gates of CPU-made sets (test_anchored)
+            continue
+        for key in {(r["model"], r["tier"]) for r in rec["results"]}:
+            runs[key] = [r for r in rec["results"] if (r["model"], r["tier"]) == key]
+    cat = catalog.load()
+    for name, e in cat.items():
+        for s in e.reference_sets:
+            for backend in catalog.BACKENDS:
+                gate = e.gate(backend, s)
+                if gate is None or (backend == "cuda" and catalog.REFERENCE_SETS[s] == "cpu"):
+                    continue
+                spread = runs.get((name, s)) if backend == gates.judged_backend(s) else None
+                want = None if spread is None else gates.propose_flips(
+                    (len(c["flips"]), c["n_steps"]) for r in spread for c in r["cases"])
+                assert gate.flips == want, f"{name}: gate.{e.gate_key(backend, s)}.flips"
+    assert cat["qwen3-8b"].gate("cuda").flips == 0.21  # 1.25 x llama.cpp's 11 flips in a prompt's 64 steps
 
 
 def test_a_speed_verdict_needs_both_beyond_the_factor_and_p_below_alpha():
@@ -129,8 +195,8 @@ def test_the_ab_token_check_names_the_first_differing_step_and_the_tokens_there(
     tb = ta[:5] + [99] + ta[6:]
     rec = {}
     _check_tokens(rec, _arms(ta, tb), allow)
-    judged = rec["token_diff"].pop("judged")  # no catalog model, no top logits: not a near-tie
-    assert judged == {"step": 5, "bound": None, "margins": {}, "near_tie": False, "gate": None}
+    judged = rec["token_diff"].pop("judged")  # no catalog model: the A/B budget; no top logits: not a near-tie
+    assert judged == {"step": 5, "bound": 1.1, "margins": {}, "near_tie": False, "bound_from": "the A/B budget"}
     assert rec == {"tokens_identical": False, "token_diff": {"first_step": 5, "A": ta[5:13], "B": tb[5:13]}}
     for short, long_ in ((ta[:3], ta), (ta, ta[:3])):  # one arm a prefix of the other: they part at its end
         rec = {}

@@ -65,13 +65,14 @@ def test_near_tie_only_under_threshold():
     # llama.cpp's token third in the engine, but within the threshold: a three-way tie
     assert validate.is_near_tie(_flip(0.05, 0.08, False), near_tie=0.1)
     assert not validate.is_near_tie(_flip(0.05, 0.5, False), near_tie=0.1)  # the engine was sure
+    assert not validate.is_near_tie(_flip(0.05, 0.5, True), near_tie=0.1)  # ...with llama.cpp's token its 2nd too
 
 
 def test_cli_exit_code_and_table():
     ok = subprocess.run([sys.executable, "-m", "harness.cli", "validate-catalog", "--model", MODEL, "--backend", "numpy"],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
-    assert "| tiny-llama-f32 | cpu | numpy | 128/128 | 128/128 | 0 |" in ok.stdout
+    assert "| tiny-llama-f32 | cpu | numpy | 128/128 | 128/128 | 0 | 0 / 0 |" in ok.stdout  # flips, their share / bound
 
 
 def test_missing_reference_is_a_clear_error(tmp_path, monkeypatch, capsys):
@@ -175,6 +176,16 @@ def test_a_model_checked_against_two_reference_sets(tmp_path, monkeypatch, capsy
     assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy", "--tier", "gpu"]) == 1
     assert "gate.<set>" in capsys.readouterr().err
     assert cli.main(["validate-catalog", "--model", MODEL, "--backend", "numpy", "--tier", "cpu"]) == 0
+
+
+def test_catalog_flip_shares_are_shares(tmp_path):
+    bad = tmp_path / "catalog.toml"
+    bad.write_text('[models.m]\nsource = "synth"\npreset = "tiny-llama"\ntier = "cpu"\narch = "llama"\n'
+                   'gate.cpu = { margin = 0.5, flips = 3 }\n')
+    with pytest.raises(catalog.AnvilError, match=r"flips are a share of a prompt's steps, 0 to 1 \(got \{'cpu': 3.0\}\)"):
+        catalog.load(bad)
+    bad.write_text(bad.read_text().replace("flips = 3", "flips = 0.25"))
+    assert catalog.load(bad)["m"].gate("numpy").flips == 0.25
 
 
 def test_catalog_tiers_are_checked(tmp_path):
