@@ -17,7 +17,8 @@ kernel's comment names the same choice):
   (gemv.cuh quant16: d = amax/127, q = rint(x·(127/amax))), block types only;
 - ``gemm_in``: prefill GEMM inputs, x and W both bf16 (round to nearest
   even) for bf16 and block-type weights, f16 for F16 weights, fp32 for F32
-  (cuda/__init__.py Ops._gemms, dequant.cu, moe_gemm.cu);
+  (cuda/__init__.py Ops._gemms, dequant.cu); the grouped expert GEMM
+  (moe_gemm.cu) takes bf16 for every type (``grouped``);
 - ``f16``: the KV cache's stores (attention.cu to_kv);
 - ``attention_tc``: the tensor-core prefill (attention.cu attention_prefill_tc):
   Q·scale in f16, keys in tiles with an online softmax, P rounded to f16.
@@ -112,6 +113,11 @@ def gemm(x: np.ndarray, w: Weight) -> np.ndarray:
     return _dot(xa, wa.T)
 
 
+def grouped(x: np.ndarray, w: Weight) -> np.ndarray:
+    """The grouped expert GEMM (moe_gemm.cu): bf16 x and bf16 weights for every type, F32 ones too."""
+    return _dot(bf16(x), bf16(w.values).T)
+
+
 def product(x: np.ndarray, w: Weight) -> np.ndarray:
     """``x · Wᵀ`` on the path the CUDA engine takes for these rows."""
     return gemv(x, w) if x.shape[0] <= GEMV_MAX_TOKENS else gemm(x, w)
@@ -163,7 +169,7 @@ class FaithfulOps:
         act = ops.swiglu if activation == "silu" else ops.geglu
         n_embd, n_ff = down_exps.shape[1], down_exps.shape[2]
         per_row = x.shape[0] <= GEMV_MAX_TOKENS or n_embd % MOE_GEMM_ALIGN or n_ff % MOE_GEMM_ALIGN
-        mul = gemv if per_row else gemm
+        mul = gemv if per_row else grouped
         if down_scale is not None:
             weights = weights * down_scale[ids]  # folded into the routing weights (mul_gather)
         ys = np.zeros((*ids.shape, n_embd), F32)
