@@ -498,3 +498,17 @@ def test_a_held_gemv_launches_before_any_other_operator():
     hd = m.config.head_dim
     ops.rope(rot, q.reshape(1, q.size // hd, hd), v.reshape(1, v.size // hd, hd))  # V: the held GEMV's own output
     assert kernels(before)[1:] == ["gemv_q6_k", "rope_neox", "rope_neox"]  # launched first; then each rotated
+
+
+def test_float_expert_weights_reach_the_grouped_gemm_aligned():
+    """F32 expert tensors (the MoE F32 twins) start 32-byte aligned on the
+    device, as the grouped expert GEMM's float rows need: a prefill of one
+    runs its launchers' checks (the recording device) without a refusal."""
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    for name in ("tiny-gemma4moe-f32", "tiny-qwen3moe-f32"):
+        m = Model(_path(name), backend="cuda", eager=True, device=RecordingDevice(), cublas=RecordingCublas())
+        assert all(w.data.ptr % 32 == 0 for layer in m.layers for w in vars(layer).values()
+                   if getattr(w, "n_expert", 0))
+        m.forward(list(range(40)))  # 40 tokens x 2 experts: the grouped GEMM

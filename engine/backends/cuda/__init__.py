@@ -822,6 +822,8 @@ class Backend:
         shape = gf.tensor_shape(name)
         qtype = gf.tensor_type(name)
         host = gf.dequantize(name) if len(shape) == 1 else np.ascontiguousarray(gf.raw(name)).view(np.uint8)
+        if len(shape) == 3 and qtype in (QType.F32, QType.F16, QType.BF16):
+            self.weights.align_to(32)  # the grouped expert GEMM reads float rows 32 bytes at a time (moe_gemm.py)
         data = self.dev.upload(host.reshape(-1), self.weights.empty((host.size,), host.dtype))
         if len(shape) == 1:
             return data

@@ -135,6 +135,10 @@ class Workspace:
         self.offset = self.mark + (a.nbytes + self.ALIGN - 1) // self.ALIGN * self.ALIGN
         return dst
 
+    def align_to(self, n: int) -> None:
+        """The next array starts at a multiple of ``n`` bytes (a kernel's wider loads)."""
+        self.offset = (self.offset + n - 1) // n * n
+
     def empty(self, shape, dtype=np.float32) -> DArray:
         shape = tuple(int(s) for s in shape)
         n = max(1, math.prod(shape)) * np.dtype(dtype).itemsize
@@ -193,6 +197,10 @@ class Device:
         self._allocs.append(ptr)
         self.allocated += int(nbytes)
         return ptr
+
+    def align_to(self, n: int) -> None:
+        """The next array starts at a multiple of ``n`` bytes (a kernel's wider loads)."""
+        self.offset = (self.offset + n - 1) // n * n
 
     def empty(self, shape, dtype=np.float32) -> DArray:
         shape = tuple(int(s) for s in shape)
