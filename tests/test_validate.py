@@ -246,7 +246,7 @@ def test_variation_refuses_a_reference_of_another_file(monkeypatch, capsys):
     assert cli.main(["reference", "--variation", "--model", MODEL]) == 1
     assert "different file than the catalog pins" in capsys.readouterr().err
     assert cli.main(["reference", "--model", MODEL, "--save"]) == 1
-    assert "--save goes with --variation" in capsys.readouterr().err
+    assert "--save and --faithful go with --variation" in capsys.readouterr().err
 
 
 # ---- the logit-level verdict and degenerate output ---------------------------------
