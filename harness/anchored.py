@@ -152,6 +152,13 @@ class Anchored:
                 return
             self._record(name, phase, 1, w, wants[1])
             return
+        if name == "dot":  # one sum a row, which may cancel: its error measured against Σ|x·w|, fp32's scale
+            x, w = host_args
+            got, want = self.host(outs[0]), wants[0]
+            scale = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64)
+            self.errors.append(OpError(phase, self.layer, name, 0, rel_error(got, want) * np.linalg.norm(want)
+                                       / max(float(np.linalg.norm(scale)), 1e-30), gates.op_budget(name)))
+            return
         # a rotation's angles grow with the position (gates.ROPE_ANGLE_ERROR)
         rotation = args[0] if name in gates.ROPE_OPS else None
         max_pos = int(self.host(rotation.positions).max()) if hasattr(rotation, "positions") else 0

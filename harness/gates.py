@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 from . import catalog
 
 HEADROOM = 1.25
@@ -54,7 +56,9 @@ MIN_MARGIN = 0.01  # without a budget: a near-tie in a reference's printing prec
 # of each output. What may differ, op by op:
 # - sums in another fp32 order (GEMV, GEMM, norms, softmax, the DeltaNet
 #   recurrence): ~2^-24·√terms, under 1e-6 for the widths here; fast-math exp,
-#   rsqrt and division: a few ulp (~3e-7);
+#   rsqrt and division: a few ulp (~3e-7). A one-output product (``dot``: a
+#   gate's logit) may cancel, so its error is measured against Σ|x·w|, the
+#   scale of fp32's error, not against its own value;
 # - the roundings themselves see identical inputs (the int8 activations of a
 #   GEMV, a GEMM's bf16 inputs, the f16 KV store) and agree bit for bit;
 # - a rounding inside an op of a value the op computed itself moves one step
@@ -166,12 +170,29 @@ def measure(cat, names: list[str], reference_set: str):
     return out
 
 
-# The faithful oracle's realisations: its sums in fp32 (BLAS) or exactly. A
-# model's roundings amplify summation-order noise into ~0.3 logits, so one
-# realisation's largest spread is itself noisy (±30% between two); the CUDA
-# engine is a third realisation, and its gate the largest of these, with the
-# headroom.
-FAITHFUL_VARIANTS = {"faithful": "fp32", "faithful-f64": "fp64"}
+# The faithful oracle's realisations: its sums in fp32 (BLAS) or exactly, and
+# RoPE's angles formed in fp32 as the kernels form them. A model's roundings
+# amplify such differences into ~0.3 logits, so one realisation's largest
+# spread is itself noisy (±30% between two: the first H200 sitting of these
+# gates failed tiny-qwen3 by 0.727 against 0.71 and tiny-gemma4 by 0.253
+# against 0.23 with the first two only); the CUDA engine is one more, and its
+# gate the largest of these, with the headroom.
+FAITHFUL_VARIANTS = {"faithful": "fp32", "faithful-f64": "fp64", "faithful-rope32": "fp32"}
+
+
+def rope_angles_fp32(positions, n_rot: int, base: float, scale: float, freq_divisors=None):
+    """RoPE's cos/sin with the angle formed in fp32 as the kernels form it
+    (rope.cuh: pos · theta_scale^i, theta_scale = base^(-2/n_rot) in fp32, then
+    / divisor, · scale) where the oracle forms it in float64: the
+    "faithful-rope32" realisation (the kernels' fast-math sines err more still)."""
+    f32 = np.float32
+    theta_scale = f32(base) ** f32(-2.0 / n_rot)
+    inv = theta_scale ** np.arange(n_rot // 2, dtype=f32)
+    theta = np.asarray(positions).astype(f32)[:, None] * inv[None, :]
+    if freq_divisors is not None:
+        theta = theta / freq_divisors.astype(f32)
+    theta = f32(scale) * theta
+    return np.cos(theta).astype(np.float64), np.sin(theta).astype(np.float64)
 
 
 def measure_faithful(cat, names: list[str], reference_set: str, variants=tuple(FAITHFUL_VARIANTS)):
@@ -183,6 +204,7 @@ def measure_faithful(cat, names: list[str], reference_set: str, variants=tuple(F
     A list of (model, variant, settings, ModelResult), as ``measure``."""
     import engine
     from engine.backends.numpy import faithful
+    from engine.backends.numpy import ops as np_ops
 
     from . import refs, validate
 
@@ -197,13 +219,16 @@ def measure_faithful(cat, names: list[str], reference_set: str, variants=tuple(F
             print(f"{name}: the faithful oracle ({variant}) vs its {reference_set} references...", file=sys.stderr,
                   flush=True)
             sums, faithful.SUMS = faithful.SUMS, FAITHFUL_VARIANTS[variant]
+            angles = np_ops.rope_angles
+            if variant == "faithful-rope32":
+                np_ops.rope_angles = rope_angles_fp32
             try:
                 model = engine.load(catalog.model_path(name, catalog=cat), backend="numpy", rounding="cuda",
                                     kv_f16=kv_f16)
                 r = validate.validate_model(model, e, ref, f"{variant} oracle", tier=reference_set,
                                             gate=catalog.Gate(margin=float("inf")))
             finally:
-                faithful.SUMS = sums
+                faithful.SUMS, np_ops.rope_angles = sums, angles
             out.append((name, variant, {"rounding": "cuda", "kv_f16": kv_f16, "sums": FAITHFUL_VARIANTS[variant]}, r))
     return out
 

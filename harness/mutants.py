@@ -596,27 +596,73 @@ def default_jobs(backend: str) -> int:
     return 1 if backend == "cuda" else max(1, os.cpu_count() or 1)
 
 
-def run_suite(cat, names: list[str], backend: str, tiers: list[str], models=None, progress=None,
-              jobs: int = 1) -> list[dict]:
-    """One child process per mutant, ``jobs`` at a time; rows in the order of ``names``."""
+CONTROL = "control"  # the child's name for the build as it is, no mutant on
+
+
+def run_control(backend: str, pairs: list[tuple[str, str]]) -> dict:
+    """In this process: the build as it is on every pair; the pairs it fails.
+    A mutant "caught" on a pair the build itself fails measures nothing."""
+    from . import catalog, refs, validate
+
+    cat = catalog.load()
+    loaded = validate.Loaded(cat, backend, quiet=True)
+    failed = []
+    for name, s in pairs:
+        e = catalog.entry(name, cat)
+        r = validate.run(cat, e, refs.for_entry(e, s), s, backend, first_failure=True, loaded=loaded)
+        if not r.passed:
+            failed.append({"model": name, "references": s, "first": validate.format_failures([r]).splitlines()[0]})
+    return {"mutant": CONTROL, "failed": failed}
+
+
+def _child(name: str, backend: str, pairs, env) -> dict:
+    arg = ",".join(f"{n}:{s}" for n, s in pairs)
+    p = subprocess.run([sys.executable, "-m", "harness.mutants", name, "--backend", backend, "--pairs", arg],
+                       capture_output=True, text=True, env=env)
+    try:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        how = (f"killed by signal {-p.returncode}" if p.returncode < 0 else
+               f"failed (exit {p.returncode}): {(p.stderr.strip().splitlines() or ['no output'])[-1]}")
+        return {"mutant": name, "caught": False, "tried": [], "error": f"the mutant's process {how}"}
+
+
+def control(cat, names: list[str], backend: str, tiers: list[str], models=None, jobs: int = 1) -> list[dict]:
+    """The build as it is on every pair the mutants would try, a child per
+    model (``jobs`` at a time): the pairs it fails, each with its first failure."""
     env = os.environ if jobs <= 1 else {**_ONE_THREAD, **os.environ}
+    pairs = list(dict.fromkeys(p for n in names for p in candidates(cat, BY_NAME[n], backend, tiers, models)))
+    by_model = {}
+    for m, s in pairs:
+        by_model.setdefault(m, []).append((m, s))
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        rows = list(pool.map(lambda ps: _child(CONTROL, backend, ps, env), by_model.values()))
+    out = []
+    for ps, row in zip(by_model.values(), rows):
+        if "error" in row:  # a model the build cannot even run: none of its pairs can judge a mutant
+            out += [{"model": m, "references": s, "first": row["error"]} for m, s in ps]
+        else:
+            out += row["failed"]
+    return out
+
+
+def run_suite(cat, names: list[str], backend: str, tiers: list[str], models=None, progress=None,
+              jobs: int = 1, exclude=()) -> list[dict]:
+    """One child process per mutant, ``jobs`` at a time; rows in the order of
+    ``names``. ``exclude``: (model, set) pairs not to try (the build fails them)."""
+    env = os.environ if jobs <= 1 else {**_ONE_THREAD, **os.environ}
+    exclude = set(exclude)
 
     def one(name: str) -> dict:
         m = BY_NAME[name]
-        pairs = candidates(cat, m, backend, tiers, models)
+        pairs = [p for p in candidates(cat, m, backend, tiers, models) if p not in exclude]
         t0 = time.perf_counter()
         if not pairs:
-            row = {"mutant": name, "caught": False, "tried": [], "error": "no catalog model has this feature"}
+            why = "every catalog model with this feature fails without it" if exclude else \
+                "no catalog model has this feature"
+            row = {"mutant": name, "caught": False, "tried": [], "error": why}
         else:
-            arg = ",".join(f"{n}:{s}" for n, s in pairs)
-            p = subprocess.run([sys.executable, "-m", "harness.mutants", name, "--backend", backend, "--pairs", arg],
-                               capture_output=True, text=True, env=env)
-            try:
-                row = json.loads(p.stdout.strip().splitlines()[-1])
-            except (IndexError, json.JSONDecodeError):
-                how = (f"killed by signal {-p.returncode}" if p.returncode < 0 else
-                       f"failed (exit {p.returncode}): {(p.stderr.strip().splitlines() or ['no output'])[-1]}")
-                row = {"mutant": name, "caught": False, "tried": [], "error": f"the mutant's process {how}"}
+            row = _child(name, backend, pairs, env)
         row.update(bug=m.bug, seconds=round(time.perf_counter() - t0, 1))
         if progress:
             progress(row)
@@ -673,9 +719,16 @@ def main_suite(args) -> int:
         catalog.entry(name, cat)  # an unknown name is an error, not an empty suite
     jobs = args.jobs or default_jobs(backend)
     build = build_hash()  # the sources the children load
-    rows = run_suite(cat, names, backend, tiers, models=args.model, progress=progress, jobs=jobs)
+    # the build itself first: a pair it fails cannot tell a mutant from it
+    failed = control(cat, names, backend, tiers, models=args.model, jobs=jobs)
+    for f in failed:
+        print(f"control: the build itself fails {f['model']} ({f['references']}), not tried: {f['first']}",
+              file=sys.stderr)
+    rows = run_suite(cat, names, backend, tiers, models=args.model, progress=progress, jobs=jobs,
+                     exclude=[(f["model"], f["references"]) for f in failed])
     print(format_rows(rows))
     rec = sitting(backend, tiers, args.model, rows, build)
+    rec["control_failed"] = failed
     print(f"caught {rec['caught']} of {len(rows)} mutants")
     if rec["partial"]:
         print(f"partial: {len(rec['not_run'])} of the suite's {len(rec['suite'])} mutants not run, "
@@ -712,12 +765,15 @@ def main(argv=None) -> int:
     """The child: ``python -m harness.mutants NAME --backend B --pairs model:set,...``;
     prints one JSON line."""
     p = argparse.ArgumentParser(prog="python -m harness.mutants")
-    p.add_argument("name", choices=sorted(BY_NAME))
+    p.add_argument("name", choices=sorted(BY_NAME) + [CONTROL])
     p.add_argument("--backend", choices=["numpy", "cuda"], default="numpy")
     p.add_argument("--pairs", required=True, help="model:reference-set,... in the order to try")
     args = p.parse_args(argv)
     pairs = [tuple(x.split(":", 1)) for x in args.pairs.split(",")]
-    print(json.dumps(run_one(BY_NAME[args.name], args.backend, pairs)))
+    if args.name == CONTROL:
+        print(json.dumps(run_control(args.backend, pairs)))
+    else:
+        print(json.dumps(run_one(BY_NAME[args.name], args.backend, pairs)))
     return 0
 
 

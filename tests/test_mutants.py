@@ -40,7 +40,7 @@ def test_candidates_are_the_models_with_the_feature_sharpest_first():
     assert pairs[0][1] == "twin" or pairs[0][0].endswith("-f32")  # an fp32 comparison first
     assert [s for _, s in pairs][-1] == "cpu"  # the quantised file's own (noisy) references last
     softcap = {n for n, _ in mutants.candidates(cat, mutants.BY_NAME["softcap-dropped"], "numpy", ["cpu"])}
-    assert softcap == {"tiny-gemma3", "tiny-gemma3-f32", "tiny-gemma4", "tiny-gemma4moe"}  # gemma3-270m's file has none
+    assert softcap == {"tiny-gemma3", "tiny-gemma3-f32", "tiny-gemma4", "tiny-gemma4moe", "tiny-gemma4moe-f32"}  # gemma3-270m's file has none
 
 
 def test_a_mutants_first_models_are_tried_first():
@@ -71,7 +71,7 @@ def test_an_uncaught_mutant_fails_the_command(monkeypatch, capsys):
     noop = mutants.Mutant("no-op", "changes nothing", lambda c: c.arch == "qwen2", lambda: iter(()))
     monkeypatch.setitem(mutants.BY_NAME, "no-op", noop)
 
-    def in_process(cat, names, backend, tiers, models=None, progress=None, jobs=1):
+    def in_process(cat, names, backend, tiers, models=None, progress=None, jobs=1, exclude=()):
         # the child process would not know this mutant: run it here
         rows = []
         for name in names:
@@ -82,6 +82,7 @@ def test_an_uncaught_mutant_fails_the_command(monkeypatch, capsys):
         return rows
 
     monkeypatch.setattr(mutants, "run_suite", in_process)
+    monkeypatch.setattr(mutants, "control", lambda *a, **kw: [])
     assert cli.main(["mutants", "--mutant", "no-op", "--backend", "numpy"]) == 1
     out = capsys.readouterr().out
     assert "NOT CAUGHT" in out and "caught 0 of 1 mutants" in out
@@ -175,3 +176,31 @@ def test_a_mutant_is_undone_when_its_block_ends(model_path):
     with mutants.BY_NAME["rope-base"].on():
         assert engine.load(path).config.rope_base[0] == before.rope_base[0] * 1.01
     assert engine.load(path).config == before
+
+
+def test_pairs_the_build_itself_fails_judge_no_mutant(monkeypatch):
+    """The control (the build with no mutant) runs first: a pair it fails is
+    left out of every mutant's tries, and a mutant with no pair left is not
+    judged, not caught."""
+    from harness import catalog
+
+    cat = catalog.load()
+    calls = []
+
+    def child(name, backend, pairs, env):
+        calls.append((name, list(pairs)))
+        if name == mutants.CONTROL:
+            bad = [p for p in pairs if p[0] == "tiny-qwen2"]
+            return {"mutant": name, "failed": [{"model": m, "references": s, "first": "FAIL ..."} for m, s in bad]}
+        return {"mutant": name, "caught": True, "model": pairs[0][0], "references": pairs[0][1], "checks": ["kl"],
+                "first": "FAIL", "tried": [f"{pairs[0][0]} ({pairs[0][1]})"]}
+
+    monkeypatch.setattr(mutants, "_child", child)
+    names = ["qkv-bias-dropped", "rms-eps"]  # qkv biases: qwen2 models only
+    failed = mutants.control(cat, names, "numpy", ["cpu"])
+    assert {f["model"] for f in failed} == {"tiny-qwen2"}
+    rows = mutants.run_suite(cat, names, "numpy", ["cpu"], exclude=[(f["model"], f["references"]) for f in failed])
+    tried = {name: pairs for name, pairs in calls if name != mutants.CONTROL}
+    assert all(m != "tiny-qwen2" for m, _ in tried["rms-eps"])
+    bias = next(r for r in rows if r["mutant"] == "qkv-bias-dropped")
+    assert "qkv-bias-dropped" in tried or bias.get("error")  # tiny-qwen2-f32 is left for it, or nothing is
