@@ -248,7 +248,7 @@ def judge_flip(ta: list[int], tb: list[int], tops_a, tops_b, bound: float) -> di
 def near_tie_bound(cfg: ABConfig, backend: str | None) -> tuple[float, str]:
     """(bound, where it comes from): AB_NEAR_TIE, or the model's catalog gate
     margin for ``backend`` against its tier's references where that is
-    tighter (an F32 model's is 0.004: a flip the gate would call drift
+    tighter (an F32 model's is 0.002: a flip the gate would call drift
     against llama.cpp is no near-tie between two builds)."""
     from . import catalog
 
