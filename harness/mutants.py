@@ -505,9 +505,9 @@ MUTANTS += [
            _kernel_source("gemv.cuh", "o.s = __dp4a((int)o.q[i], 0x01010101, o.s);",
                           "o.s = i < 3 ? __dp4a((int)o.q[i], 0x01010101, o.s) : o.s;"),
            backends=("cuda",)),
-    # the engine runs f16 KV only against references made with it: the gpu sets (llama.cpp with CUDA,
-    # F16 KV); the cpu, twin and oracle sets run F32 KV as their references do. smollm2-135m is the
-    # smallest model with a gpu set
+    # the cpu, twin and oracle sets run F32 KV as their references do; the f16 KV cache runs in the
+    # ops check (with the oracle set: its KV store is compared) and against the gpu sets (llama.cpp with
+    # CUDA, F16 KV), of which smollm2-135m's is the smallest
     Mutant("kv-bf16", "KV cache values rounded to bf16 (8 significant bits) before their f16 store", _any,
            _kernel_source("attention.cu", "return __float2half_rn(x);",
                           "return __float2half_rn(__bfloat162float(__float2bfloat16_rn(x)));"),
