@@ -5,10 +5,12 @@ The CUDA engine is not an fp32 engine: its decode GEMVs meet block-type
 weights with int8 activations, its prefill GEMMs take bf16 (or f16) inputs,
 its KV cache is f16 and its tensor-core prefill attention rounds Q and P to
 f16. Held to the exact oracle (``ops``), a CUDA bug hides under the cost of
-those roundings (up to a logit on the tiny models). Held to this one, what
-is left between the two is fp32 summation order and fast-math's exp, rsqrt
-and division (a few ulp each): ``harness.gates.FAITHFUL_BUDGET`` states it
-per op and derives the model's bound.
+those roundings (up to a logit on the tiny models). Held to this one op by
+op, on each op's own inputs, what is left is fp32 summation order and
+fast-math's exp, rsqrt, division and sines (harness/anchored.py; the
+budgets in harness/gates.py OP_BUDGET). Whole models cannot be held to it
+that closely: each rounding turns those few-ulp differences into whole
+rounding steps where a value sits near a boundary.
 
 Each rounding is written once, here, bit for bit as the kernel does it (the
 kernel's comment names the same choice):
