@@ -15,8 +15,11 @@ output is held to ``gates.OP_BUDGET``. What stays out of a step's output
 (the KV rows it stores, the recurrent state it advances) is compared too.
 
 The engine's operators are its unfolded ones (as `harness diff` traces
-them): the decode folds (a norm inside gate/up's GEMV, the Q/K heads inside
-V's) run as separate launches here; the model-level checks see the folds.
+them), and then, for one prompt's decode steps, the operators with the
+decode folds users run: the norm folded into gate/up's GEMV is judged
+inside that GEMV against the faithful fold ("glu norm"); a GEMV held back
+for the Q/K heads is launched as it was (the heads fold is seen by the
+model-level checks only).
 """
 
 from __future__ import annotations
@@ -74,9 +77,10 @@ def _key(v) -> int:
 class Anchored:
     """The engine's operators, each checked against the faithful oracle's on its own inputs."""
 
-    def __init__(self, engine_model, oracle_model):
+    def __init__(self, engine_model, oracle_model, folded: bool = False):
         self.model, self.oracle = engine_model, oracle_model
-        self.ops = getattr(engine_model.ops, "unfolded", engine_model.ops)
+        self.ops = engine_model.ops if folded else getattr(engine_model.ops, "unfolded", engine_model.ops)
+        self.norm = None  # folded: a one-row RMSNorm held back, (its output, the oracle's x, w, eps)
         self.faithful = oracle_model.ops
         self.weights = _weights(engine_model, oracle_model)
         self.cfg = engine_model.config
@@ -120,10 +124,31 @@ class Anchored:
             return fn
 
         def op(*args, **kw):
+            if self.norm is not None:
+                y, x, w, eps = self.norm
+                self.norm = None
+                if name == "glu" and args[0] is y:  # the norm folded into gate/up's GEMV
+                    rest = self.host(args[1:])
+                    out = fn(*args, **kw)
+                    want = self.faithful.glu(x, *rest, norm=(w, eps))
+                    self._compare("glu norm", out, want, args, (x, *rest))
+                    return out
+                self.ops.settle()  # not folded: launched now, before anything reads it
+                self._record("rms_norm", "decode", 0, self.host(y), self.faithful.rms_norm(x, w, eps))
+            if name == "rms_norm" and not kw and hasattr(self.ops, "settle"):
+                host_args = self.host(args)
+                out = fn(*args)
+                if isinstance(self.ops._pending, dict) and self.ops._pending["y"] is out:  # held back
+                    self.norm = (out, *host_args)
+                    return out
+                self._compare(name, out, self.faithful.rms_norm(*host_args), args, host_args)
+                return out
             if name == "attention":
                 return self._attention(fn, *args, **kw)
             host_args, host_kw = self.host(args), {k: self.host(v) for k, v in kw.items()}
             out = fn(*args, **kw)
+            if self.norm is None and getattr(self.ops, "_pending", None) is not None:
+                self.ops.settle()  # a GEMV held for the Q/K heads: launched as it was, its output read now
             want = getattr(self.faithful, name)(*host_args, **host_kw)
             self._compare(name, out, want, args, host_args)
             if name == "embed":
@@ -204,13 +229,15 @@ class Anchored:
         return out
 
 
-def check(engine_model, oracle_model, prompt_ids, forced) -> list[OpError]:
+def check(engine_model, oracle_model, prompt_ids, forced, folded: bool = False) -> list[OpError]:
     """Run ``prompt_ids`` and then the ``forced`` tokens one at a time through
     ``engine_model`` with every op checked against ``oracle_model``'s (the
     NumPy engine with rounding="cuda", loaded from the same file with the
     engine's KV type). The engine must run eagerly (no graphs: each op's
-    output is read back as it is made)."""
-    anchored = Anchored(engine_model, oracle_model)
+    output is read back as it is made). ``folded``: its operators with the
+    decode folds users run (cuda Folded), the norm folded into gate/up
+    judged against the faithful fold ("glu norm")."""
+    anchored = Anchored(engine_model, oracle_model, folded)
     ops = engine_model.ops
     layers = engine_model.cache.layers
     originals = [getattr(layer, "store", None) for layer in layers]
@@ -248,7 +275,9 @@ def check_entry(entry, ref, quiet: bool = True) -> list[OpError]:
     forced) through the catalog model on the CUDA engine as users run it (f16
     KV cache), eagerly, each op against the faithful oracle's; then the first
     prompt's decode steps again with every GEMV on the bulk-copy kernel,
-    which otherwise only matrices of 8 MB and more take (phase "decode bulk")."""
+    which otherwise only matrices of 8 MB and more take (phase "decode
+    bulk"), and once more through the operators with their decode folds
+    (phase "decode folded": the norm inside gate/up's GEMV)."""
     import engine
     from engine.backends.cuda.launchers import gemv
 
@@ -260,15 +289,19 @@ def check_entry(entry, ref, quiet: bool = True) -> list[OpError]:
     errors = []
     for case in ref.cases:
         errors += check(cuda, oracle, case.prompt_ids, case.tokens[:STEPS])
+    case = ref.cases[0]
     threshold, gemv.BULK_MIN_BYTES = gemv.BULK_MIN_BYTES, 0
     try:
-        case = ref.cases[0]
         bulk = [e for e in check(cuda, oracle, case.prompt_ids, case.tokens[:STEPS]) if e.phase == "decode"]
     finally:
         gemv.BULK_MIN_BYTES = threshold
     for e in bulk:
         e.phase = "decode bulk"
-    return errors + bulk
+    folded = [e for e in check(cuda, oracle, case.prompt_ids, case.tokens[:STEPS], folded=True)
+              if e.phase == "decode"]
+    for e in folded:
+        e.phase = "decode folded"
+    return errors + bulk + folded
 
 
 def worst(errors: list[OpError]) -> dict[str, list[float]]:

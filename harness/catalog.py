@@ -28,6 +28,13 @@ def default_prompts() -> tuple[str, ...]:
     return ("The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village by the sea,",
             text + text)
 
+def deep_prompts() -> tuple[str, ...]:
+    """The passage six times (~4.8k tokens): the decode steps run past
+    position 4096, where speed is claimed and the split-K decode attention
+    merges its deepest splits."""
+    return ((PROMPTS_DIR / "long.txt").read_text() * 6,)
+
+
 TIERS = ("cpu", "gpu")
 # Reference sets (references/<set>/<model>.json), each made by llama.cpp on one tier:
 #   cpu:  llama.cpp on the CPU on the model file (flash attention off, F32 KV)
@@ -35,7 +42,10 @@ TIERS = ("cpu", "gpu")
 #   gpu:  llama.cpp with CUDA on the model file (F16 KV)
 #   oracle: the NumPy engine on the model file, on llama.cpp's prompt ids: the
 #         CUDA engine's reference, free of llama.cpp's noise (made on the CPU)
-REFERENCE_SETS = {"cpu": "cpu", "twin": "cpu", "gpu": "gpu", "oracle": "cpu"}
+#   deep: as gpu, on one prompt of ~4.8k tokens (deep_prompts) in a context of 8192
+REFERENCE_SETS = {"cpu": "cpu", "twin": "cpu", "gpu": "gpu", "oracle": "cpu", "deep": "gpu"}
+SET_PROMPTS = {"deep": deep_prompts}  # sets with prompts of their own (others: the model's)
+SET_N_CTX = {"deep": 8192}  # sets whose llama.cpp context is not the tier's
 ENGINE_SETS = ("oracle",)  # made by the NumPy engine, not llama.cpp
 BACKENDS = ("numpy", "cuda")
 
@@ -81,6 +91,11 @@ class Entry:
     @property
     def reference_sets(self) -> tuple[str, ...]:
         return self.references or (self.tier,)
+
+    def prompts_for(self, reference_set: str) -> tuple[str, ...]:
+        """The prompts of ``reference_set``'s references: the set's own, else the model's."""
+        own = SET_PROMPTS.get(reference_set)
+        return own() if own else self.prompts
 
     @staticmethod
     def gate_key(backend: str, reference_set: str) -> str:

@@ -512,14 +512,14 @@ MUTANTS += [
            _kernel_source("attention.cu", "return __float2half_rn(x);",
                           "return __float2half_rn(__bfloat162float(__float2bfloat16_rn(x)));"),
            backends=("cuda",), first=("smollm2-135m",)),
-    # No catalog prompt reaches position 2048 (the long prompt: 1614-1655 tokens, then 32 steps on the
-    # tiny models and 64 on the gpu tier: 1687 positions at most), so until one does this mutant escapes
-    # by construction: its NOT CAUGHT says the gate does not look at depth.
+    # Only the deep set's prompt reaches position 2048 (qwen3-8b's, ~4.8k tokens: catalog.deep_prompts;
+    # the default long prompt is 1614-1655 tokens, 1687 positions with its decode steps): without
+    # qwen3-8b in a run this mutant escapes by construction.
     Mutant("attn-merge-deep-last-split", f"split decode attention from position {DEEP_POSITION} on: the "
            "merge leaves out the last split (the newest keys)", _any,
            _kernel_source("attention.cu", "(size_t)g * G, n_splits, n_active);",
                           f"(size_t)g * G, n_splits, qp >= {DEEP_POSITION} ? n_active - 1 : n_active);"),
-           backends=("cuda",)),
+           backends=("cuda",), first=("qwen3-8b",)),
     # chunks of DR_C = 64 tokens, the next one starting at the last one's final token: that token updates
     # the state twice. Only a chunked prefill of 64 tokens or more (the long prompt) has a boundary
     Mutant("deltanet-chunk-boundary-off-by-one", "chunked DeltaNet prefill: each chunk of 64 starts one "

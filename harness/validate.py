@@ -40,6 +40,8 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 
+from engine.model import DEFAULT_N_CTX
+
 from . import catalog, refs
 from .compare import CaseResult, compare_case
 
@@ -229,6 +231,8 @@ class Loaded:
         import engine
 
         options = {"kv_f16": ref.settings.get("type_k") != "f32"} if self.backend == "cuda" else {}
+        if ref.settings.get("n_ctx", 0) > DEFAULT_N_CTX:  # a deep set's context (catalog.SET_N_CTX)
+            options["n_ctx"] = ref.settings["n_ctx"]
         key = (entry.name, tuple(sorted(options.items())))
         if key != self.key:
             self.key = self.model = None  # one model in memory at a time

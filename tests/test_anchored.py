@@ -133,3 +133,68 @@ def test_cuda_gates_of_cpu_made_sets_are_the_faithful_oracles_measurement():
             assert e.gate("cuda", s) == gates.propose(e, s, spread), (name, s)
             checked += 1
     assert checked >= 30
+
+
+class _HostFolded:
+    """cuda Folded's norm fold on the host: a one-row RMSNorm is held back
+    (its output left empty), a glu reading that output takes it, anything
+    else settles it first."""
+
+    def __init__(self, inner, fold_eps_factor=1.0):
+        self.inner, self.factor, self._pending = inner, fold_eps_factor, None
+
+    def __getattr__(self, name):
+        fn = getattr(self.inner, name)
+
+        def op(*args, **kw):
+            self.settle()
+            return fn(*args, **kw)
+        return op if callable(fn) else fn
+
+    def rms_norm(self, x, w, eps):
+        self.settle()
+        if x.shape[0] > 1 or w is None:
+            return self.inner.rms_norm(x, w, eps)
+        y = np.zeros_like(x)
+        self._pending = {"x": x, "w": w, "eps": eps, "y": y}
+        return y
+
+    def glu(self, x, w_gate, w_up, activation):
+        p = self._pending
+        if p is not None and x is p["y"]:
+            self._pending = None
+            return self.inner.glu(p["x"], w_gate, w_up, activation, norm=(p["w"], p["eps"] * self.factor))
+        self.settle()
+        return self.inner.glu(x, w_gate, w_up, activation)
+
+    def settle(self):
+        p, self._pending = self._pending, None
+        if p is not None:
+            p["y"][...] = self.inner.rms_norm(p["x"], p["w"], p["eps"])
+
+
+def test_faithful_norm_fold_is_the_norm_then_the_glu():
+    """The fold rounds x·w to int8 and scales the sums by 1/rms after: the
+    same product as RMSNorm then the GEMV, up to fp32 rounding."""
+    rng = np.random.default_rng(4)
+    ops = faithful.FaithfulOps(True)
+    x = rng.standard_normal((1, 256)).astype(np.float32) * 3
+    w = (1 + 0.3 * rng.standard_normal(256)).astype(np.float32)
+    wg, wu = (faithful.Weight(rng.standard_normal((64, 256)).astype(np.float32), QType.Q4_K) for _ in range(2))
+    folded = ops.glu(x, wg, wu, "silu", norm=(w, 1e-6))
+    assert anchored.rel_error(folded, ops.glu(ops.rms_norm(x, w, 1e-6), wg, wu, "silu")) < 1e-6
+    assert anchored.rel_error(ops.glu(x, wg, wu, "silu", norm=(w, 1e-2)), folded) > 1e-4
+
+
+def test_ops_check_judges_the_decode_fold():
+    """The folded pass: the norm an engine folds into gate/up is judged
+    inside the glu ("glu norm"), a norm it does not fold on its own; a fold
+    with the wrong eps fails there and nowhere else."""
+    path, case = _case("tiny-llama")
+    oracle = engine.load(path, backend="numpy", rounding="cuda")
+    for factor, bad in ((1.0, set()), (1e5, {"glu norm"})):
+        model = engine.load(path, backend="numpy", rounding="cuda")
+        model.ops = _HostFolded(model.ops, factor)
+        errors = anchored.check(model, oracle, case.prompt_ids[:30], case.tokens[:2], folded=True)
+        assert any(e.op == "glu norm" and e.phase == "decode" for e in errors)
+        assert {e.op for e in anchored.over(errors)} == bad

@@ -12,9 +12,10 @@ from engine.errors import AnvilError
 def add(sub) -> None:
     r = sub.add_parser("reference", help="regenerate llama.cpp reference outputs")
     r.add_argument("--model", help="one catalog model (default: every model of the tier)")
-    r.add_argument("--tier", choices=["cpu", "twin", "gpu", "oracle"], default="cpu",
+    r.add_argument("--tier", choices=["cpu", "twin", "gpu", "oracle", "deep"], default="cpu",
                    help="reference set: cpu (llama.cpp CPU on the file), twin (the same on its F32 twin), "
-                        "gpu (llama.cpp CUDA), oracle (the NumPy engine: the CUDA engine's reference)")
+                        "gpu (llama.cpp CUDA), oracle (the NumPy engine: the CUDA engine's reference), "
+                        "deep (llama.cpp CUDA on a ~4.8k-token prompt)")
     r.add_argument("--force", action="store_true", help="replace a reference made from a different model file")
     r.add_argument("--variation", action="store_true",
                    help="instead: measure llama.cpp against its existing references under other settings "
@@ -60,9 +61,11 @@ def run(args) -> int:
             print(f"wrote {out}")
             continue
         run = catalog.twin_path(name, catalog=cat) if rset == "twin" else path
-        print(f"{name}: running llama.cpp on {run.name} ({len(e.prompts)} prompts x {e.n_steps} steps)...",
+        prompts = e.prompts_for(rset)
+        print(f"{name}: running llama.cpp on {run.name} ({len(prompts)} prompts x {e.n_steps} steps)...",
               file=sys.stderr)
-        ref = make_reference(name, run, e.sha256, list(e.prompts), e.n_steps, settings=settings)
+        ref = make_reference(name, run, e.sha256, list(prompts), e.n_steps,
+                             settings={**settings, "n_ctx": catalog.SET_N_CTX.get(rset, settings["n_ctx"])})
         if rset == "twin":  # judged against the engine on the original file
             from ..fetch import sha256_file
 

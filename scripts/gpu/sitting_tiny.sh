@@ -2,11 +2,13 @@
 # Runs on the GPU host: one sitting of the tiny catalog at this build:
 # validate-catalog --backend cuda --save (PAR models at a time, default 4) and,
 # beside it, `harness mutants --backend cuda --save` (JOBS at a time, default 10),
-# both within LIMIT seconds (default 480). Records come back in $OUT/results.tgz.
+# both within LIMIT seconds (default 480). EXTRA: more catalog models for both
+# (EXTRA=qwen3-8b: its deep set is what reaches the decode attention past
+# position 2048). Records come back in $OUT/results.tgz.
 set -uo pipefail
 source scripts/gpu/host-env.sh
 mark=$(mktemp /tmp/st-start.XXXXXX)
-tiny=$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth' and e.tier == 'cpu'))")
+tiny="$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth' and e.tier == 'cpu'))")${EXTRA:+ $EXTRA}"
 python3 -m harness.cli models -q $tiny > $OUT/models.txt 2>&1 || tail -3 $OUT/models.txt
 ( echo $tiny | tr ' ' '\n' | timeout ${LIMIT:-480} xargs -P ${PAR:-4} -I{} sh -c \
     'python3 -m harness.cli validate-catalog --backend cuda --model {} --save > $OUT/validate-{}.txt 2>&1; echo "validate {}: exit $?"' ) &

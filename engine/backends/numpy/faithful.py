@@ -23,7 +23,10 @@ kernel's comment names the same choice):
   (moe_gemm.cu) takes bf16 for every type (``grouped``);
 - ``f16``: the KV cache's stores (attention.cu to_kv);
 - ``attention_tc``: the tensor-core prefill (attention.cu attention_prefill_tc):
-  Q·scale in f16, keys in tiles with an online softmax, P rounded to f16.
+  Q·scale in f16, keys in tiles with an online softmax, P rounded to f16;
+- ``tc_dot`` (``SUMS = "tc"``): a realisation of the tensor cores' own
+  accumulation (truncating, per k-step of 16), the one summation-order
+  difference with a bias.
 
 Which path a product takes follows the CUDA backend's own switches
 (``GEMV_MAX_TOKENS``, ``DECODE_MAX_T``, the tensor-core head sizes), read
@@ -93,14 +96,44 @@ def gemm_in(x: np.ndarray, w: Weight) -> tuple[np.ndarray, np.ndarray]:
 
 # The sums themselves in fp32 (BLAS sgemm), as the kernels make them: the
 # order differs, which is the oracle's stated tolerance, not a rounding.
-# SUMS = "fp64" sums them exactly instead: another realisation of that
-# tolerance (harness/gates.py measure_faithful measures both).
+# Other realisations of that tolerance (harness/gates.py measure_faithful
+# measures each): SUMS = "fp64" sums exactly; SUMS = "tc" sums the
+# tensor-core products (prefill GEMMs, grouped expert GEMM, tensor-core
+# attention) as a tensor core's accumulator does, see ``tc_dot``.
 SUMS = "fp32"
+TC_BLOCK = 16  # products one bf16/f16 MMA adds per k-step (mma m16n8k16, wgmma k16)
 
 
-def _dot(a: np.ndarray, b_t: np.ndarray) -> np.ndarray:
+def trunc32(y: np.ndarray) -> np.ndarray:
+    """float64 -> float32 rounded toward zero."""
+    r = y.astype(F32)
+    over = np.abs(r) > np.abs(y)
+    r[over] = np.nextafter(r[over], F32(0))
+    return r
+
+
+def tc_dot(a: np.ndarray, b_t: np.ndarray, acc: np.ndarray | None = None) -> np.ndarray:
+    """``a · b_t`` summed as a tensor core's fp32 accumulator sums: each
+    k-step adds TC_BLOCK exact products to the accumulator and the result is
+    truncated to fp32, not rounded to nearest (measured on V100/A100 tensor
+    cores by Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021,
+    and kept by later ones). Not Hopper's bits exactly (its alignment of the
+    small terms is not modelled), but its size and its bias toward zero:
+    ~2.5e-7 - 1.1e-6 of the output's norm for K = 256 - 1024, where BLAS's
+    fp32 sums part from exact ones by ~1e-7. ``acc``: the accumulator's
+    starting value (``acc + a · b_t``)."""
+    a64, b64 = a.astype(np.float64), b_t.astype(np.float64)
+    acc = np.zeros((a.shape[0], b_t.shape[1]), F32) if acc is None else np.asarray(acc, F32)
+    for k in range(0, a.shape[1], TC_BLOCK):
+        acc = trunc32(acc + a64[:, k:k + TC_BLOCK] @ b64[k:k + TC_BLOCK])
+    return acc
+
+
+def _dot(a: np.ndarray, b_t: np.ndarray, tensor_cores: bool = False) -> np.ndarray:
     if SUMS == "fp64":
         return (a.astype(np.float64) @ b_t.astype(np.float64)).astype(F32)
+    if SUMS == "tc" and tensor_cores:
+        return tc_dot(a, b_t)
     return np.asarray(a, F32) @ b_t
 
 
@@ -112,12 +145,12 @@ def gemv(x: np.ndarray, w: Weight) -> np.ndarray:
 def gemm(x: np.ndarray, w: Weight) -> np.ndarray:
     """``x · Wᵀ`` as the prefill GEMM computes it (fp32 sums of the rounded inputs)."""
     xa, wa = gemm_in(x, w)
-    return _dot(xa, wa.T)
+    return _dot(xa, wa.T, tensor_cores=w.qtype != QType.F32)
 
 
 def grouped(x: np.ndarray, w: Weight) -> np.ndarray:
     """The grouped expert GEMM (moe_gemm.cu): bf16 x and bf16 weights for every type, F32 ones too."""
-    return _dot(bf16(x), bf16(w.values).T)
+    return _dot(bf16(x), bf16(w.values).T, tensor_cores=True)
 
 
 def product(x: np.ndarray, w: Weight) -> np.ndarray:
@@ -147,8 +180,19 @@ class FaithfulOps:
         biases = biases or (None,) * len(weights)
         return [self.matmul(x, w, b) for w, b in zip(weights, biases)]
 
-    def glu(self, x, w_gate, w_up, activation):
-        g, u = self.matmuls(x, (w_gate, w_up))
+    def glu(self, x, w_gate, w_up, activation, norm=None):
+        """``norm=(w, eps)``: the decode fold of an RMSNorm into gate/up's
+        GEMV (cuda Folded, gemv.cuh GEMV_NORM): x·w is what is rounded to
+        int8, the row sums are multiplied by 1/rms (fp32 sum of squares,
+        ``rsqrt(sum/n + eps)``) after."""
+        if norm is None:
+            g, u = self.matmuls(x, (w_gate, w_up))
+        else:
+            w, eps = norm
+            xw = (np.asarray(x, F32) * w).astype(F32)
+            ss = np.sum(np.square(x, dtype=F32), axis=-1, keepdims=True, dtype=F32)
+            inv = F32(1) / np.sqrt(ss / F32(x.shape[-1]) + F32(eps), dtype=F32)
+            g, u = (gemv(xw, wi) * inv for wi in (w_gate, w_up))
         return ops.swiglu(g, u) if activation == "silu" else ops.geglu(g, u)
 
     def dot(self, x, w):
@@ -213,7 +257,10 @@ def attention_tc(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, positions: n
         khi = int(qp.max())
         K = keys[klo:khi + 1][:, kv_head].transpose(1, 0, 2).astype(np.float64)  # [H, S, D]
         V = vals[klo:khi + 1][:, kv_head].transpose(1, 0, 2).astype(np.float64)
-        s = np.einsum("thd,hsd->hts", qh[rows].astype(np.float64), K).astype(F32)  # [H, n, S]
+        if SUMS == "tc":
+            s = np.stack([tc_dot(qh[rows, h], K[h].T) for h in range(H)])
+        else:
+            s = np.einsum("thd,hsd->hts", qh[rows].astype(np.float64), K).astype(F32)  # [H, n, S]
         kp = np.arange(klo, khi + 1)
         visible = kp[None, :] <= qp[:, None]
         if window:
@@ -232,6 +279,37 @@ def attention_tc(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, positions: n
                 p = np.exp(st - mu).astype(F32)
             m = mn
             l = l * corr + p.sum(axis=-1, keepdims=True, dtype=np.float64).astype(F32)
-            o = o * corr + (f16(p).astype(np.float64) @ V[:, a:a + TK]).astype(F32)
+            if SUMS == "tc":  # the MMA adds P·V onto the rescaled accumulator
+                o = np.stack([tc_dot(f16(p[h]), V[h, a:a + TK], o[h] * corr[h]) for h in range(H)])
+            else:
+                o = o * corr + (f16(p).astype(np.float64) @ V[:, a:a + TK]).astype(F32)
         out[rows] = (o * (F32(1) / l)).transpose(1, 0, 2)
     return out.reshape(T, H * D)
+
+
+class Perturbed:
+    """An ops object whose every float output is passed through
+    ``noise(op_name, output)`` first: the faithful oracle with each operator
+    off by as much as its stated budget allows (harness/gates.py
+    "faithful-budget"), what any engine within the ops check's budgets may
+    do to a whole model. Integer outputs (expert ids) pass unchanged."""
+
+    def __init__(self, inner, noise):
+        self.inner, self.noise = inner, noise
+
+    def __getattr__(self, name):
+        fn = getattr(self.inner, name)
+        if not callable(fn) or name.startswith("_"):
+            return fn
+
+        def op(*args, **kw):
+            return self._perturb(name, fn(*args, **kw))
+        return op
+
+    def _perturb(self, name, out):
+        if isinstance(out, (list, tuple)):
+            return type(out)(self._perturb(name, o) for o in out)
+        if isinstance(out, np.ndarray) and np.issubdtype(out.dtype, np.floating):
+            return self.noise(name, out)
+        return out
+
