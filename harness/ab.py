@@ -368,7 +368,8 @@ def format_report(record: dict) -> str:
         factor = next(iter(analysis.values())).get("factor")
         beyond = f", and beyond {factor:g}x (1/{factor:g})" if factor else ""
         lines.append(f"verdict: \"faster\" / \"slower\" only when the whole 95% CI of B/A lies beyond the test's noise "
-                     f"band (above 1 + band / below 1 - band{beyond}) AND that arm won the majority of the kept rounds; "
+                     f"band (above 1 + band / below 1 - band{beyond}) AND that arm won the majority of the kept "
+                     f"rounds; "
                      f"else \"no significant change\". One value per round and arm: the median of that run's "
                      f"repetitions, as the progress lines show; p: Mann-Whitney U, for reference.")
         said: dict[str, list[str]] = {}  # where each band came from, the tests it judged
@@ -432,8 +433,8 @@ def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int, p
     return rec
 
 
-BENCH_FIELDS = ("model", "engine", "build", "backend", "device", "test", "n_prompt", "n_gen", "n_depth", "tok_s_median", "tok_s_mean",
-                "tok_s_sd", "gb_s", "vs_llamacpp", "record")
+BENCH_FIELDS = ("model", "engine", "build", "backend", "device", "test", "n_prompt", "n_gen", "n_depth", "tok_s_median",
+                "tok_s_mean", "tok_s_sd", "gb_s", "vs_llamacpp", "record")
 
 
 def bench_rows(rows) -> list[dict]:

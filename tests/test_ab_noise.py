@@ -37,7 +37,8 @@ class NoisyRunner:
 
 def _arms(monkeypatch, seed, slowdown, raw=H200):
     rng = np.random.default_rng(seed)
-    arms = iter([NoisyRunner("A", 400.0, rng, "a" * 64, raw), NoisyRunner("B", 400.0 * (1 - slowdown), rng, "b" * 64, raw)])
+    arms = iter([NoisyRunner("A", 400.0, rng, "a" * 64, raw),
+                 NoisyRunner("B", 400.0 * (1 - slowdown), rng, "b" * 64, raw)])
     monkeypatch.setattr(ab, "make_runner", lambda spec, workdir: next(arms))
 
 
@@ -63,7 +64,8 @@ def test_a_steady_2pct_slowdown_is_slower_and_exits_1(monkeypatch, tmp_path, cap
     """The regression the old rule (beyond 1.05x) let through, with no A/A
     record yet: the default band from the run's own spread, said so."""
     _arms(monkeypatch, seed, 0.02)
-    monkeypatch.setattr(common, "model", lambda name, check_only=False: None if check_only else (tmp_path / "m.gguf", {}))
+    monkeypatch.setattr(common, "model",
+                        lambda name, check_only=False: None if check_only else (tmp_path / "m.gguf", {}))
     monkeypatch.setattr(common, "workdir", lambda: tmp_path)
     assert cli.main(["ab", "a.whl", "b.whl", "--results-dir", str(tmp_path / "store")]) == 1
     out, err = capsys.readouterr()

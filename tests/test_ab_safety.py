@@ -276,4 +276,5 @@ def test_an_arm_from_the_wheel_cache_is_named_by_its_commit_and_subject(tmp_path
     older = _fake_wheel(tmp_path / "wheels" / head, "fake-b")
     assert EngineWheelRunner(older, tmp_path / "work").label == f"{head[:10]} {wheels.subject_of(head)[:60]}".rstrip()
     # a wheel from anywhere else: its file name and hash, as before
-    assert EngineWheelRunner(_fake_wheel(tmp_path / "x", "fake-c"), tmp_path / "work").label.startswith("fake_engine-0.1@")
+    elsewhere = _fake_wheel(tmp_path / "x", "fake-c")
+    assert EngineWheelRunner(elsewhere, tmp_path / "work").label.startswith("fake_engine-0.1@")
