@@ -136,6 +136,9 @@ def test_aa_command_saves_the_band_a_later_ab_is_judged_by(monkeypatch, tmp_path
     (saved,) = results.load_all(store, kind="ab")
     assert saved["aa"] and set(saved["noise_band"]) == {"tg128"} and saved["device"] == "NVIDIA H200"
     assert f"A/A: the noise band this run measured: tg128 ±{saved['noise_band']['tg128']:.2%}" in out
+    from harness.report import build_report
+
+    assert [t.notes.split(";")[0] for t in build_report([saved]).ab] == ["A/A: measures the noise band"]
     _arms(monkeypatch, 8, 0.02)
     assert cli.main(["ab", "a.whl", "b.whl", "--results-dir", store]) == 1
     out = capsys.readouterr().out
