@@ -369,9 +369,8 @@ def format_report(record: dict) -> str:
         beyond = f", and beyond {factor:g}x (1/{factor:g})" if factor else ""
         lines.append(f"verdict: \"faster\" / \"slower\" only when the whole 95% CI of B/A lies beyond the test's noise "
                      f"band (above 1 + band / below 1 - band{beyond}) AND that arm won the majority of the kept "
-                     f"rounds; "
-                     f"else \"no significant change\". One value per round and arm: the median of that run's "
-                     f"repetitions, as the progress lines show; p: Mann-Whitney U, for reference.")
+                     f"rounds; else \"no significant change\". One value per round and arm: the median of that "
+                     f"run's repetitions, as the progress lines show; p: Mann-Whitney U, for reference.")
         said: dict[str, list[str]] = {}  # where each band came from, the tests it judged
         for test, t in analysis.items():
             said.setdefault(t["band"]["said"], []).append(test)

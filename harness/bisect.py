@@ -51,7 +51,7 @@ def lengths_of(test: str) -> tuple[int, int]:
     """(n_prompt, n_gen) of the one test a step runs: pp512 -> (512, 0), tg128 -> (0, 128)."""
     m = re.fullmatch(r"(pp|tg)(\d+)", test)
     if not m or int(m[2]) < 1:
-        raise AnvilError(f"--test {test!r}: expected a llama-bench test name, ppN or tgN (e.g. tg128)")
+        raise AnvilError(f"expected a llama-bench test name, ppN or tgN (e.g. tg128), got {test!r}")
     return (int(m[2]), 0) if m[1] == "pp" else (0, int(m[2]))
 
 

@@ -22,8 +22,7 @@ def add(sub) -> None:
                         "keeps it; later A/Bs here are judged by the newest)")
     a.add_argument("--model", default="qwen3-8b", help="catalog model name or a .gguf path (default qwen3-8b)")
     a.add_argument("--rounds", type=common.verdict_rounds, default=8,
-                   help="measured rounds, at least 4: fewer can never reach p < 0.05 (one more cold round is run "
-                        "and dropped)")
+                   help="measured rounds, at least 4 (one more cold round is run and dropped)")
     a.add_argument("-p", "--n-prompt", type=count_int, default=512, help="prefill test length, tokens (0: skip)")
     a.add_argument("-n", "--n-gen", type=count_int, default=128, help="decode test length, tokens (0: skip)")
     a.add_argument("-d", "--n-depth", type=count_int, default=0,
