@@ -212,7 +212,10 @@ def bench(model, *, n_prompt: int = 512, n_gen: int = 128, reps: int = 5, seed: 
 
 
 def format_table(rec: dict) -> str:
-    lines = ["| model | backend | test | t/s | GB/s |", "|---|---|---|---|---|"]
+    on = {"cuda": f" on {rec.get('gpu') or 'a GPU NVML did not name'}",
+          "numpy": " (the NumPy engine, on the CPU)"}.get(rec["backend"], "")
+    lines = [f"anvil build {rec['build']}, backend {rec['backend']}{on}",
+             "| model | backend | test | t/s | GB/s |", "|---|---|---|---|---|"]
     for r in rec["results"]:
         gbs = f"{r['gb_s']:.0f}" if "gb_s" in r else ""
         lines.append(f"| {Path(rec['model']).name} | {rec['backend']} | {r['test']} | "

@@ -13,10 +13,16 @@ A boosting GPU lies, so an A/B comparison here:
   the A/B's own budget from build-to-build records (AB_NEAR_TIE, or the
   model's parity gate margin where that is tighter: near_tie_bound),
 - reports per test the median and p90 of each arm, the per-round win count,
-  the ratio of medians with a bootstrap CI, a Mann-Whitney U p-value and an
-  asv-style verdict (harness.stats), and saves the record at the end, or
-  when interrupted (Ctrl-C keeps the rounds already measured and says so;
-  the benchmark child is killed with its whole process group).
+  the ratio of medians with a bootstrap CI and a Mann-Whitney U p-value,
+  and the verdict: "slower" / "faster" when the whole CI lies beyond the
+  test's noise band on this device (harness.noise: measured by an A/A run,
+  ``cfg.aa``, else a default from the run's own spread) and the same arm won
+  most rounds (harness.stats.band_verdict),
+- says what was measured: the backend, the device and each arm's build,
+  in the record and above the table (harness.provenance),
+- saves the record at the end, or when interrupted (Ctrl-C keeps the rounds
+  already measured and says so; the benchmark child is killed with its
+  whole process group).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from pathlib import Path
 
 from engine.errors import AnvilError
 
-from . import gates, nvml, results, stats
+from . import gates, noise, nvml, provenance, results, stats
 from .runners import RunResult, make_runner
 from .table import markdown
 
@@ -51,6 +57,7 @@ class ArmRuns:
     tokens: list[int] | None = None
     tops: list[dict] | None = None  # the first run's per-step top logits (engine bench "token_tops")
     backend: str | None = None
+    gpu: str | None = None  # the GPU the first run reported (NVML's name), None without one
 
 
 @dataclass
@@ -61,7 +68,8 @@ class ABConfig:
     depth: int = 0
     reps: int = 3
     rounds: int = 8
-    factor: float = 1.05
+    factor: float | None = None  # a change must also be beyond this ratio (None: the noise band alone)
+    aa: bool = False  # an A/A run: one build against itself, measuring the noise band
     allow_same: bool = False
     allow_token_diff: bool = False
     timeout_s: int = 1200
@@ -130,13 +138,18 @@ def prepare_arms(base_spec: str, cand_spec: str, workdir: Path, *, allow_same: b
     for r in runners.values():
         r.prepare()
     if not allow_same:
-        desc = {k: r.describe() for k, r in runners.items()}
-        for key, what in (("sha256", "file"), ("build", "engine build")):
-            ida, idb = desc["A"].get(key), desc["B"].get(key)
-            if ida is not None and ida == idb:
-                raise AnvilError(f"both arms are the same build ({what} {ida[:16]}: the same engine sources); "
-                                 f"pass --allow-same to measure a build against itself")
+        refuse_same_build({k: r.describe() for k, r in runners.items()})
     return runners
+
+
+def refuse_same_build(desc: dict) -> None:
+    """AnvilError if the arms ``desc`` describes are one build (one wheel file
+    or one engine build hash)."""
+    for key, what in (("sha256", "file"), ("build", "engine build")):
+        ida, idb = desc["A"].get(key), desc["B"].get(key)
+        if ida is not None and ida == idb:
+            raise AnvilError(f"both arms are the same build ({what} {ida[:16]}: the same engine sources); "
+                             f"pass --allow-same to measure a build against itself (--aa: to measure the noise)")
 
 
 def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, progress=None,
@@ -178,6 +191,7 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
                 if arms[arm].tokens is None:
                     arms[arm].tokens = res.tokens
                     arms[arm].tops, arms[arm].backend = res.raw.get("token_tops"), res.raw.get("backend")
+                    arms[arm].gpu = res.raw.get("gpu")
                 if r_i > 0:
                     for test in res.tests:
                         arms[arm].values.setdefault(test, []).append(run_value(res, test))
@@ -185,6 +199,10 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
                 if progress:
                     progress(r_i, arm, res)
             record["rounds"].append(round_rec)
+            if r_i == 0:  # a build too old to describe itself has now, in its first bench record
+                record["arms"] = {k: r.describe() for k, r in runners.items()}
+                if not cfg.allow_same:
+                    refuse_same_build(record["arms"])
             r_i += 1
         record["complete"] = True
     except BaseException as e:  # Ctrl-C or a failed run: keep the rounds already measured
@@ -281,23 +299,44 @@ def _check_tokens(record: dict, arms: dict, cfg: ABConfig) -> None:
                              f"numerics; pass --allow-token-diff to compare speed anyway")
 
 
-def _analyse(arms: dict, cfg: ABConfig) -> dict:
+def _analyse(arms: dict, cfg: ABConfig, record: dict | None = None, store=None) -> dict:
+    """Per test: each arm's median and p90, the round wins, B/A with its CI
+    and p (harness.stats), the noise band that judges it (harness.noise: an
+    A/A record in ``store`` on the device ``record`` names, else the default)
+    and the verdict."""
+    record = record or {}
     out = {}
     for test in sorted(set(arms["A"].values) & set(arms["B"].values)):
         a, b = arms["A"].values[test], arms["B"].values[test]
         if len(a) < 2 or len(b) < 2:
             continue
-        c = stats.compare(a, b, factor=cfg.factor)
+        c = stats.compare(a, b)  # its asv verdict is not this A/B's: the band's is
         wins = stats.round_wins(list(zip(a, b)))
+        band = noise.band_for(store, record, test, a, b)
         out[test] = {"A": {"median": stats.median(a), "p90": stats.p90(a), "n": len(a)},
                      "B": {"median": stats.median(b), "p90": stats.p90(b), "n": len(b)},
-                     "wins": wins, **c.to_dict()}
+                     "wins": wins, **{k: v for k, v in c.to_dict().items() if k not in ("verdict", "factor", "alpha")},
+                     "band": band, "factor": cfg.factor,
+                     "verdict": stats.band_verdict(c.ci_low, c.ci_high, band["band"], wins["majority"], cfg.factor)}
     return out
+
+
+def _what_was_measured(record: dict, arms: dict) -> None:
+    """The record's header: backend, device (harness.provenance) and each arm's build."""
+    backends = sorted({a.backend.lower() for a in arms.values() if a.backend})
+    record["backend"] = "/".join(backends) or None
+    record["gpu"] = arms["A"].gpu or arms["B"].gpu
+    record["device"] = provenance.device_name(record["backend"], record["gpu"])
+    record["builds"] = {k: d.get("build") for k, d in record["arms"].items()}
 
 
 def _save(record: dict, arms: dict, cfg: ABConfig, results_dir, save: bool = True) -> Path | None:
     """Complete the record's analysis; with ``save``, write it (once: the store is append-only)."""
-    record["analysis"] = _analyse(arms, cfg)
+    _what_was_measured(record, arms)
+    record["analysis"] = _analyse(arms, cfg, record, results_dir)
+    if cfg.aa:  # the bands later A/Bs on this device are judged by
+        record["aa"] = True
+        record["noise_band"] = {t: noise.aa_band(x["ci_low"], x["ci_high"]) for t, x in record["analysis"].items()}
     record["measured_rounds"] = sum(1 for r in record["rounds"] if not r["cold"])
     record["nvml_summary"] = {k: v.nvml for k, v in arms.items()}
     return results.save({k: v for k, v in record.items() if k != "path"}, "ab", results_dir) if save else None
@@ -308,23 +347,38 @@ def slower_tests(record: dict) -> list[str]:
     return [test for test, t in record.get("analysis", {}).items() if t["verdict"] == stats.SLOWER]
 
 
+def arm_line(record: dict) -> str:
+    """Which builds were measured: each arm's label (a commit and its subject where known) and build hash."""
+    return "  ".join(f"{k}: {d.get('label')} (build {d.get('build') or 'not reported'})"
+                     for k, d in record["arms"].items())
+
+
 def format_report(record: dict) -> str:
-    lines = [f"model: {record['model']}",
-             f"A: {record['arms']['A'].get('label')}  B: {record['arms']['B'].get('label')}",
-             "| test | A median | A p90 | B median | B p90 | B/A [95% CI] | wins B:A | p | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for test, t in record.get("analysis", {}).items():
-        wins = t["wins"]
-        lines.append(f"| {test} | {t['A']['median']:.2f} | {t['A']['p90']:.2f} | {t['B']['median']:.2f} | "
-                     f"{t['B']['p90']:.2f} | {t['ratio']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}] | "
-                     f"{wins['B']}:{wins['A']} | {t['p_value']:.3g} | {t['verdict']} |")
     analysis = record.get("analysis", {})
+    lines = [f"model: {record['model']}",
+             f"measured: {provenance.phrase(record.get('backend'), record.get('device'))}",
+             arm_line(record),
+             markdown(["test", "A median", "A p90", "B median", "B p90", "B/A [95% CI]", "noise band", "wins B:A", "p",
+                       "verdict"],
+                      [[test, f"{t['A']['median']:.2f}", f"{t['A']['p90']:.2f}", f"{t['B']['median']:.2f}",
+                        f"{t['B']['p90']:.2f}", f"{t['ratio']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]",
+                        f"±{t['band']['band']:.2%} ({t['band']['source']})", f"{t['wins']['B']}:{t['wins']['A']}",
+                        f"{t['p_value']:.3g}", t["verdict"]] for test, t in analysis.items()])]
     if analysis:
-        t = next(iter(analysis.values()))
-        lines.append(f"verdict: \"faster\" / \"slower\" only when B/A of the medians is beyond {t['factor']:g}x "
-                     f"(1/{t['factor']:g}) AND the Mann-Whitney U p < {t['alpha']:g} over the kept rounds (one value "
-                     f"per round and arm: the median of that run's repetitions, as the progress lines show); else \"no significant change\". wins B:A: rounds in which each arm "
-                     f"was the faster (a second, independent read).")
+        factor = next(iter(analysis.values())).get("factor")
+        beyond = f", and beyond {factor:g}x (1/{factor:g})" if factor else ""
+        lines.append(f"verdict: \"faster\" / \"slower\" only when the whole 95% CI of B/A lies beyond the test's noise "
+                     f"band (above 1 + band / below 1 - band{beyond}) AND that arm won the majority of the kept "
+                     f"rounds; else \"no significant change\". One value per round and arm: the median of that "
+                     f"run's repetitions, as the progress lines show; p: Mann-Whitney U, for reference.")
+        said: dict[str, list[str]] = {}  # where each band came from, the tests it judged
+        for test, t in analysis.items():
+            said.setdefault(t["band"]["said"], []).append(test)
+        lines += [f"noise band of {', '.join(tests)}: {source}" for source, tests in said.items()]
+    if record.get("noise_band"):
+        lines.append("A/A: the noise band this run measured: " +
+                     ", ".join(f"{t} ±{b:.2%}" for t, b in record["noise_band"].items()) +
+                     " (the farthest its B/A CI reached from 1; later A/Bs on this device take it from the store)")
     if record.get("skipped_rounds"):
         lines.append(f"skipped rounds: {len(record['skipped_rounds'])} (GPU busy)")
     if record.get("tokens_identical") is not None:
@@ -371,14 +425,15 @@ def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int, p
             if raw.get("tokens"):
                 rec["tokens"] = raw["tokens"]
         tests.append(res.cmd)
-    rec.update(model=str(model), runner=runner.describe(), commands=tests)
+    rec.update(model=str(model), runner=runner.describe(), commands=tests,
+               device=provenance.device_name(rec.get("backend"), rec.get("gpu")))
     rec.setdefault("settings", {}).update(n_prompt=n_prompt, n_gen=n_gen, n_depth=depth, reps=reps,
                                           **({"pp_reps": pp_reps} if pp_reps else {}))
     return rec
 
 
-BENCH_FIELDS = ("model", "engine", "build", "test", "n_prompt", "n_gen", "n_depth", "tok_s_median", "tok_s_mean",
-                "tok_s_sd", "gb_s", "vs_llamacpp", "record")
+BENCH_FIELDS = ("model", "engine", "build", "backend", "device", "test", "n_prompt", "n_gen", "n_depth", "tok_s_median",
+                "tok_s_mean", "tok_s_sd", "gb_s", "vs_llamacpp", "record")
 
 
 def bench_rows(rows) -> list[dict]:
@@ -395,6 +450,7 @@ def bench_rows(rows) -> list[dict]:
                 ratio = results.throughput(r) / base[r["test"]] if rec is recs[0] and base.get(r["test"]) else None
                 pp = r["test"].startswith("pp")
                 out.append({"model": model, "engine": rec.get("engine", "?"), "build": rec.get("build"),
+                            "backend": rec.get("backend"), "device": rec.get("device"),
                             "test": r["test"], "n_prompt": s.get("n_prompt", 0) if pp else 0,
                             "n_gen": 0 if pp else s.get("n_gen", 0), "n_depth": s.get("n_depth", 0),
                             "tok_s_median": results.throughput(r), "tok_s_mean": r["tok_s_mean"],
@@ -404,8 +460,9 @@ def bench_rows(rows) -> list[dict]:
 
 
 def format_bench(rows, fmt: str = "md") -> str:
-    """The rows of ``bench_rows`` as llama-bench's ``-o`` formats: md (t/s as
-    median ± sd, GB/s, the ratio to llama.cpp), json (a list), jsonl, csv."""
+    """The rows of ``bench_rows`` as llama-bench's ``-o`` formats: md (each
+    engine's build, backend and device above a table of t/s as median ± sd,
+    GB/s, the ratio to llama.cpp), json (a list), jsonl, csv."""
     table = bench_rows(rows)
     if fmt == "json":
         return json.dumps(table, indent=1)
@@ -420,7 +477,11 @@ def format_bench(rows, fmt: str = "md") -> str:
         w.writeheader()
         w.writerows({k: "" if v is None else v for k, v in r.items()} for r in table)
         return buf.getvalue().rstrip("\n")
-    return markdown(["model", "engine", "test", "t/s", "GB/s", "vs llama.cpp"],
-                    [[r["model"], r["engine"], r["test"], f"{r['tok_s_median']:.2f} ± {r['tok_s_sd']:.2f}",
-                      f"{r['gb_s']:.0f}" if r["gb_s"] else "",
-                      f"{r['vs_llamacpp']:.2f}x" if r["vs_llamacpp"] is not None else ""] for r in table])
+    # what was measured, above the table: each engine's build, backend and device
+    said = dict.fromkeys(f"measured: {r['engine']} build {r['build'] or 'not reported'}, "
+                         f"{provenance.phrase(r['backend'], r['device'])}" for r in table)
+    return "\n".join([*said, markdown(
+        ["model", "engine", "test", "t/s", "GB/s", "vs llama.cpp"],
+        [[r["model"], r["engine"], r["test"], f"{r['tok_s_median']:.2f} ± {r['tok_s_sd']:.2f}",
+          f"{r['gb_s']:.0f}" if r["gb_s"] else "",
+          f"{r['vs_llamacpp']:.2f}x" if r["vs_llamacpp"] is not None else ""] for r in table])])

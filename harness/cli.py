@@ -12,6 +12,9 @@
                                               the gate against deliberate engine bugs; exit 0 only if all are caught
     harness ab --rounds 8 BASE CANDIDATE [--model NAME|FILE] [--commits]
                                               interleaved A/B of two engine wheels (or git revisions, or a llama.cpp arm)
+    harness ab --aa BASE                      BASE against itself: the noise band later A/Bs here are judged by
+    harness bisect GOOD BAD [--test tg128] [--model NAME|FILE]
+                                              the first commit from GOOD to BAD that made the test slower
     harness wheel REV [REV ...]               the engine wheel of each git revision (built once, cached)
     harness bench [--engine installed|WHEEL] [--llamacpp SPEC] [--model NAME|FILE ...]
                                               pp512/tg128 beside llama.cpp, appended to reports/results

@@ -11,7 +11,6 @@ sampler, so the recorded token is exactly the argmax of the recorded logits.
 from __future__ import annotations
 
 import os
-import platform
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -48,15 +47,9 @@ def _import_llama_cpp():
 
 def device_description(settings: dict) -> str:
     if settings["n_gpu_layers"] == 0:
-        cpu = platform.processor() or platform.machine()
-        try:
-            for line in open("/proc/cpuinfo"):
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-        except OSError:
-            pass
-        return f"cpu: {cpu} ({os.cpu_count()} cores)"
+        from .provenance import cpu_name
+
+        return f"cpu: {cpu_name()} ({os.cpu_count()} cores)"
     from engine.bench import gpu_info
 
     info = gpu_info()

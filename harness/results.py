@@ -20,6 +20,12 @@ A tests record is one run of the test suite (harness/testrun.py: the GPU
 suite, ``scripts/gpu/check.sh tests``): the outcome counts, the build, the
 GPU and the command that ran it.
 
+An ab record is one ``harness ab`` (harness/ab.py): the arms, every round,
+the analysis and what was measured (``backend``, ``device``, ``builds``). An
+A/A record (``"aa": true``, one build against itself) also holds
+``noise_band``, {test: band}: the band later A/Bs on that device and
+backend are judged by (harness/noise.py).
+
 The store adds ``schema_version``, ``kind`` and ``saved_at``.
 
 Schema history (``upgrade()`` is the one path from any older record to the
@@ -166,12 +172,14 @@ def _sort_key(p: Path):
 _TEXT, _NUM, _LIST, _OBJ = (str,), (int, float), (list,), (dict,)
 _FIELDS = {
     None: [("date", _TEXT), ("saved_at", _TEXT), ("gpu", _TEXT), ("driver", _TEXT), ("build", _TEXT),
-           ("engine", _TEXT), ("backend", _TEXT), ("model", _TEXT), ("model_name", _TEXT), ("model_sha256", _TEXT)],
+           ("engine", _TEXT), ("backend", _TEXT), ("device", _TEXT), ("model", _TEXT), ("model_name", _TEXT),
+           ("model_sha256", _TEXT)],
     "bench": [("results", _LIST), ("settings", _OBJ)],
     "validate": [("results", _LIST)],
     "variation": [("results", _LIST)],
     "mutants": [("mutants", _LIST), ("caught", (int,)), ("suite", _LIST), ("not_run", _LIST), ("partial", (bool,))],
-    "ab": [("rounds", _LIST), ("arms", _OBJ), ("analysis", _OBJ), ("measured_rounds", (int,))],
+    "ab": [("rounds", _LIST), ("arms", _OBJ), ("analysis", _OBJ), ("measured_rounds", (int,)), ("builds", _OBJ),
+           ("aa", (bool,)), ("noise_band", _OBJ)],
     "tests": [("command", _TEXT), ("passed", (int,)), ("failed", (int,)), ("errors", (int,)), ("skipped", (int,)),
               ("duration_s", _NUM), ("failures", _LIST), ("skip_reasons", _OBJ)],
 }

@@ -20,6 +20,12 @@ asv's own default is p < 0.002; 0.05 here because rounds are expensive and
 the round-majority rule (``round_wins``) is a second, independent gate.
 Note: Mann-Whitney cannot reach p < 0.05 two-sided with 3 samples per arm
 (the smallest exact p is 0.1), so a verdict needs at least 4 per arm.
+
+``harness ab`` and ``harness bisect`` judge by ``band_verdict`` instead: a
+fixed 5% factor lets a steady 4.9% regression pass, while an interleaved
+A/B on one GPU resolves 1-2%. What counts as a change there is the noise
+band measured for that GPU and test (harness.noise): the whole bootstrap CI
+of B/A beyond it, and the same arm winning most rounds.
 """
 
 from __future__ import annotations
@@ -167,3 +173,29 @@ def round_wins(pairs, *, higher_is_better: bool = True) -> dict:
     majority = "A" if na * 2 > n else "B" if nb * 2 > n else None
     p = float(_st.binomtest(nb, na + nb, 0.5).pvalue) if na + nb else 1.0
     return {"rounds": rounds, "A": na, "B": nb, "ties": n - na - nb, "majority": majority, "p_sign": p}
+
+
+def ratio_spread(pairs) -> float:
+    """The sample standard deviation of the per-round ratio b/a (``pairs``:
+    one (a, b) per round), a fraction of 1: how far one round's ratio
+    scatters. 0.0 for fewer than two rounds."""
+    r = np.array([b / a for a, b in pairs], dtype=float)
+    return float(r.std(ddof=1)) if r.size > 1 else 0.0
+
+
+def band_verdict(ci_low: float, ci_high: float, band: float, majority: str | None,
+                 factor: float | None = None) -> str:
+    """The verdict of an A/B of rates (b/a above 1: b is faster): SLOWER when
+    the whole CI of b/a lies below 1 - ``band`` and "A" won the majority of
+    rounds (``round_wins``), FASTER when it lies above 1 + ``band`` and "B"
+    did, else SAME. ``band``: how far b/a strays from 1 when nothing changed
+    (a fraction). ``factor``, if given: the CI must also lie beyond it (asv's
+    size threshold, for when only large changes matter)."""
+    low, high = 1 - band, 1 + band
+    if factor:
+        low, high = min(low, 1 / factor), max(high, factor)
+    if ci_high < low and majority == "A":
+        return SLOWER
+    if ci_low > high and majority == "B":
+        return FASTER
+    return SAME

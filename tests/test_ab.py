@@ -65,7 +65,9 @@ def test_cold_round_dropped_and_verdict(monkeypatch, tmp_path):
     saved = json.loads((tmp_path / "res").glob("ab-*.json").__next__().read_text())
     assert saved["kind"] == "ab" and saved["complete"] and saved["tokens_identical"]
     assert ab.slower_tests(rec) == []
-    assert "beyond 1.05x (1/1.05) AND the Mann-Whitney U p < 0.05" in ab.format_report(rec)  # the rule, stated
+    report = ab.format_report(rec)  # the rule, stated, and the band that judged each test
+    assert "the whole 95% CI of B/A lies beyond the test's noise band" in report
+    assert "noise band of pp8, tg4: default: 2 sd of this run's per-round B/A" in report
 
 
 @pytest.mark.parametrize("allow", [False, True])

@@ -17,6 +17,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,9 +112,9 @@ print(json.dumps({"build": engine.BUILD, "tokens": [1, 2],
 '''
 
 
-def _fake_wheel(dest: Path, build: str) -> Path:
+def _fake_wheel(dest: Path, build: str, main: str = _FAKE_MAIN) -> Path:
     """A minimal installable wheel of a fake ``engine`` package."""
-    files = {"engine/__init__.py": _FAKE_INIT.format(build=build), "engine/__main__.py": _FAKE_MAIN,
+    files = {"engine/__init__.py": _FAKE_INIT.format(build=build), "engine/__main__.py": main,
              "fake_engine-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: fake-engine\nVersion: 0.1\n",
              "fake_engine-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
                                                 "Tag: py3-none-any\n"}
@@ -197,3 +198,83 @@ def test_ctrl_c_during_bench_kills_the_child(tmp_path):
     assert r.returncode == 130 and "interrupted" in r.stderr and "Traceback" not in r.stderr
     assert not any(_alive(int(p.name.split("-")[1])) for p in runs.iterdir())
     assert not (tmp_path / "results").exists() and not _leftovers(tmp_path)
+
+
+# ---- a build from before `python -m engine info` ----------------------------------
+
+# The command line engines had before `info` (2026-11-30): generate and bench only.
+_OLD_MAIN = r'''
+import argparse, json
+import engine
+p = argparse.ArgumentParser(prog="python -m engine")
+sub = p.add_subparsers(dest="command", required=True)
+sub.add_parser("generate")
+b = sub.add_parser("bench")
+b.add_argument("model")
+for flag in ("-p", "-n", "-r"):
+    b.add_argument(flag, type=int)
+b.add_argument("--json", action="store_true")
+args = p.parse_args()
+if engine.BUILD == "crash":
+    raise SystemExit("this build cannot run")
+print(json.dumps({"build": engine.BUILD, "backend": "numpy", "tokens": [1, 2],
+                  "results": [{"test": f"tg{args.n}", "samples_tok_s": [100.0] * args.r, "tok_s_mean": 100.0}]}))
+'''
+
+
+def _old_ab(tmp_path, a: Path, b: Path, monkeypatch, **kw) -> dict:
+    monkeypatch.setenv("FAKE_RUNS_DIR", str(tmp_path / "runs"))  # the newer fake's stamps (it never hangs here)
+    monkeypatch.setenv("FAKE_HANG_AT", "1000")
+    (tmp_path / "runs").mkdir(exist_ok=True)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"not read by the fake engines")
+    cfg = ab.ABConfig(model=model, n_prompt=0, n_gen=4, reps=1, rounds=4, **kw)
+    return ab.run_ab(str(a), str(b), cfg, tmp_path / "work", results_dir=tmp_path / "res")
+
+
+def test_a_build_without_info_is_probed_by_its_bench_record(tmp_path, monkeypatch):
+    """An old build is measured as a base: the probe falls back to the
+    build's own bench record for its build hash, and the record names it."""
+    old = _fake_wheel(tmp_path / "old", "fake-old", _OLD_MAIN)
+    new = _fake_wheel(tmp_path / "new", "fake-new")
+    arms = ab.prepare_arms(str(old), str(new), tmp_path / "work")
+    assert arms["A"].describe()["build"] is None and "no `python -m engine info`" in arms["A"].describe()["probe"]
+    rec = _old_ab(tmp_path, old, new, monkeypatch)
+    assert rec["complete"] and rec["builds"] == {"A": "fake-old", "B": "fake-new"}
+    assert rec["arms"]["A"]["build"] == "fake-old" and rec["arms"]["B"]["probe"] == "info --json"
+    assert set(rec["analysis"]) == {"tg4"}
+
+
+def test_two_copies_of_one_old_build_are_refused_once_it_names_itself(tmp_path, monkeypatch):
+    a = _fake_wheel(tmp_path / "a", "fake-old", _OLD_MAIN)
+    b = _fake_wheel(tmp_path / "b", "fake-old", _OLD_MAIN + "\n# another wheel file, the same build\n")
+    with pytest.raises(AnvilError, match="same build \\(engine build fake-old"):
+        _old_ab(tmp_path, a, b, monkeypatch)
+
+
+def test_a_failed_probe_shows_the_command_not_the_bootstrap_source(tmp_path):
+    broken = _fake_wheel(tmp_path / "broken", "crash", _OLD_MAIN.replace('sub.add_parser("generate")', "1 / 0"))
+    with pytest.raises(AnvilError) as e:
+        ab.prepare_arms(str(broken), str(broken), tmp_path / "work", allow_same=True)
+    said = str(e.value)
+    assert "ZeroDivisionError" in said and re.search(r"-c <\d+-line program>", said) and "sys.path[:]" not in said
+
+
+def test_an_arm_from_the_wheel_cache_is_named_by_its_commit_and_subject(tmp_path):
+    from harness import wheels
+    from harness.runners.engine_wheel import EngineWheelRunner
+
+    sha = "0123456789abcdef" * 2 + "01234567"
+    wheel = _fake_wheel(tmp_path / "wheels" / sha, "fake-a")
+    (wheel.parent / wheels.COMMIT_FILE).write_text(json.dumps({"commit": sha, "subject": "Decode GEMVs fed by "
+                                                                                           "bulk copies"}))
+    d = EngineWheelRunner(wheel, tmp_path / "work").describe()
+    assert d["label"] == "0123456789 Decode GEMVs fed by bulk copies" and (d["commit"], d["subject"]) == (
+        sha, "Decode GEMVs fed by bulk copies")
+    # a wheel cached before the commit file: its directory names the commit, git its subject
+    head = wheels.commit_of("HEAD")
+    older = _fake_wheel(tmp_path / "wheels" / head, "fake-b")
+    assert EngineWheelRunner(older, tmp_path / "work").label == f"{head[:10]} {wheels.subject_of(head)[:60]}".rstrip()
+    # a wheel from anywhere else: its file name and hash, as before
+    elsewhere = _fake_wheel(tmp_path / "x", "fake-c")
+    assert EngineWheelRunner(elsewhere, tmp_path / "work").label.startswith("fake_engine-0.1@")

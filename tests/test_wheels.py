@@ -13,6 +13,8 @@ def test_a_commit_is_built_once_and_named_by_its_id(tmp_path, monkeypatch, capsy
     head = wheels.commit_of("HEAD")
     first = wheels.wheel_for("HEAD", progress=False)
     assert first.parent == tmp_path / "wheels" / head and first.name.startswith("anvil-")
+    # beside it, what an A/B arm is named by: the commit and its subject
+    assert wheels.commit_info(first) == {"commit": head, "subject": wheels.subject_of(head)} and wheels.subject_of(head)
     stamp = first.stat().st_mtime_ns
     assert cli.main(["wheel", head[:12]]) == 0  # the same commit by another name: the cached wheel
     assert capsys.readouterr().out.strip() == str(first) and first.stat().st_mtime_ns == stamp

@@ -532,6 +532,8 @@ def _ab(records: list[dict], facts: dict, figures: dict) -> tuple[list[ABTest], 
                 runs.append(Run("ab", _file(rec), model, who, test, d, fig, prov))
         maj = {k: "{} ({}/{} runs)".format(*dx.majority(v)) if v else "no runs" for k, v in diags.items()}
         notes = []
+        if rec.get("aa"):  # one build against itself (harness ab --aa): what later verdicts are judged against
+            notes.append("A/A: measures the noise band")
         if not rec.get("complete", True):
             notes.append(f"incomplete ({rec.get('interrupted') or 'interrupted'})")
         if rec.get("skipped_rounds"):

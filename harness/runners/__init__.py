@@ -36,10 +36,17 @@ class RunnerError(AnvilError):
     def __init__(self, what: str, cmd: list[str], returncode: int | None, stderr: str = ""):
         self.what, self.cmd, self.returncode = what, [str(c) for c in cmd], returncode
         self.stderr_tail = "\n".join(stderr.strip().splitlines()[-STDERR_TAIL_LINES:])
-        msg = f"{what}\n  command: {' '.join(self.cmd)}\n  exit status: {returncode}"
+        msg = f"{what}\n  command: {' '.join(map(_shown, self.cmd))}\n  exit status: {returncode}"
         if self.stderr_tail:
             msg += "\n  stderr (last lines):\n" + "\n".join("    " + ln for ln in self.stderr_tail.splitlines())
         super().__init__(msg)
+
+
+def _shown(arg: str) -> str:
+    """A command's argument as a failure shows it: a program passed whole
+    (the isolating bootstrap after ``python -c``) is a placeholder, its
+    source says nothing about what failed."""
+    return f"<{arg.count(chr(10)) + 1}-line program>" if "\n" in arg else arg
 
 
 @dataclass

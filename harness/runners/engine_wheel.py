@@ -27,7 +27,12 @@ hash the child actually imported so that is visible.
 
 The build is asked about itself through its public command line
 (``python -m engine info --json``), never by importing a private module, so
-a restructured engine can still be measured.
+a restructured engine can still be measured. A build from before ``info``
+(2026-11-30) is measured too: its first ``bench --json`` record names its
+build, and the bootstrap checks the modules that run imported.
+
+A wheel from the harness's wheel cache (harness/wheels.py) is named by its
+commit and subject.
 """
 
 from __future__ import annotations
@@ -42,10 +47,12 @@ from pathlib import Path
 
 from engine.errors import AnvilError
 
+from .. import wheels
 from . import (Runner, RunnerError, RunResult, check_model, inherited_pythonpath, parse_json_output,
                pythonpath_without, run_process, tests_from_results)
 
 REQUIRED_MEMBERS = ("engine/__init__.py", "engine/__main__.py")  # `python -m engine` is the interface
+SUBJECT_CHARS = 60  # of a commit's subject in an arm's label
 _MARKER = ".anvil-wheel.json"
 ISOLATION_EXIT = 86  # the bootstrap's exit status when the run broke isolation or lacked a module
 
@@ -169,7 +176,15 @@ class _EngineRunner(Runner):
 
     def _probe(self) -> dict:
         cmd = self.command("info", "--json")
-        out, err, _ = self._child(cmd, 300, f"engine probe ({self.label})")
+        try:
+            out, err, _ = self._child(cmd, 300, f"engine probe ({self.label})")
+        except RunnerError as e:
+            if not _lacks_info(e):
+                raise
+            # a build from before `info`: its first bench record names the
+            # build (run()); every module that run imports is checked by the
+            # bootstrap; its kernel cache is ANVIL_CACHE_DIR, as every build's
+            return {"build": None, "probe": "bench --json (this build has no `python -m engine info`)"}
         probe = parse_json_output(out, cmd, err, what="engine probe")
         if not isinstance(probe, dict) or not isinstance(probe.get("modules"), dict) or not probe.get("build"):
             raise RunnerError("`python -m engine info --json` printed no build and module list", cmd, 0, err)
@@ -193,9 +208,13 @@ class _EngineRunner(Runner):
         raw = parse_json_output(out, cmd, err)
         if not isinstance(raw, dict):
             raise RunnerError("engine bench printed JSON that is not an object", cmd, 0, err)
+        if self.probe["build"] is None:  # a build without `info` (_probe): its first record names it
+            if not raw.get("build"):
+                raise RunnerError("engine bench printed no build: which engine ran cannot be told", cmd, 0, err)
+            self.probe["build"] = raw["build"]
         if raw.get("build") != self.probe["build"]:
             raise RunnerError(f"engine bench reports build {raw.get('build')} but the engine under test is build "
-                              f"{self.probe['build']} ({self.probe['engine_file']}): another engine was imported",
+                              f"{self.probe['build']} ({self.probe.get('engine_file')}): another engine was imported",
                               cmd, 0, err)
         return RunResult(tests=tests_from_results(raw, cmd, err), tokens=raw.get("tokens"), raw=raw,
                          wall_s=wall, cmd=cmd, returncode=0)
@@ -204,7 +223,14 @@ class _EngineRunner(Runner):
         p = self.probe or {}
         return {"engine_file": p.get("engine_file"), "build": p.get("build"), "version": p.get("version"),
                 "python": p.get("python"), "modules": len(p.get("modules") or {}), "cache_dir": str(self.cache_dir),
-                "isolation": "python -I -S, explicit sys.path", "extra_args": self.extra_args}
+                "isolation": "python -I -S, explicit sys.path", "probe": p.get("probe", "info --json"),
+                "extra_args": self.extra_args}
+
+
+def _lacks_info(e: RunnerError) -> bool:
+    """Whether the probe failed only because the build has no ``info``
+    command: argparse's usage error (exit status 2) naming it."""
+    return e.returncode == 2 and "invalid choice: 'info'" in e.stderr_tail
 
 
 class EngineWheelRunner(_EngineRunner):
@@ -217,10 +243,14 @@ class EngineWheelRunner(_EngineRunner):
         self.sha12 = self.sha256[:12]
         self.site_dir = self.root = self.workdir / "sites" / self.sha12
         self.cache_dir = self.workdir / "kernels" / self.sha12
-        self.label = label or f"{self.wheel.name.split('-')[0]}-{self.wheel.name.split('-')[1]}@{self.sha12}"
+        self.commit = wheels.commit_info(self.wheel) or {}  # a wheel from the wheel cache: its commit
+        commit, subject = self.commit.get("commit"), self.commit.get("subject") or ""
+        self.label = label or (f"{commit[:10]} {subject[:SUBJECT_CHARS]}".rstrip() if commit else
+                               f"{self.wheel.name.split('-')[0]}-{self.wheel.name.split('-')[1]}@{self.sha12}")
 
     def describe(self) -> dict:
         return {"kind": self.kind, "label": self.label, "wheel": str(self.wheel), "sha256": self.sha256,
+                "commit": self.commit.get("commit"), "subject": self.commit.get("subject"),
                 "site_dir": str(self.site_dir), **self._identity()}
 
     def installed(self) -> bool:
