@@ -38,6 +38,14 @@ def commit_of(rev: str, repo: Path | None = None) -> str:
     return p.stdout.strip()
 
 
+def describe_commit(rev: str, repo: Path | None = None) -> dict:
+    """What an A/B record names an arm built from ``rev`` by: {"commit": full id, "subject": its first line}."""
+    repo = repo or project.ROOT
+    sha = commit_of(rev, repo)
+    p = _git(repo, "log", "-1", "--format=%s", sha)
+    return {"commit": sha, "subject": p.stdout.strip() if p.returncode == 0 else ""}
+
+
 def build_isolation_args() -> list[str]:
     """pip's build isolation installs the build backend from the package
     index; where this Python has it already (pyproject's setuptools >= 77),

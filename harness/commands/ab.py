@@ -39,7 +39,9 @@ def add(sub) -> None:
 def run(args) -> int:
     from .. import ab, wheels
 
+    commits = None
     if args.commits:  # the arms are git revisions: their engine wheels, built (or found) first
+        commits = {"A": wheels.describe_commit(args.base), "B": wheels.describe_commit(args.candidate)}
         args.base, args.candidate = (str(wheels.wheel_for(rev)) for rev in (args.base, args.candidate))
     # every input is checked (the wheels installed and probed, the model
     # named) before any model is downloaded or generated: that can take minutes
@@ -61,7 +63,7 @@ def run(args) -> int:
 
     try:
         record = ab.run_ab(args.base, args.candidate, cfg, common.workdir(), progress=progress, runners=runners,
-                           results_dir=args.results_dir, save=common.saving(args))
+                           results_dir=args.results_dir, save=common.saving(args), arm_info=commits)
     except ab.Interrupted as e:
         print(f"interrupted: {e}", file=sys.stderr)
         return 130
