@@ -63,7 +63,9 @@ def measure(commit: str) -> dict:
 
 
 def main(commits: list[str]) -> None:
-    kb = lambda d: " + ".join(f"{k} {v / 1e3:.0f}" for k, v in d.items() if v) + f" = {sum(d.values()) / 1e3:.0f} kB"  # noqa: E731
+    def kb(d: dict) -> str:
+        return " + ".join(f"{k} {v / 1e3:.0f}" for k, v in d.items() if v) + f" = {sum(d.values()) / 1e3:.0f} kB"
+
     for c in commits:
         m = measure(c)
         print(f"{c} ({m['records']} records): committed {kb(m['then'])}; now {kb(m['now'])}")

@@ -403,7 +403,8 @@ def _trace_figure(name: str, title: str, trace: dict, power_limit, window: dict 
 
 # ---- the builder -------------------------------------------------------------
 
-def _bench_measures(rec: dict, facts: dict, figures: dict, validations=(), rooflines=None) -> list[tuple[dict, Measure]]:
+def _bench_measures(rec: dict, facts: dict, figures: dict, validations=(),
+                    rooflines=None) -> list[tuple[dict, Measure]]:
     """Every test of a bench record as a Measure; its NVML trace, if any, into ``figures`` (drawn only if shown)."""
     out = []
     roof = (rooflines or {}).get(rec.get("gpu"))
@@ -429,10 +430,12 @@ def _bench_measures(rec: dict, facts: dict, figures: dict, validations=(), roofl
         samples = tuple(float(x) for x in r.get("samples_tok_s") or [] if isinstance(x, (int, float)) and x > 0)
         power = summary.get("power_w_mean") if summary and r.get("nvml_window") else None  # the measured window's
         joules = float(power) / float(tok) if isinstance(power, (int, float)) and tok > 0 else None
-        out.append((rec, Measure(engine_name(rec), test, float(tok), r.get("tok_s_sd"), len(r.get("samples_tok_s") or []),
-                                 _date(rec), rec.get("gpu"), rec.get("driver"), _build(rec), _settings(rec),
-                                 _file(rec), str(rec.get("note") or ""), rt, diag, fig, joules,
-                                 rec.get("peak_device_bytes") if isinstance(rec.get("peak_device_bytes"), int) else None,
+        peak = rec.get("peak_device_bytes")
+        out.append((rec, Measure(engine_name(rec), test, float(tok), r.get("tok_s_sd"),
+                                 len(r.get("samples_tok_s") or []), _date(rec), rec.get("gpu"), rec.get("driver"),
+                                 _build(rec), _settings(rec), _file(rec), str(rec.get("note") or ""), rt, diag, fig,
+                                 joules,
+                                 peak if isinstance(peak, int) else None,
                                  _stack(rec), backed, samples, results.spec_hash(rec, test))))
     return out
 
@@ -644,7 +647,8 @@ def _ab_marks(records: list[dict]) -> dict[str, tuple]:
     for rec in records:
         for test, t in sorted((rec.get("analysis") or {}).items()):
             if isinstance(t, dict) and isinstance(t.get("ratio"), (int, float)) and t.get("verdict"):
-                out.setdefault(model_name(rec), []).append((_date(rec), str(t["verdict"]), f"{test} {t['ratio']:.3f}×"))
+                mark = (_date(rec), str(t["verdict"]), f"{test} {t['ratio']:.3f}×")
+                out.setdefault(model_name(rec), []).append(mark)
     return {m: tuple(sorted(v)) for m, v in out.items()}
 
 
@@ -703,8 +707,9 @@ def _depth_figure(model: str, rows: list[Row], measures: list[tuple[dict, Measur
                     if d not in pts or _order(rec) > pts[d][0]:
                         pts[d] = (_order(rec), m.tok_s)
             key = (base, row.gpu or "", anchor.engine)
-            cand = (len(pts), _order(arec), f"{_engine_label(anchor.engine)} {base} · build "
-                    f"{fmt_short_build(anchor.build)}, {anchor.date[:10]}", tuple(sorted((d, v[1]) for d, v in pts.items())))
+            label = (f"{_engine_label(anchor.engine)} {base} · build {fmt_short_build(anchor.build)}, "
+                     f"{anchor.date[:10]}")
+            cand = (len(pts), _order(arec), label, tuple(sorted((d, v[1]) for d, v in pts.items())))
             if len(pts) > 1 and (key not in curves or cand[:2] > curves[key][:2]):
                 curves[key] = cand
     if not curves:

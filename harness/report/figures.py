@@ -129,7 +129,8 @@ def lines(name: str, title: str, data: tuple) -> str:
             ax.set_ylabel(ptitle, fontsize=8)
             ax.set_ylim(bottom=0)
             ax.grid(color="#eeeeee", linewidth=0.5)
-            ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside: never over a line
+            # beside the panel: a legend never covers a line
+            ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         if n_lanes:
             lane_ax = axes[-1]
             for verdict, (marker, colour) in AB_MARKS.items():
