@@ -404,6 +404,14 @@ def test_ab_arms_are_named_by_commit_and_subject_where_the_record_has_them(monke
     assert _arm_label({**wheel, "wheel": f"/c/anvil/wheels/{'9' * 40}/anvil-0.1.0-py3-none-any.whl"}) == \
         "99999999: anvil-0.1.0@45045aa078cf"
     assert _arm_label({**wheel, "wheel": "/w/wheels/anvil-0.1.0-py3-none-any.whl"}) == "anvil-0.1.0@45045aa078cf"
+    # what harness ab --commits records of a revision
+    import subprocess
+
+    from harness import wheels
+
+    head = wheels.describe_commit("HEAD")
+    git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()  # noqa: E731
+    assert head == {"commit": git("rev-parse", "HEAD"), "subject": git("log", "-1", "--format=%s")}
 
 
 def test_deterministic_self_contained_html(store, tmp_path):
