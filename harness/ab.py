@@ -153,11 +153,14 @@ def refuse_same_build(desc: dict) -> None:
 
 
 def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, progress=None,
-           results_dir: Path | None = None, save: bool = True, runners: dict | None = None) -> dict:
+           results_dir: Path | None = None, save: bool = True, runners: dict | None = None,
+           arm_info: dict | None = None) -> dict:
     """The interleaved A/B of two builds on ``cfg.model``, saved as one
-    record (``runners``: the arms from ``prepare_arms``, if already made)."""
+    record (``runners``: the arms from ``prepare_arms``, if already made;
+    ``arm_info``: more to record of each arm, e.g. {"A": {"commit", "subject"}}
+    for arms built from git revisions)."""
     runners = runners or prepare_arms(base_spec, cand_spec, workdir, allow_same=cfg.allow_same)
-    desc = {k: r.describe() for k, r in runners.items()}
+    desc = {k: {**r.describe(), **(arm_info or {}).get(k, {})} for k, r in runners.items()}
     arms = {k: ArmRuns(k, desc[k]) for k in runners}
     record = {"kind": "ab", "model": str(cfg.model), **cfg.identity,
               "config": {k: str(v) if isinstance(v, Path) else v for k, v in cfg.__dict__.items()},

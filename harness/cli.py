@@ -18,6 +18,7 @@
     harness wheel REV [REV ...]               the engine wheel of each git revision (built once, cached)
     harness bench [--engine installed|WHEEL] [--llamacpp SPEC] [--model NAME|FILE ...]
                                               pp512/tg128 beside llama.cpp, appended to reports/results
+    harness roofline [--save]                 this GPU's copy bandwidth and bf16 GEMM rate (the scoreboard's rooflines)
     harness doctor                            what this machine can do, and how to fix what is missing
     harness report [--format html|md]         the scoreboard (reports/index.html) from the results store
 """

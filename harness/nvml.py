@@ -203,6 +203,34 @@ def static_info(nv, h, device_index: int = 0) -> dict:
     }
 
 
+# What a saved trace keeps (results.save): the clock reads t to the
+# nanosecond and NVML power to the milliwatt; a trace that is plotted, and
+# summarised only where its record kept no summary, needs neither. Times to
+# 1 ms (samples are 25 ms apart at the finest), power to 0.1 W (NVML's stated
+# accuracy is +-5 W); clocks, utilisation, temperature and reasons are
+# integers already. Summaries are kept as measured: a rounded fraction could
+# cross a diagnosis threshold.
+TRACE_DECIMALS = {"t": 3, "power_w": 1}
+
+
+def is_trace(obj) -> bool:
+    return isinstance(obj, dict) and isinstance(obj.get("t"), list) and "sm_mhz" in obj
+
+
+def compact(obj):
+    """``obj`` (a record, or any part of one) with every NVML trace in it
+    rounded by TRACE_DECIMALS; everything else as it was (a new object
+    where something changed)."""
+    if is_trace(obj):
+        return {k: [x if x is None or k not in TRACE_DECIMALS else round(float(x), TRACE_DECIMALS[k]) for x in v]
+                if isinstance(v, list) else v for k, v in obj.items()}
+    if isinstance(obj, dict):
+        return {k: compact(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [compact(v) for v in obj]
+    return obj
+
+
 MIN_WINDOW_SAMPLES = 3
 
 

@@ -26,7 +26,18 @@ A/A record (``"aa": true``, one build against itself) also holds
 ``noise_band``, {test: band}: the band later A/Bs on that device and
 backend are judged by (harness/noise.py).
 
+A roofline record is what ``harness roofline --save`` measured on one GPU
+(harness/roofline.py): ``copy_gb_s`` (device-to-device copy, bytes read and
+written) and ``bf16_tflops`` (a cuBLAS bf16 GEMM), the ceilings the
+scoreboard reads decode and prefill against.
+
 The store adds ``schema_version``, ``kind`` and ``saved_at``.
+
+Records are written compact: no indentation, and NVML traces and summaries
+rounded (``nvml.compact``: trace times to the millisecond, power to 0.1 W,
+summary fractions to 4 significant digits) - a sitting's records are what
+the repository grows by. Records written before (indented, full floats)
+load as they are.
 
 Schema history (``upgrade()`` is the one path from any older record to the
 current shape, applied on save and on load; files on disk are never rewritten):
@@ -56,13 +67,13 @@ from typing import TYPE_CHECKING
 
 from engine.errors import AnvilError
 
-from . import project
+from . import nvml, project
 
 if TYPE_CHECKING:
     import pandas as pd
 
 SCHEMA_VERSION = 2
-KINDS = ("bench", "ab", "validate", "variation", "mutants", "tests")
+KINDS = ("bench", "ab", "validate", "variation", "mutants", "tests", "roofline")
 DEFAULT_DIR = project.ROOT / "reports" / "results"
 
 # What makes two measurements the same benchmark: the WORK done, not how an
@@ -130,7 +141,7 @@ def save(record: dict, kind: str, dir: str | Path | None = None) -> Path:
     rec = {"schema_version": SCHEMA_VERSION, "kind": kind, "saved_at": saved_at, "date": saved_at, **rec}
     if why := check_record(rec):  # only what load_all reads back is ever written
         raise ValueError(f"not saving a {kind} record that would not load: {why}")
-    body = (json.dumps(rec, indent=1, default=_jsonable) + "\n").encode()
+    body = (json.dumps(nvml.compact(rec), separators=(",", ":"), default=_jsonable) + "\n").encode()
     d = Path(dir) if dir is not None else DEFAULT_DIR
     d.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", now)
@@ -182,9 +193,11 @@ _FIELDS = {
            ("aa", (bool,)), ("noise_band", _OBJ)],
     "tests": [("command", _TEXT), ("passed", (int,)), ("failed", (int,)), ("errors", (int,)), ("skipped", (int,)),
               ("duration_s", _NUM), ("failures", _LIST), ("skip_reasons", _OBJ)],
+    "roofline": [("copy_gb_s", _NUM), ("bf16_tflops", _NUM), ("copy", _OBJ), ("gemm", _OBJ)],
 }
 _REQUIRED = {None: ("date",), "ab": ("measured_rounds",),  # schema 2
-             "tests": ("command", "passed", "failed", "errors", "skipped")}
+             "tests": ("command", "passed", "failed", "errors", "skipped"),
+             "roofline": ("gpu", "copy_gb_s", "bf16_tflops")}
 _ITEMS = {"bench": ("results", [("test", _TEXT), ("samples_tok_s", _LIST), ("tok_s_mean", _NUM)]),
           "validate": ("results", [("model", _TEXT), ("passed", (bool,)), ("steps", (int,))]),
           "variation": ("results", [("model", _TEXT), ("variant", _TEXT)]),
@@ -221,8 +234,8 @@ def check_record(rec: dict) -> str | None:
     for field in ("date", "saved_at"):
         if isinstance(rec.get(field), str) and not _date_ok(rec[field]):
             return f"field '{field}' is not an ISO date: {rec[field]!r}"
-    items, fields = _ITEMS[kind]
-    for i, item in enumerate(rec.get(items) or []):
+    items, fields = _ITEMS.get(kind, ("", []))  # a roofline record has no list of items
+    for i, item in enumerate(rec.get(items) or [] if items else []):
         if not isinstance(item, dict):
             return f"field '{items}[{i}]' is {type(item).__name__}, expected an object"
         for field, types in fields:

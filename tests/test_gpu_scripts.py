@@ -23,7 +23,7 @@ FAKE_PYTHON = textwrap.dedent('''\
     # the host's python3, faked where the real one would need a GPU, llama.cpp or the network
     echo "python3 $(printf '%q ' "$@")" >> "$FAKE_LOG"
     case "$*" in
-      "-m pip "*|scripts/gpu/join_parts.py*|"-c import llama_cpp"*|*"harness.cli models"*|*"harness.cli bench"*)
+      "-m pip "*|scripts/gpu/join_parts.py*|"-c import llama_cpp"*|*"harness.cli models"*|*"harness.cli bench"*|*"harness.cli roofline"*)
         exit 0 ;;
       *"harness.cli validate-catalog"*)
         model=$(echo "$*" | sed -n 's/.*--model \\([^ ]*\\).*/\\1/p')
@@ -147,6 +147,8 @@ def test_scoreboard_benchmarks_each_model_right_after_it_passed(host):
         ("validate-catalog", "qwen3-8b"), ("bench", "qwen3-8b"), ("validate-catalog", "llama3-8b"),
         ("bench", "llama3-8b")]
     assert "tiny-llama" in harness_calls(calls, "validate-catalog")  # the cpu tier first, while llama.cpp builds
+    (roof,) = [i for i, c in enumerate(calls) if "harness.cli roofline --save" in c]  # the GPU's rooflines, once,
+    assert roof < calls.index(gated[0])  # before the sitting's first gate and benchmark
     assert all("--save" in c for c in calls if "harness.cli validate-catalog" in c)
 
 

@@ -1,6 +1,6 @@
 """harness report: the scoreboard from fake records of every kind (bench, ab,
-validate) and from the committed real ones; the NVML diagnosis rules at and
-around each threshold. CPU only, a few seconds."""
+validate, roofline) and from the committed real ones; the NVML diagnosis
+rules at and around each threshold. CPU only, a few seconds."""
 
 from __future__ import annotations
 
@@ -18,14 +18,24 @@ from harness.compare import CaseResult, Flip
 from harness.report import build_report, main_report, render_md, write_html
 from harness.report import diagnose as dx
 from harness.report import figures
-from harness.report.html import render_html
+from harness.report.html import FIGURE_RE, render_html
 from harness.catalog import Gate
+from harness.roofline import Roofline
 from harness.validate import Failure, ModelResult
 
 H200 = "NVIDIA H200"
 WEIGHT_BYTES = 4_670_533_632   # qwen3-8b's matrices
 N_PARAMS = 8_190_735_360
-PNG = b"\x89PNG\r\n\x1a\n"
+ROOF = Roofline(H200, 4300.0, 790.0)  # what the fixture's roofline record says
+
+
+def roofline_record(gpu=H200, copy=4300.0, gemm=790.0, date="2026-11-01T08:00:00Z") -> dict:
+    return {"gpu": gpu, "copy_gb_s": copy, "bf16_tflops": gemm, "date": date, "driver": "580.159.04",
+            "copy": {"samples_gb_s": [copy] * 3}, "gemm": {"samples_tflops": [gemm] * 3}}
+
+
+def svg_ok(markup: str) -> bool:
+    return markup.startswith("<svg") and markup.rstrip().endswith("</svg>") and "<?xml" not in markup
 
 
 def bench(engine, model, date, pp, tg, *, build="b0", kv="f16", gpu=H200, **over):
@@ -147,6 +157,7 @@ def store(tmp_path, monkeypatch):
             results.save(lc, "bench", d)
     results.save(validate_record("2026-11-01T09:00:00Z", drift=True), "validate", d)
     results.save(validate_record("2026-11-20T09:00:00Z"), "validate", d)
+    results.save(roofline_record(), "roofline", d)
     ab_record(monkeypatch, tmp_path, d)
     return d
 
@@ -183,7 +194,9 @@ def test_scoreboard_numbers_ratios_and_rooflines(store):
     assert (r.anvil.tok_s, r.llamacpp.tok_s) == (240.0, 260.0)   # the latest of each engine
     assert r.ratio == pytest.approx(240 / 260)
     assert r.anvil.rate.gb_s == pytest.approx(WEIGHT_BYTES * 240 / 1e9)
-    assert r.anvil.rate.roofline == pytest.approx(WEIGHT_BYTES * 240 / 1e9 / dx.MEASURED_HBM_GBS)
+    assert r.anvil.rate.roofline == pytest.approx(WEIGHT_BYTES * 240 / 1e9 / 4300.0)  # the roofline record's
+    assert (r.anvil.rate.ceiling.gpu, r.anvil.rate.ceiling.bf16_tflops) == (H200, 790.0)
+    assert r.anvil.rate.ceiling.file.startswith("roofline-")
     # llama.cpp's decode GB/s: the same file's weight bytes, taken from the Anvil record
     assert r.llamacpp.rate.gb_s == pytest.approx(WEIGHT_BYTES * 260 / 1e9)
     p = row(rep, "beta-3b", "pp512")
@@ -191,8 +204,8 @@ def test_scoreboard_numbers_ratios_and_rooflines(store):
     # prefill: 2 x n_params FLOPs per token, n_params from the llama.cpp record of the same file
     assert p.anvil.rate.tflop_s == pytest.approx(2 * N_PARAMS * 36000 / 1e12)
     html = render_html(rep)
-    for sid in ("scoreboard", "model-alpha-8b", "model-beta-3b", "figures", "history", "parity", "ab", "diagnosis",
-                "provenance"):
+    for sid in ("summary", "scoreboard", "model-alpha-8b", "model-beta-3b", "figures", "history", "parity", "ab",
+                "diagnosis", "provenance"):
         assert f'id="{sid}"' in html
     assert "0.92×" in html and "1.89×" in html
     assert "build new1" in html or "new1" in html
@@ -205,7 +218,7 @@ def test_bench_nvml_diagnosis_and_trace_figures(store, tmp_path):
     rep = build_report(results.load_all(store))
     a = row(rep, "alpha-8b", "tg128").anvil
     assert a.diagnosis.label == dx.LAUNCH and a.diagnosis.sentence.startswith("decode reads 1121 GB/s = 26%")
-    assert a.figure and a.figure.endswith("-tg128.png")
+    assert a.figure and a.figure.endswith("-tg128")
     assert row(rep, "alpha-8b", "pp512").anvil.diagnosis.label == dx.UNKNOWN  # the trace was tg128's only
     b = row(rep, "beta-3b", "tg128")
     # a summary of the whole process (model load included) is not diagnosed
@@ -214,8 +227,8 @@ def test_bench_nvml_diagnosis_and_trace_figures(store, tmp_path):
     assert b.llamacpp.diagnosis.label == dx.UNKNOWN and "no driver" in b.llamacpp.diagnosis.sentence
     assert "covers the whole run" not in b.llamacpp.diagnosis.sentence
     (fig,) = [f for f in rep.figures if f.name == a.figure]
-    assert figures.render(fig).startswith(PNG)
-    assert f'src="figures/{a.figure}"' in render_html(rep)
+    assert svg_ok(figures.render(fig)) and "tg128" in fig.title
+    assert f'<figure class="fig" data-fig="{a.figure}"><svg' in render_html(rep)
 
 
 def test_history_first_to_latest(store):
@@ -226,12 +239,10 @@ def test_history_first_to_latest(store):
     assert h.gain == pytest.approx(1.2)
     html = render_html(rep)
     assert "published (first record)" in html and "1.20×" in html
-    bars = {f.name: f for f in rep.figures if f.kind == "bars"}
-    assert set(bars) == {"bars-prefill.png", "bars-decode.png"}
-    label, series = bars["bars-decode.png"].data[0]
-    assert label == "alpha-8b tg128 [NVIDIA H200]"
-    assert [s[:2] for s in series] == [("llama.cpp first", 250.0), ("llama.cpp latest", 260.0),
-                                       ("Anvil first", 200.0), ("Anvil latest", 240.0)]
+    (bars,) = [f for f in rep.figures if f.kind == "bars"]
+    assert bars.name == "ratios" and bars.data[:2] == (("alpha-8b pp512", pytest.approx(18000 / 9500), False),
+                                                       ("alpha-8b tg128", pytest.approx(240 / 260), False))
+    assert svg_ok(figures.render(bars))
 
 
 def test_incomparable_records_are_never_compared(tmp_path):
@@ -246,15 +257,14 @@ def test_incomparable_records_are_never_compared(tmp_path):
                  "bench", d)  # the same name, another file
     rep = build_report(results.load_all(d))
     tg = [r for r in rep.rows if (r.model, r.test) == ("alpha-8b", "tg128")]
-    assert len(tg) == 3  # same spec on the H200, f32 KV, the A100
-    paired = [r for r in tg if r.anvil and r.llamacpp]
-    assert len(paired) == 1 and paired[0].llamacpp.tok_s == 250.0 and paired[0].ratio == pytest.approx(240 / 250)
-    assert all(r.ratio is None for r in tg if r is not paired[0])
-    assert {r.spec for r in tg if r.gpu == H200} == {results.spec_hash(bench("anvil", "alpha-8b", "", 1, 1), "tg128"),
-                                                     results.spec_hash(bench("anvil", "alpha-8b", "", 1, 1, kv="f32"),
-                                                                       "tg128")}
-    gamma = [r for r in rep.rows if (r.model, r.test) == ("gamma-1b", "tg128")]
-    assert len(gamma) == 2 and all(r.ratio is None for r in gamma)  # one row per file, each of one engine
+    assert [r.gpu for r in tg] == ["NVIDIA A100", H200]  # one row per model, test and GPU
+    (a100, paired) = tg
+    assert paired.llamacpp.tok_s == 250.0 and paired.ratio == pytest.approx(240 / 250)  # not the newer f32 one
+    assert paired.spec == results.spec_hash(bench("anvil", "alpha-8b", "", 1, 1), "tg128")
+    assert (a100.anvil, a100.llamacpp.tok_s, a100.ratio) == (None, 2.0, None)
+    (gamma,) = [r for r in rep.rows if (r.model, r.test) == ("gamma-1b", "tg128")]
+    # the same name, another file: no ratio, and llama.cpp's number of the other file not shown beside Anvil's
+    assert (gamma.anvil.tok_s, gamma.llamacpp, gamma.ratio) == (50.0, None, None)
     assert "no comparable pair" in render_html(rep)
 
 
@@ -271,7 +281,8 @@ def test_ratios_only_within_one_sitting(tmp_path):
     r = row(rep, "alpha-8b", "tg128")
     assert (r.anvil.tok_s, r.llamacpp.tok_s, r.ratio) == (240.0, 250.0, pytest.approx(240 / 250))
     (h,) = [h for h in rep.history if (h.model, h.test, h.engine) == ("alpha-8b", "tg128", "anvil")]
-    assert h.latest.tok_s == 300.0
+    # one selection: the history's "today" is the row's number; the later run is a point, counted as newer
+    assert h.latest is r.anvil and h.newer == 1 and [m.tok_s for m in h.points] == [240.0, 300.0]
     # ids decide where they exist: minutes apart but two calls is two sittings, one call is one
     e = tmp_path / "s"
     results.save(bench("anvil", "alpha-8b", "2026-11-01T00:00:10Z", 18000.0, 240.0, sitting="one"), "bench", e)
@@ -358,46 +369,81 @@ def test_ab_verdicts_statistics_and_traces(store, tmp_path):
     assert t.arm_a.startswith("base.whl (aaaa") and "greedy tokens identical" in t.notes
     # every run of the A/B is diagnosed from its own trace; the cold round is listed but not counted
     ab_runs = [x for x in rep.runs if x.source == "ab"]
-    assert len(ab_runs) == 10 and all(x.figure for x in ab_runs)
+    assert len(ab_runs) == 10 and not any(x.figure for x in ab_runs)  # their traces stay in the record
     assert sum("cold" in x.who for x in ab_runs) == 2
     assert {x.diagnosis.label for x in ab_runs} == {dx.HOST_SYNC, dx.LAUNCH}
     assert (t.diag_a, t.diag_b) == ("host-sync starved (4/4 runs)", "launch-latency bound (4/4 runs)")
-    written = write_html(rep, tmp_path / "site")
-    traces = sorted(p for p in written if p.name.startswith("trace-ab-"))
-    assert len(traces) == 10 and all(p.read_bytes().startswith(PNG) for p in traces)
-    html = written[0].read_text()
-    for p in written[1:]:
-        assert f'src="figures/{p.name}"' in html
+    # the model's history marks the A/B in its lane, by date and verdict
+    (hist,) = [f for f in rep.figures if f.name == "history-alpha-8b"]
+    assert (src["date"], "faster", f"tg128 {a['ratio']:.3f}×") in dict(hist.data)["ab"]
 
 
-def test_deterministic_html_and_png(store, tmp_path):
+def test_ab_arms_are_named_by_commit_and_subject_where_the_record_has_them(monkeypatch, tmp_path):
+    """``harness ab --commits`` records each arm's commit and subject; the
+    page names arms by them. Older records: the wheel's directory (a branch
+    or commit someone built it in) and the wheel's label, never a hash alone."""
+    from harness.report import _arm_label
+
+    random.seed(0)
+    arms = iter([_FakeRunner("base.whl", 240.0, "a" * 64), _FakeRunner("cand.whl", 262.0, "b" * 64)])
+    monkeypatch.setattr(ab, "make_runner", lambda spec, workdir: next(arms))
+    monkeypatch.setattr(ab.nvml, "Sampler", _FakeSampler)
+    monkeypatch.setattr(ab.nvml, "gpu_busy_by_other_processes", lambda: [])
+    info = {"A": {"commit": "1" * 40, "subject": "Decode: the old way"},
+            "B": {"commit": "2" * 40, "subject": "Decode: one launch fewer"}}
+    cfg = ab.ABConfig(model=tmp_path / "alpha-8b.gguf", rounds=4)
+    ab.run_ab("a.whl", "b.whl", cfg, tmp_path, results_dir=tmp_path / "r", arm_info=info)
+    rep = build_report(results.load_all(tmp_path / "r"))
+    t = rep.ab[0]
+    assert (t.arm_a, t.arm_b) == ("11111111 Decode: the old way (build aaaaaaaa)",
+                                  "22222222 Decode: one launch fewer (build bbbbbbbb)")
+    assert "22222222 Decode: one launch fewer" in render_html(rep)
+    wheel = {"label": "anvil-0.1.0@45045aa078cf", "sha256": "45045aa078cf" + "0" * 52, "build": "40f86355fa1b69a6"}
+    assert _arm_label({**wheel, "wheel": "/w/wheels/tail/anvil-0.1.0-py3-none-any.whl"}) == \
+        "tail: anvil-0.1.0@45045aa078cf"
+    assert _arm_label({**wheel, "wheel": f"/c/anvil/wheels/{'9' * 40}/anvil-0.1.0-py3-none-any.whl"}) == \
+        "99999999: anvil-0.1.0@45045aa078cf"
+    assert _arm_label({**wheel, "wheel": "/w/wheels/anvil-0.1.0-py3-none-any.whl"}) == "anvil-0.1.0@45045aa078cf"
+    # what harness ab --commits records of a revision
+    import subprocess
+
+    from harness import wheels
+
+    head = wheels.commit_of("HEAD")
+    head = {"commit": head, "subject": wheels.subject_of(head)}
+    git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()  # noqa: E731
+    assert head == {"commit": git("rev-parse", "HEAD"), "subject": git("log", "-1", "--format=%s")}
+
+
+def test_deterministic_self_contained_html(store, tmp_path):
+    """Same records, any order: the same bytes, one file, every figure inline
+    SVG with ids of its own, nothing else loaded."""
     recs = results.load_all(store)
     shuffled = list(recs)
     random.Random(1).shuffle(shuffled)
     assert build_report(recs) == build_report(shuffled)
     one = write_html(build_report(recs), tmp_path / "one")
     two = write_html(build_report(shuffled), tmp_path / "two")
-    assert [p.name for p in one] == [p.name for p in two]
-    for a, b in zip(one, two):
-        assert a.read_bytes() == b.read_bytes(), a.name
-    assert not list((tmp_path / "one").rglob("*.tmp"))  # atomic writes leave no temp files
-
-
-def test_stale_figures_removed_foreign_files_kept(store, tmp_path):
-    site = tmp_path / "site"
-    (site / "figures").mkdir(parents=True)
-    (site / "figures" / "trace-gone.png").write_bytes(PNG)
-    (site / "figures" / "logo.png").write_bytes(PNG)
-    write_html(build_report(results.load_all(store)), site)
-    assert not (site / "figures" / "trace-gone.png").exists() and (site / "figures" / "logo.png").exists()
+    assert one.read_bytes() == two.read_bytes()
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["index.html"]  # no figures beside it, no temp file
+    html = one.read_text()
+    figs = FIGURE_RE.findall(html)
+    assert len(figs) == len(build_report(recs).figures) >= 3 and "<img" not in html and ' src="' not in html
+    ids = re.findall(r' id="([^"]+)"', html)
+    assert len(ids) == len(set(ids))  # two inline SVGs never share an id
 
 
 def test_markdown(store):
     md = render_md(build_report(results.load_all(store)))
-    for head in ("## Scoreboard", "## History: published → today", "## Parity with llama.cpp", "## A/B comparisons",
+    for head in ("## Summary", "## Scoreboard", "## History: published → today", "## Parity with llama.cpp", "## A/B comparisons",
                  "## Diagnosis", "## Sources"):
         assert head in md
     assert "| alpha-8b | tg128 | 240.0 ± 1.2 | 260.0 ± 1.3 | 0.92× |" in md
+    # the summary: a row per model, pp512 and tg128 (the store has no pp4096 or depth test), ✗ not validated
+    # (the store's validate records judged another build), the share of the H200's roofline record
+    assert ("| alpha-8b [NVIDIA H200] | 18000 | 9500 | 1.89× ✗ | 37% | 240.0 | 260.0 | 0.92× ✗ | 26% |"
+            + " — |" * 8) in md
+    assert "Rooflines: 4300 GB/s copy, 790 TFLOP/s bf16 on NVIDIA H200 (2026-11-01, roofline-" in md
     assert "| beta-3b | gpu | cuda | teacher-forced: 1 near-tie flip | 35/64 |" in md
     assert "<" not in md.split("## Scoreboard")[1].split("## Sources")[0].replace("<br>", "")
 
@@ -405,7 +451,10 @@ def test_markdown(store):
 def test_main_report_cli_entry(store, tmp_path, capsys):
     out = tmp_path / "site" / "index.html"
     assert main_report(SimpleNamespace(format="html", out=str(out), results_dir=str(store))) == 0
-    assert out.is_file() and (out.parent / "figures" / "bars-decode.png").is_file()
+    assert out.is_file() and not (out.parent / "figures").exists() and "<svg" in out.read_text()
+    err = capsys.readouterr().err  # progress: a line per step and per figure, each with the time so far
+    assert re.search(r"^\[ *\d+\.\d s\] read \d+ record\(s\)", err, re.M) and "figure 1/" in err
+    assert re.search(r"wrote .*index\.html \(\d+ kB, \d+ inline figure\(s\)\)", err)
     assert main_report(SimpleNamespace(format="md", out=None, results_dir=str(store))) == 0
     assert capsys.readouterr().out.startswith("# Anvil scoreboard")
     assert main_report(SimpleNamespace(format="md", out=str(tmp_path / "s.md"), results_dir=str(store))) == 0
@@ -423,7 +472,8 @@ def test_empty_store(tmp_path):
     rep = build_report([])
     html = render_html(rep)
     assert "No bench records yet" in html and "No A/B records yet" in html and "No validate records yet" in html
-    assert write_html(rep, tmp_path)[0].is_file()
+    assert "no roofline measured" in html
+    assert write_html(rep, tmp_path).is_file()
 
 
 def test_real_committed_records():
@@ -447,8 +497,11 @@ def test_real_committed_records():
 # ---- diagnosis rules -----------------------------------------------------------
 
 def test_diagnosis_each_class_from_traces():
-    gbs = lambda frac: frac * dx.MEASURED_HBM_GBS  # noqa: E731
-    assert dx.diagnose("tg128", summary("memory"), gb_s=gbs(0.80)).label == dx.MEMORY
+    gbs = lambda frac: frac * ROOF.copy_gb_s  # noqa: E731
+    assert dx.diagnose("tg128", summary("memory"), gb_s=gbs(0.80), roofline=ROOF).label == dx.MEMORY
+    # without a roofline measured on the GPU, nothing is memory bound: the bandwidth has nothing to be read against
+    d = dx.diagnose("tg128", summary("memory"), gb_s=gbs(0.80))
+    assert d.label != dx.MEMORY and d.sentence.startswith("decode reads 3440 GB/s (no roofline measured on this GPU)")
     assert dx.diagnose("tg128", summary("host-sync"), gb_s=gbs(0.10)).label == dx.HOST_SYNC
     assert dx.diagnose("tg128", summary("launch"), gb_s=gbs(0.26)).label == dx.LAUNCH
     assert dx.diagnose("tg128", summary("kernel"), gb_s=gbs(0.29)).label == dx.KERNEL
@@ -459,14 +512,14 @@ def test_diagnosis_each_class_from_traces():
 def test_diagnosis_sentence_carries_the_numbers():
     s = {"n_samples": 100, "sm_mhz_median": 1980.0, "sm_frac_of_max": 1.0, "sm_bimodal": False,
          "power_frac_of_limit": 0.44, "gpu_util_mean": 55.0, "throttle_reasons": []}
-    d = dx.diagnose("tg128", s, gb_s=1206.0)
+    d = dx.diagnose("tg128", s, gb_s=1206.0, roofline=ROOF)
     assert d.sentence == ("decode reads 1206 GB/s = 28% of the 4300 GB/s roofline with the SM clock at 1980 MHz "
                           "(pinned) and 44% power, 55% utilisation: launch-latency bound")
     k = dx.diagnose("tg128", dict(s, power_frac_of_limit=0.66, gpu_util_mean=99.0), gb_s=1258.0)
     assert k.sentence.endswith("(pinned) and 66% power, 99% utilisation: kernel-latency bound")
     h = dx.diagnose("tg128", summary("host-sync"), gb_s=430.0)
     assert "bimodal (median 1980 MHz, 34% of samples low)" in h.sentence and "23% power" in h.sentence
-    assert dx.diagnose("pp512", summary("compute"), tflop_s=292.0).sentence.startswith(
+    assert dx.diagnose("pp512", summary("compute"), tflop_s=292.0, roofline=ROOF).sentence.startswith(
         "prefill computes ~292 TFLOP/s = 37% of the 790 TFLOP/s bf16 peak with the SM clock at 1980 MHz (pinned)")
 
 
@@ -476,8 +529,8 @@ def _s(clk=1.0, pwr=0.4, util=60.0, bimodal=False, n=50, **extra):
 
 
 @pytest.mark.parametrize("test, s, kw, label", [
-    ("tg128", _s(), {"gb_s": 0.70 * dx.MEASURED_HBM_GBS}, dx.MEMORY),                # at the threshold
-    ("tg128", _s(), {"gb_s": 0.699 * dx.MEASURED_HBM_GBS}, dx.LAUNCH),               # just below
+    ("tg128", _s(), {"gb_s": 0.70 * ROOF.copy_gb_s}, dx.MEMORY),                     # at the threshold
+    ("tg128", _s(), {"gb_s": 0.699 * ROOF.copy_gb_s}, dx.LAUNCH),                    # just below
     ("pp512", _s(), {"tflop_s": 700.0}, dx.LAUNCH),                                 # bandwidth rule is decode only
     ("tg128", _s(clk=0.849), {}, dx.HOST_SYNC),
     ("tg128", _s(clk=0.85), {}, dx.UNCLASSIFIED),                                   # neither low nor pinned
@@ -502,7 +555,7 @@ def _s(clk=1.0, pwr=0.4, util=60.0, bimodal=False, n=50, **extra):
     ("tg128", _s(), {"windowed": False}, dx.WHOLE_RUN),                             # load included: no verdict
 ])
 def test_diagnosis_boundaries(test, s, kw, label):
-    assert dx.diagnose(test, s, **kw).label == label
+    assert dx.diagnose(test, s, roofline=ROOF, **kw).label == label
 
 
 def test_diagnosis_missing_data():
@@ -595,19 +648,22 @@ def test_a_sitting_record_says_what_it_did_not_run():
 
 
 def test_the_committed_scoreboard_is_what_harness_report_renders():
-    """reports/index.html and its figures are exactly what `harness report`
-    renders from the committed records: a new record, or a change to the
-    report, is committed together with the page it makes (run `harness
-    report`), so the scoreboard never shows a stale state. (The page and the
-    figures' names; the figures are not drawn again here.)"""
+    """reports/index.html is exactly what `harness report` renders from the
+    committed records: a new record, or a change to the report, is committed
+    together with the page it makes (run `harness report`), so the
+    scoreboard never shows a stale state. The page's text and which figures
+    it holds are compared; the figures' SVG is not drawn again here (it
+    depends on matplotlib's version, and test_deterministic_self_contained_html
+    checks it). The page is all there is: no figure files beside it."""
     from harness import results
     from harness.report import DEFAULT_OUT, build_report, html
 
     rep = dataclasses.replace(build_report(results.load_all()), records_href="results")  # the store beside the page
-    assert html.render_html(rep) == DEFAULT_OUT.read_text(), \
-        "reports/index.html is stale: run `harness report` and commit reports/"
-    committed = sorted(p.name for p in (DEFAULT_OUT.parent / "figures").iterdir())
-    assert sorted(f.name for f in rep.figures) == committed, "reports/figures is stale: run `harness report`"
+    fresh = html.render_html(rep, draw=lambda f: f"<svg><!-- {f.name} --></svg>")
+    committed = html.FIGURE_RE.sub(lambda m: f"{m[1]}<svg><!-- {m[2]} --></svg>{m[3]}", DEFAULT_OUT.read_text())
+    assert fresh == committed, "reports/index.html is stale: run `harness report` and commit reports/"
+    assert not (DEFAULT_OUT.parent / "figures").exists() or not any((DEFAULT_OUT.parent / "figures").glob("*.png")), \
+        "figures are inline now: reports/figures/*.png is left over"
 
 
 def test_energy_per_token_is_the_measured_windows_power_over_throughput():
@@ -707,7 +763,7 @@ def test_parity_rows_carry_every_field_one_row_per_tier_and_backend():
                "CPU run, 2026-01-01, build b1 / 0.1; (unsaved record)", None, None, "—", None, "", "2026-01-01")]
 
 
-def test_history_figure_plots_every_record_and_marks_the_ab_results(store, tmp_path):
+def test_history_figure_plots_every_record_on_a_time_axis_and_marks_the_ab_results(store, tmp_path):
     d = tmp_path / "more"
     d.mkdir()
     for p in store.iterdir():
@@ -715,20 +771,21 @@ def test_history_figure_plots_every_record_and_marks_the_ab_results(store, tmp_p
     results.save(bench("anvil", "alpha-8b", "2026-11-25T10:00:00Z", 18500.0, 250.0, build="new2"), "bench", d)
     rep = build_report(results.load_all(d))
     (sec,) = [m for m in rep.models if m.name == "alpha-8b"]
-    (fig,) = [f for f in sec.figures if f.name == "history-alpha-8b.png"]
+    (fig,) = [f for f in sec.figures if f.name == "history-alpha-8b"]
     data = dict(fig.data)
     assert data["x"] == "date"
     (pp, tg) = data["panels"]
     assert pp[0] == "prefill t/s" and tg[0] == "decode t/s"
     series = dict(tg[1])
-    assert series["Anvil tg128"] == (("2026-11-01 10:00", 200.0), ("2026-11-20 10:00", 240.0),
-                                     ("2026-11-25 10:00", 250.0))
-    assert series["llama.cpp tg128"] == (("2026-11-01 10:00", 250.0), ("2026-11-20 10:00", 260.0))
+    assert series["Anvil tg128"] == (("2026-11-01T10:00:00Z", 200.0), ("2026-11-20T10:00:00Z", 240.0),
+                                     ("2026-11-25T10:00:00Z", 250.0))
+    assert series["llama.cpp tg128"] == (("2026-11-01T10:00:00Z", 250.0), ("2026-11-20T10:00:00Z", 260.0))
+    # the A/B lane: every A/B test of the model, by date, verdict and ratio
     (ab_test,) = [t for t in rep.ab if t.model == "alpha-8b" and t.test == "tg128"]
-    (mark,) = tg[2]
-    assert mark[1:] == (ab_test.b_median, f"A/B {ab_test.ratio:.2f}× {ab_test.verdict}")
-    assert figures.render(fig).startswith(PNG)
-    assert f'src="figures/{fig.name}"' in render_html(rep)
+    assert (ab_test.date, ab_test.verdict, f"tg128 {ab_test.ratio:.3f}×") in data["ab"]
+    svg = figures.render(fig)
+    assert svg_ok(svg) and "A/B: faster" in svg and "date measured (UTC)" in svg
+    assert f'data-fig="{fig.name}"' in render_html(rep)
     # one date only: no line to draw
     one = tmp_path / "one"
     results.save(bench("anvil", "gamma-1b", "2026-11-01T10:00:00Z", 1.0, 2.0), "bench", one)
@@ -736,24 +793,37 @@ def test_history_figure_plots_every_record_and_marks_the_ab_results(store, tmp_p
     assert sec1.figures == ()
 
 
-def test_depth_figure_from_llama_bench_named_depth_tests(tmp_path):
+def test_ab_markers_take_lanes_so_none_overlap():
+    from harness.report.figures import _lanes
+
+    # markers closer than the gap go to the next free lane; a lane is reused once the gap has passed
+    assert _lanes([0.0, 0.1, 0.2, 1.5, 1.55, 3.0], gap=1.0) == [0, 1, 2, 0, 1, 0]
+
+
+def test_depth_figure_is_one_build_of_one_sitting(tmp_path):
+    """A depth curve joins the depths one build measured in one sitting:
+    a newer record of another build at one depth is never drawn into it."""
     d = tmp_path / "results"
     for engine, tg0, tg4, tg16 in (("anvil", 300.0, 280.0, 240.0), ("llama.cpp", 260.0, 250.0, 200.0)):
-        rec = bench(engine, "alpha-8b", "2026-11-20T10:00:00Z", 15000.0, tg0)
+        rec = bench(engine, "alpha-8b", "2026-11-20T10:00:00Z", 15000.0, tg0, sitting="s1")
         rec["results"] += [{"test": f"tg128 @ d{dd}", "samples_tok_s": [v] * 5, "tok_s_mean": v, "tok_s_sd": 1.0}
                            for dd, v in ((4096, tg4), (16384, tg16))]
         results.save(rec, "bench", d)
+    # a day later, another build, depth 0 only, with llama.cpp beside it
+    results.save(bench("anvil", "alpha-8b", "2026-11-21T10:00:00Z", 16000.0, 330.0, build="b1", sitting="s2"),
+                 "bench", d)
+    results.save(bench("llama.cpp", "alpha-8b", "2026-11-21T10:00:05Z", 9000.0, 261.0, sitting="s2"), "bench", d)
     rep = build_report(results.load_all(d))
+    assert row(rep, "alpha-8b", "tg128").anvil.tok_s == 330.0  # the scoreboard's depth-0 row is the newer build
     (sec,) = rep.models
-    (fig,) = [f for f in sec.figures if f.name == "depth-alpha-8b.png"]
+    (fig,) = [f for f in sec.figures if f.name == "depth-alpha-8b"]
     data = dict(fig.data)
     assert data["x"] == "depth"
     ((title, series, marks),) = data["panels"]  # pp512 has no depth test: no prefill curve
     assert title == "decode t/s" and marks == ()
-    assert dict(series) == {"Anvil tg128": ((0, 300.0), (4096, 280.0), (16384, 240.0)),
-                            "llama.cpp tg128": ((0, 260.0), (4096, 250.0), (16384, 200.0))}
-    assert figures.render(fig).startswith(PNG)
-    assert not any(f.name.startswith("history-") for f in sec.figures)  # one date
+    assert dict(series) == {"Anvil tg128 · build b0, 2026-11-20": ((0, 300.0), (4096, 280.0), (16384, 240.0)),
+                            "llama.cpp tg128 · build b0, 2026-11-20": ((0, 260.0), (4096, 250.0), (16384, 200.0))}
+    assert svg_ok(figures.render(fig))
 
 
 def test_peak_memory_and_the_cuda_stack_on_the_scoreboard(tmp_path):
@@ -827,3 +897,98 @@ def test_short_build_names_for_the_provenance_cell():
     assert fmt_short_build("version: 0.5.0-dev (build 12, commit abcdef1234)") == "0.5.0-dev abcdef12"
     assert fmt_short_build("version: 0.5.0-dev (build 0, commit unknown)") == "0.5.0-dev"
     assert fmt_short_build("b1 / 0.1") == "b1 / 0.1"
+
+
+# ---- the summary, the one selection, change-points, rooflines ---------------------
+
+def save_pair(d, date, build, model_sha, tests, *, validated, sitting, scale=1.0):
+    """One sitting: Anvil and llama.cpp on ``tests`` ({test: (anvil, llama.cpp) tok/s}), and the build's gate."""
+    for engine, i, b in (("anvil", 0, build), ("llama.cpp", 1, "llama-cpp-python 0.3.36")):
+        rec = bench(engine, "alpha-8b", date, 1.0, 1.0, build=b, model_sha256=model_sha, sitting=sitting)
+        rec["results"] = [{"test": t, "samples_tok_s": [v[i] * scale] * 5, "tok_s_mean": v[i] * scale,
+                           "tok_s_sd": 1.0} for t, v in tests.items()]
+        results.save(rec, "bench", d)
+    if validated:
+        results.save({"engine": "anvil", "build": build, "backend": "cuda", "gpu": H200, "date": date,
+                      "results": [{"model": "alpha-8b", "tier": "gpu", "backend": "cuda", "passed": True,
+                                   "steps": 32, "mode": "exact"}]}, "validate", d)
+
+
+FOUR = {"pp512": (18000.0, 9500.0), "tg128": (470.0, 260.0), "pp4096": (30000.0, 9600.0),
+        "tg128 @ d4096": (380.0, 240.0)}
+
+
+def test_the_summary_is_one_row_per_model_of_the_rows_own_numbers(tmp_path):
+    d = tmp_path / "r"
+    save_pair(d, "2026-12-01T10:00:00Z", "b1", "sha-a", FOUR, validated=True, sitting="s1")
+    results.save(roofline_record(), "roofline", d)
+    rep = build_report(results.load_all(d))
+    (s,) = rep.summary
+    assert (s.model, s.gpu) == ("alpha-8b", H200)
+    assert [c.test for c in s.cells] == ["pp512", "tg128", "pp4096", "tg128 @ d4096"]
+    assert all(c is row(rep, "alpha-8b", c.test) and c.validated for c in s.cells)  # the scoreboard's own rows
+    tg = s.cells[1]
+    assert tg.ratio == pytest.approx(470 / 260) and tg.anvil.rate.roofline == pytest.approx(WEIGHT_BYTES * 470 / 1e9
+                                                                                            / 4300)
+    html = render_html(rep)
+    assert html.index('id="summary"') < html.index('id="scoreboard"')  # first on the page
+    summary = html[html.index('id="summary"'):html.index('id="scoreboard"')]
+    assert summary.count('<span class="ok-mark"') == 1 + 4  # the legend's, and one per test
+    assert ">1.81× <span class=\"ok-mark\"" in summary and ">51%</td>" in summary  # 2196 of 4300 GB/s
+
+
+def test_one_row_per_model_and_test_after_the_model_file_changed(tmp_path):
+    """A regenerated model file is another spec: the row (and the summary)
+    takes the newest validated sitting, whichever file it ran; the older
+    file's records are not a second row, nor the history's first record."""
+    d = tmp_path / "r"
+    save_pair(d, "2026-11-29T10:00:00Z", "b0", "sha-old", FOUR, validated=True, sitting="s0", scale=0.5)
+    save_pair(d, "2026-12-01T10:00:00Z", "b1", "sha-new", FOUR, validated=True, sitting="s1")
+    save_pair(d, "2026-12-02T10:00:00Z", "b2", "sha-new", FOUR, validated=True, sitting="s2", scale=1.1)
+    save_pair(d, "2026-12-03T10:00:00Z", "b3", "sha-new", FOUR, validated=False, sitting="s3", scale=1.2)
+    rep = build_report(results.load_all(d))
+    tg = [r for r in rep.rows if (r.model, r.test) == ("alpha-8b", "tg128")]
+    assert len(tg) == 1 and (tg[0].anvil.build, tg[0].anvil.tok_s) == ("b2", pytest.approx(517.0))
+    assert tg[0].newer_unvalidated[0].build == "b3"
+    (h,) = [h for h in rep.history if (h.model, h.test, h.engine) == ("alpha-8b", "tg128", "anvil")]
+    assert h.latest is tg[0].anvil and h.first.build == "b1" and h.n_records == 3 and h.newer == 1
+    assert [c.before + ">" + c.after for c in h.changes] == ["b1>b2", "b2>b3"]
+    board = render_md(rep).split("## Scoreboard")[1].split("## History")[0]
+    assert board.count("| alpha-8b | tg128 |") == 1
+
+
+def test_change_point_labels():
+    from harness.report import changes
+
+    base = [100.0, 101.0, 99.0, 100.5, 100.2]
+    assert changes.label(base, [x * 0.9 for x in base]) == (changes.REGRESSION, pytest.approx(0.0079, abs=1e-4))
+    assert changes.label(base, [x * 1.1 for x in base])[0] == changes.IMPROVEMENT
+    assert changes.label(base, [x * 1.01 for x in base])[0] == changes.NO_CHANGE
+    assert changes.label(base, [x * 0.97 for x in base])[0] == changes.SUSPICIOUS  # real, but within the factor
+    assert changes.label(base, [90.0, 91.0, 120.0, 89.0, 115.0])[0] == changes.SUSPICIOUS  # beyond, not significant
+    assert changes.label(base[:3], [x * 0.5 for x in base])[0] == changes.INSUFFICIENT  # 3 repetitions: no p < 0.05
+    pts = [SimpleNamespace(build=b, date=f"2026-12-0{i}", samples=tuple(x * f for x in base))
+           for i, (b, f) in enumerate((("b1", 1.0), ("b1", 1.0), ("b2", 0.9), ("b3", 0.9)), start=1)]
+    got = changes.change_points(pts)
+    assert [(c.before, c.after, c.date, c.label, c.n) for c in got] == [
+        ("b1", "b2", "2026-12-03", changes.REGRESSION, (10, 5)), ("b2", "b3", "2026-12-04", changes.NO_CHANGE, (5, 5))]
+    assert got[0].text.startswith("regression: 0.900× (10 vs 5 repetitions, p ")
+
+
+def test_a_gpu_without_a_roofline_record_has_none_on_the_page(tmp_path):
+    """The roofline is the newest record of the bench record's own GPU: an
+    A100's does not make an H200's number a share of anything."""
+    d = tmp_path / "r"
+    save_pair(d, "2026-12-01T10:00:00Z", "b1", "sha-a", FOUR, validated=True, sitting="s1")
+    results.save(roofline_record(gpu="NVIDIA A100", copy=1500.0, gemm=300.0), "roofline", d)
+    rep = build_report(results.load_all(d))
+    tg = row(rep, "alpha-8b", "tg128")
+    assert tg.anvil.rate.gb_s and tg.anvil.rate.roofline is None and tg.anvil.rate.ceiling is None
+    assert "no roofline measured" in tg.anvil.diagnosis.sentence
+    html = render_html(rep)
+    assert ">no roofline</td>" in html and "1500 GB/s copy, 300 TFLOP/s bf16 on NVIDIA A100" in html
+    # a newer record of the H200 is what its numbers are read against
+    results.save(roofline_record(copy=4000.0, date="2026-11-01T08:00:00Z"), "roofline", d)
+    results.save(roofline_record(copy=4400.0, date="2026-11-02T08:00:00Z"), "roofline", d)
+    tg = row(build_report(results.load_all(d)), "alpha-8b", "tg128")
+    assert tg.anvil.rate.ceiling.copy_gb_s == 4400.0

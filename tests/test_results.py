@@ -255,3 +255,33 @@ def test_bad_records_are_skipped_named_and_counted(tmp_path, capsys):
     assert "Traceback" not in err and "Warning" not in err
     page = (tmp_path / "site" / "index.html").read_text()
     assert "6 file(s) in the results store were skipped" in page and "from 1 result" in page
+
+
+def test_records_are_written_compact_and_nvml_traces_rounded(tmp_path, pinned_clock):
+    """A sitting's records are what the repository grows by: no
+    indentation, trace times to the millisecond and power to 0.1 W; every
+    other value as measured (summaries too: a rounded fraction could cross
+    a diagnosis threshold)."""
+    rec = bench_record()
+    trace = {"t": [4.212000021652784e-06, 0.2019125660000327, 0.4019806490000519], "sm_mhz": [1980, 1980, None],
+             "mem_mhz": [3201] * 3, "power_w": [291.729, 254.816, None], "gpu_util": [45, 45, 0],
+             "mem_util": [5, 5, 0], "temp_c": [42, 42, 41], "reasons": [0, 0, 0]}
+    rec["results"][1].update(nvml_trace=trace, nvml={"n_samples": 3, "power_frac_of_limit": 0.4424342857142857})
+    rec["rounds"] = [{"runs": {"A": {"nvml_trace": trace}}}]  # an A/B record's traces, found wherever they sit
+    p = results.save(rec, "bench", tmp_path)
+    text = p.read_text()
+    assert text.count("\n") == 1 and ", " not in text and ": " not in text  # one line, no padding
+    back = json.loads(text)
+    want = dict(trace, t=[0.0, 0.202, 0.402], power_w=[291.7, 254.8, None])
+    assert back["results"][1]["nvml_trace"] == want and back["rounds"][0]["runs"]["A"]["nvml_trace"] == want
+    assert back["results"][1]["nvml"]["power_frac_of_limit"] == 0.4424342857142857
+    assert back["results"][1]["samples_tok_s"] == rec["results"][1]["samples_tok_s"]
+    assert trace["t"][0] == 4.212000021652784e-06  # the caller's record is not modified
+
+
+def test_records_written_indented_before_still_load(tmp_path):
+    rec = {"schema_version": 2, "kind": "bench", "date": "2026-11-30T09:00:00Z", "saved_at": "2026-11-30T09:00:00Z",
+           **bench_record()}
+    (tmp_path / "bench-20261130T090000Z-00000000.json").write_text(json.dumps(rec, indent=1) + "\n")
+    (back,) = results.load_all(tmp_path)
+    assert back["results"] == rec["results"]

@@ -5,6 +5,6 @@ several share."""
 
 from __future__ import annotations
 
-from . import ab, bench, bisect, diff, doctor, models, mutants, reference, report, synth, validate, wheel
+from . import ab, bench, bisect, diff, doctor, models, mutants, reference, report, roofline, synth, validate, wheel
 
-COMMANDS = (models, synth, reference, validate, diff, mutants, ab, bisect, bench, wheel, doctor, report)
+COMMANDS = (models, synth, reference, validate, diff, mutants, ab, bisect, bench, roofline, wheel, doctor, report)

@@ -1,14 +1,20 @@
-"""``harness report``: the scoreboard of prefill and decode, as static HTML
-(or GitHub markdown), built from the results store alone.
+"""``harness report``: the scoreboard of prefill and decode, one
+self-contained HTML page (figures inline as SVG) or GitHub markdown, built
+from the results store alone.
 
     rep = build_report(results.load_all())  # pure: same records -> same Report
-    write_html(rep, "reports")              # reports/index.html + reports/figures/*.png
+    write_html(rep, "reports")              # reports/index.html, nothing beside it
     print(render_md(rep))
 
 ``build_report`` reads no clock and no environment: every list is sorted and
 "latest" means the latest *record* (by its own date), so the same records
-render to byte-identical HTML and PNGs. Numbers are compared only within one
-benchmark spec (``results.spec_hash``) on one GPU (``results.comparable``).
+render to byte-identical HTML. A speed figure is chosen once, by ``_select``
+(per model, test and GPU: the newest pair of one sitting whose Anvil build
+was validated there), and the scoreboard, its summary, the history's
+"today" and the README's table all show that one. Numbers are compared only
+within one benchmark spec (``results.spec_hash``) on one GPU
+(``results.comparable``), and read against the roofline measured on that
+GPU (harness/roofline.py), or against none.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 import re
 import statistics
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,15 +34,19 @@ from pathlib import Path
 from engine.errors import AnvilError
 
 from .. import ab, nvml, project, results
+from .. import roofline as roofline_
 from . import diagnose as dx  # not `from .diagnose import diagnose`: that would hide the submodule
-from .diagnose import MEASURED_BF16_TFLOPS, MEASURED_HBM_GBS, Diagnosis, Rate
-from .html import atomic_write, render_md, render_readme_table, update_readme, write_html
+from .changes import Change, change_points
+from .diagnose import Diagnosis, Rate
+from .html import atomic_write, fmt_short_build, render_md, render_readme_table, update_readme, write_html
 from .validated import Backing, backing, validate_entries
 
 ANVIL, LLAMACPP = "anvil", "llama.cpp"
 _LLAMACPP_NAMES = {"llama.cpp", "llamacpp", "llama-cpp-python", "llama-bench"}
-AB_SHOWN = 10  # most recent A/B records on the page (each brings one trace figure per run)
+AB_SHOWN = 10  # most recent A/B records on the page
 DEFAULT_OUT = results.DEFAULT_DIR.parent / "index.html"
+# the summary's columns: llama-bench's two tests, a long prefill, and decode after 4096 cached tokens
+SUMMARY_TESTS = ("pp512", "tg128", "pp4096", "tg128 @ d4096")
 
 
 @dataclass(frozen=True)
@@ -55,11 +66,13 @@ class Measure:
     note: str
     rate: Rate
     diagnosis: Diagnosis
-    figure: str | None  # its NVML trace figure (file name under figures/)
+    figure: str | None  # its NVML trace figure (a Figure's name)
     j_per_token: float | None = None  # energy: mean board power over the measured window / tok/s
     peak_bytes: int | None = None  # peak device memory the engine allocated (its record's peak_device_bytes)
     stack: str = ""  # the CUDA stack it ran on: "CUDA driver API 12.9, NVRTC 12.9, cuBLAS 12.9.1.4"
     validation: Backing | None = None  # Anvil's: the validate record of its build and sitting (validated.py)
+    samples: tuple[float, ...] = ()  # the repetitions' tok/s
+    spec: str = ""  # results.spec_hash of its test
 
     @property
     def energy_note(self) -> str:
@@ -75,11 +88,11 @@ class Measure:
 
 @dataclass(frozen=True)
 class Row:
-    """One model x test x GPU x spec: the latest Anvil and llama.cpp numbers."""
+    """One model x test x GPU: the numbers ``_select`` chose."""
     model: str
     test: str
     gpu: str | None
-    spec: str       # results.spec_hash
+    spec: str       # results.spec_hash of the chosen numbers
     spec_text: str  # its fields, for a tooltip
     anvil: Measure | None
     llamacpp: Measure | None
@@ -96,7 +109,9 @@ class Row:
 
 @dataclass(frozen=True)
 class History:
-    """First recorded ("published") vs latest ("today") of one engine on one spec."""
+    """One engine on one row's spec: its first record ("published") against
+    the row's number ("today", the same ``_select`` chose), every record
+    between, and where the build changed, what the speed did."""
     model: str
     test: str
     engine: str
@@ -105,11 +120,17 @@ class History:
     first: Measure
     latest: Measure
     n_records: int
-    points: tuple[Measure, ...] = ()  # every record's, oldest first
+    points: tuple[Measure, ...] = ()  # every record of the spec, oldest first
+    changes: tuple[Change, ...] = ()  # at each change of build (changes.py), oldest first
+    newer: int = 0  # records after "today" (not validated, so not the scoreboard's)
 
     @property
     def gain(self) -> float | None:
         return self.latest.tok_s / self.first.tok_s if self.first.tok_s > 0 else None
+
+    @property
+    def last_change(self) -> Change | None:
+        return self.changes[-1] if self.changes else None
 
 
 @dataclass(frozen=True)
@@ -140,7 +161,7 @@ class ABTest:
     file: str
     date: str
     model: str
-    arm_a: str
+    arm_a: str  # commit and subject where the record has them, else the wheel and its hash
     arm_b: str
     test: str
     a_median: float
@@ -171,10 +192,18 @@ class Run:
 
 @dataclass(frozen=True)
 class Figure:
-    name: str   # file name under figures/
-    kind: str   # "bars" or "trace"
+    name: str   # unique on the page (the inline SVG's id)
+    kind: str   # "bars", "lines" or "trace" (figures.py)
     title: str
-    data: tuple  # bars: ((label, ((series, tok_s, sd), ...)), ...); trace: ((key, values), ...)
+    data: tuple  # bars: ((label, ((series, tok_s, sd), ...)), ...); trace: ((key, values), ...); lines: see figures
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """One model on one GPU: its rows of SUMMARY_TESTS (None where it has none)."""
+    model: str
+    gpu: str | None
+    cells: tuple[Row | None, ...]
 
 
 @dataclass(frozen=True)
@@ -236,6 +265,9 @@ class Report:
     skipped: tuple[tuple[str, str], ...] = ()  # (file, why): records the store could not use
     records_href: str = ""  # the results store relative to the page: record links ("" = no links)
     suite_runs: tuple[SuiteRun, ...] = ()  # the GPU test suite's latest runs, newest first
+    summary: tuple[SummaryRow, ...] = ()
+    rooflines: tuple[roofline_.Roofline, ...] = ()  # the newest of each GPU
+    summary_tests: tuple[str, ...] = SUMMARY_TESTS
 
     @property
     def rows(self) -> tuple[Row, ...]:
@@ -244,6 +276,11 @@ class Report:
     @property
     def history(self) -> tuple[History, ...]:
         return tuple(h for m in self.models for h in m.history)
+
+    @property
+    def flagged(self) -> tuple[tuple[History, Change], ...]:
+        """Every change of build whose label is not "no change" or "insufficient data"."""
+        return tuple((h, c) for h in self.history for c in h.changes if c.css)
 
 
 # ---- record helpers ---------------------------------------------------------
@@ -257,7 +294,9 @@ def _date(rec: dict) -> str:
 
 
 def _order(rec: dict) -> tuple:
-    return (_date(rec), str(rec.get("saved_at") or ""), _file(rec), _canon(rec))
+    # a saved record's file name is unique: its content breaks ties only for unsaved ones (tests);
+    # dumping every record's JSON at every comparison made the report slow
+    return (_date(rec), str(rec.get("saved_at") or ""), _file(rec), "" if rec.get("_path") else _canon(rec))
 
 
 def _canon(rec: dict) -> str:
@@ -322,11 +361,11 @@ def _facts(records: list[dict]) -> dict:
     return facts
 
 
-def _rate(rec: dict, test: str, tok_s: float, facts: dict, gb_s=None) -> Rate:
+def _rate(rec: dict, test: str, tok_s: float, facts: dict, gb_s=None, roofline=None) -> Rate:
     keys = [k for k in (rec.get("model_sha256"), Path(str(rec.get("model") or "")).name) if k]
     get = lambda what: next((facts[k][what] for k in keys if facts.get(k, {}).get(what)), None)  # noqa: E731
     return dx.rate(test, tok_s, gb_s=gb_s, weight_bytes=get("weight_bytes"), file_bytes=get("file_bytes"),
-                   n_params=get("n_params"), params_per_token=get("params_per_token"))
+                   n_params=get("n_params"), params_per_token=get("params_per_token"), roofline=roofline)
 
 
 def _nvml_for(rec: dict, r: dict) -> tuple[dict | None, dict | None]:
@@ -364,87 +403,108 @@ def _trace_figure(name: str, title: str, trace: dict, power_limit, window: dict 
 
 # ---- the builder -------------------------------------------------------------
 
-def _bench_measures(rec: dict, facts: dict, figures: dict, validations=()) -> list[tuple[dict, Measure]]:
+def _bench_measures(rec: dict, facts: dict, figures: dict, validations=(),
+                    rooflines=None) -> list[tuple[dict, Measure]]:
+    """Every test of a bench record as a Measure; its NVML trace, if any, into ``figures`` (drawn only if shown)."""
     out = []
+    roof = (rooflines or {}).get(rec.get("gpu"))
     backed = backing(rec, model_name(rec), validations) if engine_name(rec) == ANVIL else None
     for r in rec.get("results") or []:
         test, tok = r.get("test"), results.throughput(r)
         if not test or tok is None:
             continue
-        rt = _rate(rec, test, float(tok), facts, r.get("gb_s"))
+        rt = _rate(rec, test, float(tok), facts, r.get("gb_s"), roof)
         summary, trace = _nvml_for(rec, r)
         summary = _with_window_length(summary, r.get("nvml_window"))
         fig = None
         if trace:
             own = r.get("nvml_trace") is trace or r.get("nvml") is trace
-            fig = f"trace-{_stem(rec)}{'-' + _safe(test) if own else ''}.png"
-            figures.setdefault(fig, _trace_figure(fig, f"{model_name(rec)} {engine_name(rec)} "
-                                                  f"{test if own else 'run'} ({_date(rec)[:10]})",
-                                                  trace, rec.get("power_limit_w"),
-                                                  r.get("nvml_window") if own else None))
+            fig = f"trace-{_stem(rec)}{'-' + _safe(test) if own else ''}"
+            if fig not in figures:
+                figures[fig] = lambda fig=fig, own=own, trace=trace, r=r, test=test: _trace_figure(
+                    fig, f"{model_name(rec)} {engine_name(rec)} {test if own else 'run'} ({_date(rec)[:10]})",
+                    trace, rec.get("power_limit_w"), r.get("nvml_window") if own else None)
         diag = dx.diagnose(test, summary, gb_s=rt.gb_s, tflop_s=rt.tflop_s, power_limit_w=rec.get("power_limit_w"),
-                           sm_clock_max_mhz=rec.get("sm_clock_max_mhz"), windowed=bool(r.get("nvml_window")))
-        samples = r.get("samples_tok_s") or []
+                           sm_clock_max_mhz=rec.get("sm_clock_max_mhz"), windowed=bool(r.get("nvml_window")),
+                           roofline=roof)
+        samples = tuple(float(x) for x in r.get("samples_tok_s") or [] if isinstance(x, (int, float)) and x > 0)
         power = summary.get("power_w_mean") if summary and r.get("nvml_window") else None  # the measured window's
         joules = float(power) / float(tok) if isinstance(power, (int, float)) and tok > 0 else None
-        out.append((rec, Measure(engine_name(rec), test, float(tok), r.get("tok_s_sd"), len(samples), _date(rec),
-                                 rec.get("gpu"), rec.get("driver"), _build(rec), _settings(rec), _file(rec),
-                                 str(rec.get("note") or ""), rt, diag, fig, joules,
-                                 rec.get("peak_device_bytes") if isinstance(rec.get("peak_device_bytes"), int) else None,
-                                 _stack(rec), backed)))
+        peak = rec.get("peak_device_bytes")
+        out.append((rec, Measure(engine_name(rec), test, float(tok), r.get("tok_s_sd"),
+                                 len(r.get("samples_tok_s") or []), _date(rec), rec.get("gpu"), rec.get("driver"),
+                                 _build(rec), _settings(rec), _file(rec), str(rec.get("note") or ""), rt, diag, fig,
+                                 joules,
+                                 peak if isinstance(peak, int) else None,
+                                 _stack(rec), backed, samples, results.spec_hash(rec, test))))
     return out
 
 
+def _select(by_engine: dict[str, list[tuple[dict, Measure]]]):
+    """THE choice of the numbers a row shows (one model, test and GPU; each
+    engine's (record, Measure)s oldest first): the newest pair of the two
+    engines measured in one sitting (results.same_sitting) on one spec
+    whose Anvil build passed the gate there (validated.py), with their
+    ratio; without one, the newest such pair, not validated; without a
+    pair, the latest of each engine and no ratio. Returns (anvil, llama.cpp,
+    ratio, newer): each a (record, Measure) or None; ``newer``, the newest
+    pair where it is newer than a validated one shown, (anvil, llama.cpp, ratio).
+    Without a pair, llama.cpp's number is of Anvil's spec or none (another
+    model file of the same name is not shown beside it)."""
+    pairs = [(a, l) for a in by_engine.get(ANVIL, []) for l in by_engine.get(LLAMACPP, [])
+             if l[1].tok_s > 0 and a[1].spec == l[1].spec and results.same_sitting(a[0], l[0])
+             and results.comparable(a[0], l[0], a[1].test)]
+    newest = lambda ps: max(ps, key=lambda p: (_order(p[0][0]), _order(p[1][0])))  # noqa: E731
+    if not pairs:
+        a = by_engine[ANVIL][-1] if by_engine.get(ANVIL) else None
+        same = [x for x in by_engine.get(LLAMACPP, []) if a is None or x[1].spec == a[1].spec]
+        return a, same[-1] if same else None, None, None
+    a, l = newest(pairs)
+    newer = None
+    if validated := [p for p in pairs if p[0][1].validation and p[0][1].validation.ok]:
+        if (a, l) != newest(validated):  # the newest is not validated: the row stays on what is
+            newer = (a[1], l[1], a[1].tok_s / l[1].tok_s)
+        a, l = newest(validated)
+    return a, l, a[1].tok_s / l[1].tok_s, newer
+
+
 def _rows_and_history(measures: list[tuple[dict, Measure]]):
-    """Group by (model, test, GPU, spec); the scoreboard row is the newest
-    pair of the two engines measured in one sitting (results.same_sitting)
-    whose Anvil build passed the gate there (validated.py), with their ratio;
-    without one, the newest such pair, not validated; without a pair, the
-    latest of each engine and no ratio. First -> latest of each engine is
-    the history."""
+    """One row per (model, test, GPU), its numbers from ``_select``; per
+    engine of the row, its history on the row's spec: first record ->
+    the row's, with the change-points between."""
     groups: dict[tuple, dict[str, list]] = {}
     for rec, m in measures:
-        key = (model_name(rec), m.test, m.gpu or "", results.spec_hash(rec, m.test))
-        groups.setdefault(key, {}).setdefault(m.engine, []).append((rec, m))
+        groups.setdefault((model_name(rec), m.test, m.gpu or ""), {}).setdefault(m.engine, []).append((rec, m))
     rows, hist = [], []
-    for (model, test, gpu, spec), by_engine in sorted(groups.items(), key=lambda kv: (kv[0][0], _test_key(kv[0][1]),
-                                                                                       kv[0][2], kv[0][3])):
+    for (model, test, gpu), by_engine in sorted(groups.items(), key=lambda kv: (kv[0][0], _test_key(kv[0][1]),
+                                                                                 kv[0][2])):
         for eng in by_engine:
             by_engine[eng].sort(key=lambda rm: _order(rm[0]))
-        latest = {eng: v[-1] for eng, v in by_engine.items()}
-        pairs = [(a, l) for a in by_engine.get(ANVIL, []) for l in by_engine.get(LLAMACPP, [])
-                 if l[1].tok_s > 0 and results.same_sitting(a[0], l[0])
-                 and results.comparable(a[0], l[0], test)]  # the key says so; double-check
-        newest = lambda ps: max(ps, key=lambda p: (_order(p[0][0]), _order(p[1][0])))  # noqa: E731
-        newer = None
-        if pairs:
-            a, l = newest(pairs)
-            if validated := [p for p in pairs if p[0][1].validation.ok]:
-                if (a, l) != newest(validated):  # the newest is not validated: the row stays on what is
-                    newer = (a[1], l[1], a[1].tok_s / l[1].tok_s)
-                a, l = newest(validated)
-            ratio = a[1].tok_s / l[1].tok_s
-        else:
-            a, l, ratio = latest.get(ANVIL), latest.get(LLAMACPP), None
-        any_rec = next(iter(latest.values()))[0]
-        spec_text = ", ".join(f"{k}={v}" for k, v in results.spec(any_rec, test).items())
-        spread = _spread(by_engine.get(ANVIL, []), a[1].build) if a and a[1].engine == ANVIL else None
-        rows.append(Row(model, test, gpu or None, spec, spec_text, a[1] if a else None, l[1] if l else None, ratio,
-                        spread, newer))
-        for eng in sorted(by_engine, key=lambda e: (e != ANVIL, e != LLAMACPP, e)):
-            v = by_engine[eng]
-            hist.append(History(model, test, eng, gpu or None, spec, v[0][1], v[-1][1], len(v),
-                                tuple(m for _, m in v)))
+        a, l, ratio, newer = _select(by_engine)
+        shown = a or l
+        if shown is None:  # neither engine the scoreboard compares
+            continue
+        spec_text = ", ".join(f"{k}={v}" for k, v in results.spec(shown[0], test).items())
+        spread = _spread(by_engine.get(ANVIL, []), a[1]) if a else None
+        rows.append(Row(model, test, gpu or None, shown[1].spec, spec_text, a[1] if a else None,
+                        l[1] if l else None, ratio, spread, newer))
+        for eng, chosen in ((ANVIL, a), (LLAMACPP, l)):
+            if chosen is None:
+                continue
+            pts = [m for _, m in by_engine[eng] if m.spec == chosen[1].spec]
+            after = len(pts) - 1 - pts.index(chosen[1])
+            hist.append(History(model, test, eng, gpu or None, chosen[1].spec, pts[0], chosen[1], len(pts),
+                                tuple(pts), tuple(change_points(pts)) if eng == ANVIL else (), after))
     return rows, hist
 
 
-def _spread(measured: list[tuple[dict, Measure]], build: str) -> tuple[float, int] | None:
-    """Run to run: (max - min) / median of one build's results over its
-    sittings (one value a sitting, the newest record of each: separate
-    ``harness bench`` calls), and how many sittings; None under two."""
+def _spread(measured: list[tuple[dict, Measure]], chosen: Measure) -> tuple[float, int] | None:
+    """Run to run: (max - min) / median of the chosen number's build over its
+    sittings on the same spec (one value a sitting, the newest record of
+    each: separate ``harness bench`` calls), and how many sittings; None under two."""
     by_sitting: dict[str, float] = {}
     for rec, m in sorted(measured, key=lambda rm: _order(rm[0])):
-        if m.build == build and m.tok_s > 0:
+        if m.build == chosen.build and m.spec == chosen.spec and m.tok_s > 0:
             by_sitting[rec.get("sitting") or _file(rec)] = m.tok_s
     if len(by_sitting) < 2:
         return None
@@ -498,12 +558,25 @@ def _parity(records: list[dict], variation: list[dict] = ()) -> list[Parity]:
 
 
 def _arm_label(desc: dict) -> str:
+    """An A/B arm by what a reader knows it as: its commit and subject
+    (``harness ab --commits`` records them), else the wheel's directory where
+    that names it (a branch or commit someone built into it) and the wheel's
+    label, with the build's hash."""
     ident, label = str(desc.get("sha256") or desc.get("build") or desc.get("version") or "")[:12], \
         str(desc.get("label") or desc.get("kind") or "?")
+    if desc.get("commit"):
+        return f"{str(desc['commit'])[:8]} {desc.get('subject') or ''}".strip() + f" (build {ident[:8]})"
+    where = Path(str(desc.get("wheel") or "")).parent.name
+    if where and where not in (".", "wheels", "dist") and not re.fullmatch(r"[0-9a-f]{40}", where):
+        label = f"{where}: {label}"
+    elif re.fullmatch(r"[0-9a-f]{40}", where):  # harness wheel's cache: the directory is the commit
+        label = f"{where[:8]}: {label}"
     return label + (f" ({ident})" if ident and ident not in label else "")
 
 
-def _ab(records: list[dict], facts: dict, figures: dict) -> tuple[list[ABTest], list[Run]]:
+def _ab(records: list[dict], facts: dict, rooflines: dict) -> tuple[list[ABTest], list[Run]]:
+    """The newest AB_SHOWN A/B records: each test's analysis as recorded, and
+    each run diagnosed from its own NVML summary (its trace stays in the record)."""
     tests, runs = [], []
     for rec in sorted(records, key=_order, reverse=True)[:AB_SHOWN]:
         arms = rec.get("arms") or {}
@@ -517,19 +590,15 @@ def _ab(records: list[dict], facts: dict, figures: dict) -> tuple[list[ABTest], 
                 test = min(ts, key=lambda t: (not t.startswith("tg"), t)) if ts else None  # decode dominates a run
                 if test is None:
                     continue
-                rt = _rate(rec, test, statistics.median(ts[test]), facts)
-                trace, fig = run.get("nvml_trace"), None
+                roof = rooflines.get(rec.get("gpu"))
+                rt = _rate(rec, test, statistics.median(ts[test]), facts, roofline=roof)
                 cold = " (cold, dropped)" if rnd.get("cold") else ""
-                if trace:
-                    fig = f"trace-{_stem(rec)}-r{_safe(str(rnd.get('round')))}-{_safe(arm)}.png"
-                    figures.setdefault(fig, _trace_figure(fig, f"{model} A/B round {rnd.get('round')} arm {arm}{cold}",
-                                                          trace, rec.get("power_limit_w"), run.get("nvml_window")))
                 d = dx.diagnose(test, run.get("nvml"), gb_s=rt.gb_s, tflop_s=rt.tflop_s,
-                                windowed=bool(run.get("nvml_window")))
+                                windowed=bool(run.get("nvml_window")), roofline=roof)
                 if not rnd.get("cold"):
                     diags.setdefault(arm, []).append(d)
                 who = f"{arm}: {_arm_label(arms.get(arm, {}))}, round {rnd.get('round')}{cold}"
-                runs.append(Run("ab", _file(rec), model, who, test, d, fig, prov))
+                runs.append(Run("ab", _file(rec), model, who, test, d, None, prov))
         maj = {k: "{} ({}/{} runs)".format(*dx.majority(v)) if v else "no runs" for k, v in diags.items()}
         notes = []
         if rec.get("aa"):  # one build against itself (harness ab --aa): what later verdicts are judged against
@@ -556,25 +625,15 @@ def _ab(records: list[dict], facts: dict, figures: dict) -> tuple[list[ABTest], 
     return tests, runs
 
 
-def _bar_figures(rows: list[Row], hist: list[History]) -> list[Figure]:
-    """Prefill and decode bars: per row, each engine's first record (when it
-    has more than one) and its latest."""
-    out = []
-    for prefix, title, name in (("pp", "Prefill", "bars-prefill.png"), ("tg", "Decode", "bars-decode.png")):
-        groups = []
-        for row in (r for r in rows if r.test.startswith(prefix)):
-            series = []
-            for eng, label in ((LLAMACPP, "llama.cpp"), (ANVIL, "Anvil")):
-                h = next((h for h in hist if (h.model, h.test, h.gpu, h.spec, h.engine) ==
-                          (row.model, row.test, row.gpu, row.spec, eng)), None)
-                if h and h.n_records > 1:
-                    series.append((f"{label} first", h.first.tok_s, h.first.tok_s_sd))
-                if h:
-                    series.append((f"{label} latest", h.latest.tok_s, h.latest.tok_s_sd))
-            groups.append((f"{row.model} {row.test}" + (f" [{row.gpu}]" if row.gpu else ""), tuple(series)))
-        if groups:
-            out.append(Figure(name, "bars", f"{title} tokens/s (higher is better)", tuple(groups)))
-    return out
+def _ratio_figure(rows: list[Row]) -> Figure | None:
+    """Anvil ÷ llama.cpp of every row with a ratio, one bar each (the
+    summary at a glance); validated or not, as the row says."""
+    gpus = len({r.gpu for r in rows}) > 1
+    bars = tuple((f"{r.model} {r.test}" + (f" [{r.gpu}]" if gpus and r.gpu else ""), r.ratio, r.validated)
+                 for r in rows if r.ratio is not None)
+    if not bars:
+        return None
+    return Figure("ratios", "bars", "Anvil ÷ llama.cpp, one sitting each (right of 1: Anvil faster)", bars)
 
 
 _DEPTH_TEST = re.compile(r"^((?:pp|tg)\d+) @ d(\d+)$")  # llama-bench's name of a test after D cached tokens
@@ -584,56 +643,87 @@ def _engine_label(engine: str) -> str:
     return "Anvil" if engine == ANVIL else engine
 
 
-def _history_figure(model: str, hist: list[History], ab_tests: list[ABTest]) -> Figure | None:
-    """tok/s of every record, oldest to newest (one line per engine, test,
-    GPU and spec; prefill and decode in their own panels), the A/B
-    comparisons of the model marked at their dates with B's median and the
-    verdict. None unless some engine and test has two records or more."""
+def _ab_marks(records: list[dict]) -> dict[str, tuple]:
+    """model -> every A/B test of it, ((date, verdict, "tg128 1.012×"), ...), oldest first: the history's lane."""
+    out: dict[str, list] = {}
+    for rec in records:
+        for test, t in sorted((rec.get("analysis") or {}).items()):
+            if isinstance(t, dict) and isinstance(t.get("ratio"), (int, float)) and t.get("verdict"):
+                mark = (_date(rec), str(t["verdict"]), f"{test} {t['ratio']:.3f}×")
+                out.setdefault(model_name(rec), []).append(mark)
+    return {m: tuple(sorted(v)) for m, v in out.items()}
+
+
+def _history_figure(model: str, hist: list[History], ab_marks: tuple) -> Figure | None:
+    """tok/s of every record of each row's spec against the date it was
+    measured (one line per engine and test; prefill and decode in their own
+    panels), the change-points that are not "no change" marked on Anvil's
+    lines, and the model's A/B comparisons in a lane below (marker: verdict).
+    None unless some line has two records or more."""
     panels = []
     for prefix, title in (("pp", "prefill t/s"), ("tg", "decode t/s")):
-        series = []
+        series, marks = [], []
         for h in hist:
-            if not h.test.startswith(prefix) or _DEPTH_TEST.match(h.test):
+            if not h.test.startswith(prefix):
                 continue
-            pts = tuple((m.date[:16].replace("T", " "), m.tok_s) for m in h.points)
             tag = f" [{h.gpu}]" if len({x.gpu for x in hist}) > 1 else ""
-            if sum((x.engine, x.test, x.gpu) == (h.engine, h.test, h.gpu) for x in hist) > 1:
-                tag += f" spec {h.spec[:6]}"  # measured under other settings: its own line
-            series.append((f"{_engine_label(h.engine)} {h.test}{tag}", pts))
-        marks = tuple((t.date[:16].replace("T", " "), t.b_median, f"A/B {t.ratio:.2f}× {t.verdict}")
-                      for t in ab_tests if t.model == model and t.test.startswith(prefix)
-                      and not _DEPTH_TEST.match(t.test))
-        if series or marks:
-            panels.append((title, tuple(series), marks))
+            series.append((f"{_engine_label(h.engine)} {h.test}{tag}", tuple((m.date, m.tok_s) for m in h.points)))
+            at = {m.date: m.tok_s for m in h.points}
+            marks += [(c.date, at.get(c.date), c.label) for c in h.changes if c.label in (
+                "regression", "suspicious", "improvement")]
+        if series:
+            panels.append((title, tuple(series), tuple(marks)))
     if not any(len(pts) > 1 for _, series, _ in panels for _, pts in series):
         return None  # no line to draw: every engine and test has one record
-    return Figure(f"history-{_safe(model)}.png", "lines", f"{model}: tokens/s over the records",
-                  (("x", "date"), ("panels", tuple(panels))))
+    return Figure(f"history-{_safe(model)}", "lines", f"{model}: tokens/s of each record, by date (UTC)",
+                  (("x", "date"), ("panels", tuple(panels)), ("ab", ab_marks)))
 
 
-def _depth_figure(model: str, rows: list[Row]) -> Figure | None:
-    """tok/s against the context depth the test ran at (llama-bench's
-    "tg128 @ d4096"; depth 0 = the plain test), one line per engine and
-    test, from each row's latest records. None without a depth test."""
-    curves: dict[tuple, dict[int, float]] = {}
+def _depth_figure(model: str, rows: list[Row], measures: list[tuple[dict, Measure]]) -> Figure | None:
+    """tok/s against the context depth a test ran at (llama-bench's "tg128
+    @ d4096"; depth 0 = the plain test), each curve ONE build of one engine
+    in one sitting: anchored on a depth row's chosen number, with that
+    build's numbers of the same sitting and spec family at the other depths.
+    Of the anchors, the curve with the most depths (then the newest). None
+    without a curve of two depths."""
+    by_rec = [(rec, m) for rec, m in measures if model_name(rec) == model]
+
+    def base_depth(test):
+        m = _DEPTH_TEST.match(test)
+        return (m.group(1), int(m.group(2))) if m else (test, 0)
+
+    curves: dict[tuple, tuple] = {}  # (base, gpu, engine) -> (n points, anchor order, label, points)
     for row in rows:
-        m = _DEPTH_TEST.match(row.test)
-        base, depth = (m.group(1), int(m.group(2))) if m else (row.test, 0)
-        for x in (row.anvil, row.llamacpp):
-            if x is not None:
-                curves.setdefault((base, row.gpu or "", x.engine), {})[depth] = x.tok_s
-    curves = {k: v for k, v in curves.items() if len(v) > 1}
+        base, depth = base_depth(row.test)
+        if depth == 0:
+            continue
+        for anchor in (row.anvil, row.llamacpp):
+            if anchor is None:
+                continue
+            arec = next(rec for rec, m in by_rec if m is anchor)
+            pts: dict[int, tuple] = {}
+            for rec, m in by_rec:
+                b, d = base_depth(m.test)
+                if (b, m.engine, m.gpu, m.build) == (base, anchor.engine, anchor.gpu, anchor.build) \
+                        and results.same_sitting(rec, arec):
+                    if d not in pts or _order(rec) > pts[d][0]:
+                        pts[d] = (_order(rec), m.tok_s)
+            key = (base, row.gpu or "", anchor.engine)
+            label = (f"{_engine_label(anchor.engine)} {base} · build {fmt_short_build(anchor.build)}, "
+                     f"{anchor.date[:10]}")
+            cand = (len(pts), _order(arec), label, tuple(sorted((d, v[1]) for d, v in pts.items())))
+            if len(pts) > 1 and (key not in curves or cand[:2] > curves[key][:2]):
+                curves[key] = cand
     if not curves:
         return None
     panels = []
     for prefix, title in (("pp", "prefill t/s"), ("tg", "decode t/s")):
-        series = tuple((f"{_engine_label(eng)} {base}" + (f" [{gpu}]" if len({k[1] for k in curves}) > 1 else ""),
-                        tuple(sorted(pts.items())))
-                       for (base, gpu, eng), pts in sorted(curves.items()) if base.startswith(prefix))
+        series = tuple((label + (f" [{gpu}]" if len({k[1] for k in curves}) > 1 else ""), pts)
+                       for (base, gpu, eng), (_, _, label, pts) in sorted(curves.items()) if base.startswith(prefix))
         if series:
             panels.append((title, series, ()))
-    return Figure(f"depth-{_safe(model)}.png", "lines", f"{model}: tokens/s against context depth (cached tokens)",
-                  (("x", "depth"), ("panels", tuple(panels))))
+    return Figure(f"depth-{_safe(model)}", "lines", f"{model}: tokens/s against context depth (cached tokens), "
+                  f"one build and sitting per curve", (("x", "depth"), ("panels", tuple(panels)), ("ab", ())))
 
 
 def _whole_suite(rec: dict) -> bool:
@@ -688,40 +778,62 @@ def _suite_runs(records: list[dict]) -> list[SuiteRun]:
     return out
 
 
+def _summary(rows: list[Row]) -> list[SummaryRow]:
+    by: dict[tuple, dict[str, Row]] = {}
+    for r in rows:
+        by.setdefault((r.model, r.gpu or ""), {})[r.test] = r
+    return [SummaryRow(model, gpu or None, tuple(cells.get(t) for t in SUMMARY_TESTS))
+            for (model, gpu), cells in sorted(by.items()) if any(t in cells for t in SUMMARY_TESTS)]
+
+
 def build_report(records: list[dict]) -> Report:
     """The whole page's content from result records (as results.load_all returns)."""
     records = sorted(records, key=_order)
     kind = lambda r: r.get("kind", "bench")  # noqa: E731
     bench = [r for r in records if kind(r) == "bench"]
+    rooflines = roofline_.by_gpu(records)
     facts = _facts(bench + [r for r in records if kind(r) == "ab"])
-    figures: dict[str, Figure] = {}
+    traces: dict = {}  # name -> a function making the trace Figure: drawn only for runs the page shows
     validations = [r for r in records if kind(r) == "validate"]
-    measures = [rm for rec in bench for rm in _bench_measures(rec, facts, figures, validations)]
+    measures = [rm for rec in bench for rm in _bench_measures(rec, facts, traces, validations, rooflines)]
     rows, hist = _rows_and_history(measures)
     parity = _parity(validations, [r for r in records if kind(r) == "variation"])
-    ab_tests, ab_runs = _ab([r for r in records if kind(r) == "ab"], facts, figures)
+    ab_tests, ab_runs = _ab([r for r in records if kind(r) == "ab"], facts, rooflines)
+    marks = _ab_marks([r for r in records if kind(r) == "ab"])
 
     runs = [Run("bench", "", row.model, m.engine, m.test, m.diagnosis, m.figure, m.provenance)
             for row in rows for m in (row.anvil, row.llamacpp) if m is not None]
-    figures.update((f.name, f) for f in _bar_figures(rows, hist))
+    figures = {f.name: f for f in [_ratio_figure(rows)] if f}
+    figures.update((run.figure, traces[run.figure]()) for run in runs if run.figure)
 
     names = sorted({r.model for r in rows} | {p.model for p in parity})
     models = []
     for n in names:
         own_rows, own_hist = [r for r in rows if r.model == n], [h for h in hist if h.model == n]
-        figs = tuple(f for f in (_history_figure(n, own_hist, ab_tests), _depth_figure(n, own_rows)) if f)
+        figs = tuple(f for f in (_history_figure(n, own_hist, marks.get(n, ())), _depth_figure(n, own_rows, measures))
+                     if f)
         figures.update((f.name, f) for f in figs)
         models.append(ModelSection(n, tuple(own_rows), tuple(own_hist), tuple(p for p in parity if p.model == n),
                                    figs))
-    models = tuple(models)
     sources = tuple(sorted((_file(r), kind(r), model_name(r) if r.get("model") else "",
                             engine_name(r) if kind(r) == "bench" else "", _date(r)) for r in records))
     digest = hashlib.sha256("\n".join(sorted(_canon(r) for r in records)).encode()).hexdigest()
-    return Report(models, tuple(parity), tuple(ab_tests), tuple(runs + ab_runs),  # both already in page order
+    return Report(tuple(models), tuple(parity), tuple(ab_tests), tuple(runs + ab_runs),  # both already in page order
                   tuple(figures[k] for k in sorted(figures)), sources, digest,
                   max((_date(r) for r in records), default=""),
                   tuple(_mutants([r for r in records if kind(r) == "mutants"])),
-                  suite_runs=tuple(_suite_runs([r for r in records if kind(r) == "tests"])))
+                  suite_runs=tuple(_suite_runs([r for r in records if kind(r) == "tests"])),
+                  summary=tuple(_summary(rows)), rooflines=tuple(rooflines[g] for g in sorted(rooflines)))
+
+
+class _Progress:
+    """Plain lines on stderr, each with the seconds since the start: the report takes seconds, not silence."""
+
+    def __init__(self):
+        self.t0 = time.monotonic()
+
+    def __call__(self, what: str) -> None:
+        print(f"[{time.monotonic() - self.t0:5.1f} s] {what}", file=sys.stderr, flush=True)
 
 
 def main_report(args) -> int:
@@ -733,13 +845,16 @@ def main_report(args) -> int:
     rdir = getattr(args, "results_dir", None)
     if rdir is not None and not Path(rdir).is_dir():
         raise AnvilError(f"{rdir}: no such results directory")
+    say = _Progress()
     skipped: list = []
     with warnings.catch_warnings():  # each skipped file is said once, below, as one line
         warnings.simplefilter("ignore", results.ResultsWarning)
         records = results.load_all(rdir, skipped=skipped)
     for path, why in skipped:
         print(f"skipped {path}: {why}", file=sys.stderr)
+    say(f"read {len(records)} record(s) from {rdir or results.DEFAULT_DIR}")
     rep = dataclasses.replace(build_report(records), skipped=tuple(skipped))
+    say(f"built the scoreboard: {len(rep.rows)} row(s), {len(rep.figures)} figure(s) to draw")
     out = getattr(args, "out", None)
     if fmt == "md":
         text = render_md(rep)
@@ -762,10 +877,10 @@ def main_report(args) -> int:
     store = Path(rdir) if rdir is not None else results.DEFAULT_DIR
     rep = dataclasses.replace(rep, records_href=Path(os.path.relpath(os.path.abspath(store),
                                                                    os.path.abspath(out.parent))).as_posix())
-    written = write_html(rep, out.parent, name=out.name)
-    print(f"wrote {out} with {len(written) - 1} figure(s) from {len(records)} record(s)", file=sys.stderr)
+    page = write_html(rep, out.parent, name=out.name, progress=say)
+    say(f"wrote {page} ({page.stat().st_size / 1e3:.0f} kB, {len(rep.figures)} inline figure(s)) "
+        f"from {len(records)} record(s)")
     return 0
 
 
-__all__ = ["Report", "build_report", "write_html", "render_md", "main_report",
-           "MEASURED_HBM_GBS", "MEASURED_BF16_TFLOPS"]
+__all__ = ["Report", "build_report", "write_html", "render_md", "main_report"]

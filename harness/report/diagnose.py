@@ -1,10 +1,14 @@
 """Why a run is as fast as it is, from its NVML summary and its achieved rate.
 
-``diagnose(test, summary, gb_s=..., tflop_s=...)`` returns a ``Diagnosis``:
-a label and one sentence carrying the numbers that led to it, e.g.
+``diagnose(test, summary, gb_s=..., tflop_s=..., roofline=...)`` returns a
+``Diagnosis``: a label and one sentence carrying the numbers that led to it, e.g.
 
     decode reads 1206 GB/s = 28% of the 4300 GB/s roofline with the SM clock
     at 1980 MHz (pinned) and 44% power, 55% utilisation: launch-latency bound
+
+The roofline is the one measured on the run's GPU (harness/roofline.py: its
+newest ``roofline`` record); without one, the sentence says "no roofline
+measured" and the memory-bound rule cannot fire.
 
 The summary must cover the measured repetitions only (harness.ab.measured:
 the engine stamps them; llama-bench's are estimated); a trace of the whole
@@ -47,11 +51,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Measured on the reference H200: ~4.3 TB/s device-to-device copy and
-# ~790 TFLOP/s dense bf16 (design notes, "The GPU host"). The rooflines are
-# what was measured there, not the datasheet's 4.8 TB/s / 989 TFLOP/s.
-MEASURED_HBM_GBS = 4300.0
-MEASURED_BF16_TFLOPS = 790.0
+from ..roofline import Roofline
+
+NO_ROOFLINE = "no roofline measured"  # what the page says where the GPU has no roofline record
 
 # Decode at 70% of copy bandwidth: the best GEMV kernels reach 80-90% of a
 # plain copy; the weight-bytes estimate ignores KV-cache and activation
@@ -97,7 +99,8 @@ LABELS = (MEMORY, HOST_SYNC, COMPUTE, LAUNCH, KERNEL, UNCLASSIFIED, UNKNOWN, TOO
 
 # the rules as the report prints them (the scoreboard's "How runs are diagnosed")
 RULES = (
-    (MEMORY, f"decode reads >= {MEMORY_BOUND_FRAC:.0%} of the {MEASURED_HBM_GBS:.0f} GB/s measured HBM roofline"),
+    (MEMORY, f"decode reads >= {MEMORY_BOUND_FRAC:.0%} of the copy bandwidth measured on its GPU (its roofline "
+             f"record; never fires without one)"),
     (HOST_SYNC, f"SM clock bimodal or its median < {CLOCK_LOW_FRAC:.0%} of the maximum, "
                 f"with mean power < {LOW_POWER_FRAC:.0%} of the limit"),
     (COMPUTE, f"prefill with GPU utilisation >= {BUSY_UTIL_PCT:.0f}% and power >= {HIGH_POWER_FRAC:.0%} of the limit"),
@@ -133,20 +136,34 @@ class Rate:
     tflop_s: float | None = None   # prefill: estimated FLOP/s / 1e12
     text: str = ""                 # "1121 GB/s", "~292 TFLOP/s" ("~": estimated)
     note: str = ""                 # how it was obtained
+    ceiling: Roofline | None = None  # the roofline measured on the run's GPU, if any
 
     @property
     def roofline(self) -> float | None:
-        """Fraction of the measured HBM bandwidth (decode) or bf16 peak (prefill)."""
+        """Fraction of the measured copy bandwidth (decode) or bf16 GEMM rate (prefill); None without a roofline."""
+        if self.ceiling is None:
+            return None
         if self.gb_s is not None:
-            return self.gb_s / MEASURED_HBM_GBS
+            return self.gb_s / self.ceiling.copy_gb_s
         if self.tflop_s is not None:
-            return self.tflop_s / MEASURED_BF16_TFLOPS
+            return self.tflop_s / self.ceiling.bf16_tflops
         return None
 
 
 def rate(test: str, tok_s: float, *, gb_s: float | None = None, weight_bytes: float | None = None,
          file_bytes: float | None = None, n_params: float | None = None,
-         params_per_token: float | None = None) -> Rate:
+         params_per_token: float | None = None, roofline: Roofline | None = None) -> Rate:
+    """``_rate`` with the GPU's ``roofline`` attached (see _rate for the estimates)."""
+    import dataclasses
+
+    r = _rate(test, tok_s, gb_s=gb_s, weight_bytes=weight_bytes, file_bytes=file_bytes, n_params=n_params,
+              params_per_token=params_per_token)
+    return dataclasses.replace(r, ceiling=roofline) if roofline is not None and r.text else r
+
+
+def _rate(test: str, tok_s: float, *, gb_s: float | None = None, weight_bytes: float | None = None,
+          file_bytes: float | None = None, n_params: float | None = None,
+          params_per_token: float | None = None) -> Rate:
     """Decode: the recorded GB/s, else weight bytes per token x tok/s, else
     the file size x tok/s (an over-estimate: the file holds the embedding
     table, of which a token reads one row). Prefill: 2 FLOPs (a multiply-add)
@@ -187,13 +204,16 @@ def _num(summary: dict, key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _rate_phrase(test: str, gb_s: float | None, tflop_s: float | None) -> str:
+def _rate_phrase(test: str, gb_s: float | None, tflop_s: float | None, roof: Roofline | None) -> str:
     if test.startswith("tg") and gb_s is not None:
-        return (f"decode reads {gb_s:.0f} GB/s = {gb_s / MEASURED_HBM_GBS:.0%} of the "
-                f"{MEASURED_HBM_GBS:.0f} GB/s roofline")
+        if roof is None:
+            return f"decode reads {gb_s:.0f} GB/s ({NO_ROOFLINE} on this GPU)"
+        return f"decode reads {gb_s:.0f} GB/s = {gb_s / roof.copy_gb_s:.0%} of the {roof.copy_gb_s:.0f} GB/s roofline"
     if test.startswith("pp") and tflop_s is not None:
-        return (f"prefill computes ~{tflop_s:.0f} TFLOP/s = {tflop_s / MEASURED_BF16_TFLOPS:.0%} of the "
-                f"{MEASURED_BF16_TFLOPS:.0f} TFLOP/s bf16 peak")
+        if roof is None:
+            return f"prefill computes ~{tflop_s:.0f} TFLOP/s ({NO_ROOFLINE} on this GPU)"
+        return (f"prefill computes ~{tflop_s:.0f} TFLOP/s = {tflop_s / roof.bf16_tflops:.0%} of the "
+                f"{roof.bf16_tflops:.0f} TFLOP/s bf16 peak")
     return f"{'decode' if test.startswith('tg') else 'prefill' if test.startswith('pp') else test} " \
            f"(no achieved-rate estimate)"
 
@@ -223,13 +243,14 @@ def power_fraction(summary: dict, power_limit_w: float | None = None) -> float |
 
 def diagnose(test: str, summary: dict | None, *, gb_s: float | None = None, tflop_s: float | None = None,
              power_limit_w: float | None = None, sm_clock_max_mhz: float | None = None,
-             windowed: bool = True) -> Diagnosis:
+             windowed: bool = True, roofline: Roofline | None = None) -> Diagnosis:
     """Classify one run of ``test`` (``pp512``, ``tg128``, ...). ``summary`` is
     harness.nvml.summarize()'s dict (or None); ``gb_s`` the achieved decode
     bandwidth, ``tflop_s`` the estimated prefill throughput; the limits fill
     in fractions a summary lacks. ``windowed`` False says the summary is of
-    the whole process, not of the measured repetitions."""
-    rate = _rate_phrase(test, gb_s, tflop_s)
+    the whole process, not of the measured repetitions. ``roofline``: the
+    one measured on the run's GPU (None: no memory-bound verdict)."""
+    rate = _rate_phrase(test, gb_s, tflop_s, roofline)
     decode = test.startswith("tg")
     if not summary or summary.get("available") is False or not summary.get("n_samples"):
         why = summary.get("reason") if summary else None
@@ -274,7 +295,7 @@ def diagnose(test: str, summary: dict | None, *, gb_s: float | None = None, tflo
     def verdict(label: str) -> Diagnosis:
         return Diagnosis(label, f"{rate} with {evidence}: {label}")
 
-    if decode and gb_s is not None and gb_s / MEASURED_HBM_GBS >= MEMORY_BOUND_FRAC:
+    if decode and gb_s is not None and roofline is not None and gb_s / roofline.copy_gb_s >= MEMORY_BOUND_FRAC:
         return verdict(MEMORY)
     low_power = pwr is not None and pwr < LOW_POWER_FRAC
     if low_power and (bimodal or (clk is not None and clk < CLOCK_LOW_FRAC)):

@@ -1,9 +1,9 @@
-"""Render a Report: static HTML with PNG figures beside it, or GitHub markdown.
+"""Render a Report: one self-contained HTML page (its figures inline SVG,
+nothing beside it to commit or to go stale), or GitHub markdown.
 
 The template is inline (not a package-data file) so the page renders from
-any install of the harness, wheel included. Every file is written atomically
-(temp file + os.replace) and the HTML last, so a reader never sees a page
-that points at figures not yet written.
+any install of the harness, wheel included. The page is written atomically
+(engine/atomic.py).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import jinja2
 
+from markupsafe import Markup, escape
+
 from engine.atomic import atomic_open
 
+from .. import stats
 from ..table import markdown
-from . import diagnose, figures, validated
-
-FIGURES_DIR = "figures"
-_OURS = re.compile(r"^(bars|trace|history|depth)-[A-Za-z0-9_-]+\.png$")  # what write_html may delete as stale
+from . import changes, diagnose, figures, validated
 
 
 def fmt_tok(v: float | None) -> str:
@@ -92,11 +92,21 @@ def fmt_memory(m) -> str:
 
 
 def fmt_achieved(m) -> str:
-    """ "1121 GB/s · 26% of HBM" or "~292 TFLOP/s · 37% of bf16" (the measured rooflines)"""
+    """ "1121 GB/s · 26% of copy BW" or "~292 TFLOP/s · 37% of bf16" (the rooflines measured on its GPU), or
+    "1121 GB/s · no roofline measured" """
     if m is None or not m.rate.text:
         return "—"
-    what = "HBM" if m.rate.gb_s is not None else "bf16"
+    if m.rate.ceiling is None:
+        return f"{m.rate.text} · no roofline"
+    what = "copy BW" if m.rate.gb_s is not None else "bf16"
     return f"{m.rate.text} · {fmt_pct(m.rate.roofline)} of {what}"
+
+
+def fmt_roofpct(m) -> str:
+    """A number's share of its GPU's roofline ("32%"), "no roofline" where the GPU has none measured."""
+    if m is None or not m.rate.text:
+        return "—"
+    return fmt_pct(m.rate.roofline) if m.rate.ceiling else "no roofline"
 
 
 def fmt_validation(row) -> str:
@@ -117,14 +127,16 @@ _TEMPLATE = r"""<!doctype html>
 <title>Anvil scoreboard</title>
 <script>
 // Self-check for headless browsers (tests/test_browser.py): script errors,
-// console.error calls and images that failed to load or decode are written
-// into #selfcheck once the page has loaded; `chromium --dump-dom` shows them.
+// console.error calls and resources that failed to load are written into
+// #selfcheck once the page has loaded, with every inline figure that drew
+// nothing and whether the page is wider than the window; `chromium
+// --dump-dom` shows them. The page loads nothing: its figures are inline SVG.
 (function () {
   var errors = [];
   window.addEventListener("error", function (e) {
     var t = e.target;
     errors.push(t && t !== window && t.tagName ? "failed to load " + t.tagName.toLowerCase() + " " +
-                (t.getAttribute("src") || "") : "error: " + e.message);
+                (t.getAttribute("src") || t.getAttribute("href") || "") : "error: " + e.message);
   }, true);
   window.addEventListener("unhandledrejection", function (e) { errors.push("unhandled rejection: " + e.reason); });
   var consoleError = console.error;
@@ -133,21 +145,25 @@ _TEMPLATE = r"""<!doctype html>
     return consoleError.apply(console, arguments);
   };
   window.addEventListener("load", function () {
-    var broken = [];
-    for (var i = 0; i < document.images.length; i++) {
-      var img = document.images[i];
-      if (!img.complete || img.naturalWidth === 0) broken.push(img.getAttribute("src"));
+    var figs = document.querySelectorAll("figure.fig"), empty = [];
+    for (var i = 0; i < figs.length; i++) {
+      var svg = figs[i].querySelector("svg"), box = svg && svg.getBoundingClientRect();
+      if (!svg || !box.width || !box.height || !svg.querySelector("path, polyline, rect, line, text"))
+        empty.push(figs[i].getAttribute("data-fig"));
     }
     var el = document.getElementById("selfcheck");
+    var wide = document.documentElement.scrollWidth > window.innerWidth + 1;
+    el.setAttribute("data-figures", String(figs.length));
+    el.setAttribute("data-empty", empty.join(" "));
     el.setAttribute("data-images", String(document.images.length));
-    el.setAttribute("data-broken", broken.join(" "));
     el.setAttribute("data-errors", errors.join(" | "));
-    el.setAttribute("data-status", broken.length || errors.length ? "fail" : "ok");
+    el.setAttribute("data-overflow", wide ? document.documentElement.scrollWidth + " > " + window.innerWidth : "");
+    el.setAttribute("data-status", empty.length || errors.length || wide ? "fail" : "ok");
   });
 })();
 </script>
 <style>
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1240px;
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1360px;
        padding: 0 20px 40px; color: #1d1d1f; }
 header { border-bottom: 2px solid #d9541e; margin-bottom: 8px; }
 h1 { margin: 18px 0 2px; } h2 { margin-top: 30px; border-bottom: 1px solid #ddd; } h3 { margin: 18px 0 6px; }
@@ -157,6 +173,11 @@ th, td { border-bottom: 1px solid #e5e5e5; padding: 4px 8px; text-align: left; v
 th { background: #f6f6f6; font-weight: 600; white-space: nowrap; }
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 td.prov { font-size: 12px; color: #555; min-width: 200px; }
+table.summary { font-size: 13px; } table.summary th, table.summary td { padding: 3px 6px; }
+table.summary th.grp { text-align: center; border-left: 2px solid #fff; } table.summary td.first { border-left: 2px solid #eee; }
+table.summary td.model { font-weight: 600; white-space: nowrap; }
+.ok-mark { color: #1a7f37; font-weight: 700; } .nv-mark { color: #b42318; font-size: 11px; }
+table.scores td.num small { white-space: normal; display: inline-block; min-width: 130px; max-width: 190px; }
 table.scores td.prov { min-width: 210px; max-width: 260px; overflow-wrap: anywhere; line-height: 1.25; }
 table.scores th, table.parity th { font-size: 13px; white-space: normal; }
 table.parity td.num small { white-space: normal; display: inline-block; max-width: 170px; text-align: right; } table.scores .badge, table.runs .badge { white-space: normal; }
@@ -166,12 +187,13 @@ td.hist { font-variant-numeric: tabular-nums; min-width: 200px; }
 .win { color: #1a7f37; font-weight: 600; } .loss { color: #b42318; font-weight: 600; }
 .badge { display: inline-block; padding: 1px 7px; border-radius: 9px; font-size: 12px; white-space: nowrap;
          background: #eee; }
-.badge.ok { background: #dcf5e3; } .badge.bad { background: #fde2e1; }
+.badge.ok { background: #dcf5e3; } .badge.bad { background: #fde2e1; } .badge.warn { background: #fff1c2; }
 .badge.memory { background: #dcf5e3; } .badge.compute { background: #dceaf5; }
 .badge.launch { background: #fff1c2; } .badge.kernel { background: #ffe0b8; } .badge.hostsync { background: #fde2e1; } .badge.unknown { background: #eee; }
 .meter { display: inline-block; width: 60px; height: 7px; background: #eee; margin-left: 6px; vertical-align: middle; }
 .meter span { display: block; height: 100%; background: #d9541e; }
-img.fig { max-width: 100%; border: 1px solid #eee; } img.thumb { width: 440px; border: 1px solid #eee; }  /* the trace at its own size: its labels readable */
+figure.fig { margin: 8px 0; } figure.fig svg { max-width: 100%; height: auto; }
+table.runs figure.fig { margin: 0; } table.runs figure.fig svg { width: 330px; max-width: none; }
 code { background: #f4f4f4; padding: 0 3px; }
 details { margin: 8px 0; } summary { cursor: pointer; }
 </style></head>
@@ -181,20 +203,41 @@ details { margin: 8px 0; } summary { cursor: pointer; }
 <p class="sub">Prefill (pp) and decode (tg) tokens/s of Anvil and llama.cpp, from {{ r.sources|length }} result
 record{{ '' if r.sources|length == 1 else 's' }} (latest {{ r.latest_date or 'none' }}; evidence digest
 <code>{{ r.digest[:16] }}</code>). Hover a number for where it comes from.</p>
-<nav><a href="#scoreboard">Scoreboard</a><a href="#figures">Figures</a><a href="#history">History</a>
+<nav><a href="#summary">Summary</a><a href="#scoreboard">Scoreboard</a><a href="#figures">Figures</a><a href="#history">History</a>
 <a href="#parity">Parity</a><a href="#gpu-tests">GPU tests</a><a href="#mutants">Mutants</a><a href="#ab">A/B</a><a href="#diagnosis">Diagnosis</a><a href="#provenance">Provenance</a></nav>
 </header>
 
+<section id="summary"><h2>Summary</h2>
+<p class="muted">Per model: Anvil and llama.cpp tokens/s (medians of the repetitions), Anvil ÷ llama.cpp of one sitting
+(<span class="ok-mark">✔</span> the Anvil build passed <code>harness validate-catalog</code> on the model in that sitting,
+<span class="nv-mark">✗</span> not validated), and Anvil's share of the roofline measured on the GPU: decode of its copy
+bandwidth, prefill of its bf16 GEMM rate ({% for rf in r.rooflines %}{{ rf.text }}{{ '; ' if not loop.last }}{% else %}<b>no roofline measured</b>: <code>harness roofline --save</code> on the GPU records one{% endfor %}).
+The same numbers as the rows below; a test's number is the newest validated sitting.</p>
+{% if r.summary %}
+<table class="summary"><thead><tr><th rowspan="2">model</th>{% for t in r.summary_tests %}<th colspan="4" class="grp">{{ t }}</th>{% endfor %}</tr>
+<tr>{% for t in r.summary_tests %}<th>Anvil</th><th>llama.cpp</th><th>ratio</th><th>{{ 'of BW' if t.startswith('tg') else 'of bf16' }}</th>{% endfor %}</tr></thead><tbody>
+{% for s in r.summary %}
+<tr><td class="model"><a href="#model-{{ s.model|slug }}">{{ s.model }}</a>{% if s.gpu and r.summary|map(attribute='gpu')|unique|list|length > 1 %}<br><small>{{ s.gpu }}</small>{% endif %}</td>
+{% for c in s.cells %}{% if c %}
+<td class="num first"{% if c.anvil %} title="{{ c.anvil.provenance }}"{% endif %}>{{ c.anvil.tok_s|tok if c.anvil else '—' }}</td>
+<td class="num"{% if c.llamacpp %} title="{{ c.llamacpp.provenance }}"{% endif %}>{{ c.llamacpp.tok_s|tok if c.llamacpp else '—' }}</td>
+<td class="num {{ 'win' if c.validated and c.ratio and c.ratio > 1 else 'loss' if c.validated and c.ratio else '' }}">{{ c.ratio|ratio }}{% if c.anvil %}{% if c.validated %} <span class="ok-mark" title="validated by {{ c.anvil.validation.record }}">✔</span>{% else %} <span class="nv-mark" title="{{ c.anvil.validation.note if c.anvil.validation else 'not validated' }}">✗</span>{% endif %}{% endif %}</td>
+<td class="num" title="{{ c.anvil.rate.note if c.anvil else '' }}">{{ c.anvil|roofpct }}</td>
+{% else %}<td class="num first">—</td><td class="num">—</td><td class="num">—</td><td class="num">—</td>{% endif %}{% endfor %}</tr>
+{% endfor %}
+</tbody></table>
+{% else %}<p class="muted">No bench records yet: <code>harness bench --save</code> appends them to the results store.</p>{% endif %}
+</section>
+
 <section id="scoreboard"><h2>Scoreboard</h2>
-<p class="muted">Per model, test, GPU and benchmark spec: the newest pair of records of the two engines measured in
-one sitting (one <code>harness bench</code> call) whose Anvil build passed <code>harness validate-catalog</code> on the
+<p class="muted">Per model, test and GPU: the newest pair of records of the two engines measured in
+one sitting (one <code>harness bench</code> call) on one benchmark spec whose Anvil build passed <code>harness validate-catalog</code> on the
 model in the same sitting (against llama.cpp with CUDA; same build, GPU and host, within {{ sitting_min }} minutes),
 and their ratio; where no such pair exists, the newest pair, marked <span class="badge bad">not validated</span>; where
 there is no pair, the latest record of each engine and no ratio. t/s: the median of a test's repetitions ± their sd
 (llama-bench's first timed prefill repetition runs slow even after its warm-up; a mean would carry it into
-the ratio). Decode is shown against the measured HBM bandwidth
-({{ hbm }} GB/s), prefill against the measured bf16 tensor-core peak ({{ bf16 }} TFLOP/s, at 2 × parameters
-FLOPs per token).</p>
+the ratio). Decode is shown against the copy bandwidth measured on the GPU, prefill against its measured bf16 GEMM
+rate (at 2 × parameters FLOPs per token).</p>
 {% for m in r.models if m.rows %}
 <section class="model" id="model-{{ m.name|slug }}">
 <h3>{{ m.name }}
@@ -214,11 +257,11 @@ FLOPs per token).</p>
 <td>{% if row.anvil %}<span class="badge {{ row.anvil.diagnosis.css }}" title="{{ row.anvil.diagnosis.sentence }}">{{ row.anvil.diagnosis.label }}</span>{% else %}—{% endif %}</td>
 {% set first = row.anvil or row.llamacpp %}
 <td class="prov">{% for x in (row.anvil, row.llamacpp) %}{% if x %}{% if r.records_href %}<a href="{{ r.records_href }}/{{ x.file }}" title="{{ x.provenance }}">{% else %}<span title="{{ x.provenance }}">{% endif %}{{ x.engine|engine }} {{ x.build|short_build }}{{ '</a>'|safe if r.records_href else '</span>'|safe }}<br>{% endif %}{% endfor %}
-<small>{{ first.date[:16]|replace('T', ' ') }} · {{ row.gpu or 'GPU not recorded' }} · driver {{ first.driver or '?' }}{% if first.stack %} · {{ first.stack }}{% endif %} · spec <code>{{ row.spec[:8] }}</code></small></td></tr>
+<small>{{ first.date[:16]|replace('T', ' ') }} · {{ row.gpu or 'GPU not recorded' }} · driver {{ first.driver or '?' }}{% if first.stack %} · {{ first.stack }}{% endif %}</small></td></tr>
 {% endfor %}
 </tbody></table>
 {% endif %}
-{% for f in m.figures %}<p><img class="fig" src="{{ figdir }}/{{ f.name }}" alt="{{ f.title }}" title="{{ f.title }}"></p>{% endfor %}
+{% for f in m.figures %}{{ fig(f.name) }}{% endfor %}
 </section>
 {% else %}<p class="muted">No bench records yet: <code>harness bench --save</code> appends them to the results store.</p>
 {% endfor %}
@@ -228,19 +271,30 @@ FLOPs per token).</p>
 </section>
 
 <section id="figures"><h2>Figures</h2>
-{% for f in r.figures if f.kind == 'bars' %}<p><img class="fig" src="{{ figdir }}/{{ f.name }}" alt="{{ f.title }}"></p>
-{% else %}<p class="muted">No bench records to plot.</p>{% endfor %}
+{% for f in r.figures if f.kind == 'bars' %}{{ fig(f.name) }}
+{% else %}<p class="muted">No pair of records to compare.</p>{% endfor %}
 </section>
 
 <section id="history"><h2>History: published → today</h2>
-<table><thead><tr><th>model</th><th>test</th><th>engine</th><th>published (first record)</th><th>today (latest record)</th>
-<th>gain</th><th>records</th></tr></thead><tbody>
+<p class="muted">Per row of the scoreboard and engine: its first record of the row's spec ("published") and the row's
+own number ("today"), and, for Anvil, where the build last changed between two records, what the speed did:
+<span class="badge bad">regression</span> slower beyond {{ factor }}× and significant (Mann-Whitney p &lt; {{ alpha }} over
+the repetitions); <span class="badge warn">suspicious</span> beyond {{ factor }}× but not significant, or significantly
+slower by less; <span class="badge ok">improvement</span>; <span class="badge">no change</span>;
+<span class="badge">insufficient data</span> (fewer than {{ min_reps }} repetitions a side). A history mixes sittings:
+a label points to an A/B (<code>harness ab --commits</code>), it is not one.</p>
+<table><thead><tr><th>model</th><th>test</th><th>engine</th><th>published (first record)</th><th>today (the scoreboard's)</th>
+<th>gain</th><th>records</th><th>last change of build</th></tr></thead><tbody>
 {% for h in r.history %}
 <tr><td>{{ h.model }}</td><td title="spec {{ h.spec }}">{{ h.test }}</td><td>{{ h.engine }}</td>
 {% for x in (h.first, h.latest) %}<td class="hist" title="{{ x.provenance }}"><b>{{ x|measure }}</b> t/s<br><small>{{ x.date[:16]|replace('T', ' ') }} · {{ x.build|build }}{% if x.note %} · {{ x.note }}{% endif %}</small></td>{% endfor %}
-<td class="num {{ '' if h.n_records < 2 or h.gain is none else 'win' if h.gain > 1 else 'loss' if h.gain < 1 else '' }}">{{ h.gain|ratio if h.n_records > 1 else '—' }}</td><td class="num">{{ h.n_records }}</td></tr>
-{% else %}<tr><td colspan="7" class="muted">No bench records yet.</td></tr>{% endfor %}
+<td class="num {{ '' if h.n_records < 2 or h.gain is none else 'win' if h.gain > 1 else 'loss' if h.gain < 1 else '' }}">{{ h.gain|ratio if h.n_records > 1 else '—' }}</td><td class="num">{{ h.n_records }}{% if h.newer %}<br><small title="records of this spec after today's, none validated">{{ h.newer }} newer</small>{% endif %}</td>
+<td>{% set c = h.last_change %}{% if c %}<span class="badge {{ c.css }}" title="{{ c.text }}">{{ c.label }}</span><br><small>{{ c.before|short_build }} → {{ c.after|short_build }}, {{ c.date[:10] }}{% if c.ratio == c.ratio %}, {{ '%.3f'|format(c.ratio) }}×{% endif %}</small>{% elif h.engine == 'anvil' %}<small class="muted">one build</small>{% else %}—{% endif %}</td></tr>
+{% else %}<tr><td colspan="8" class="muted">No bench records yet.</td></tr>{% endfor %}
 </tbody></table>
+{% if r.flagged %}<details><summary class="muted">Every change of build that is not "no change" ({{ r.flagged|length }})</summary><ul>
+{% for h, c in r.flagged %}<li>{{ c.date[:16]|replace('T', ' ') }} {{ h.model }} {{ h.test }}: <span class="badge {{ c.css }}">{{ c.label }}</span> {{ c.before|short_build }} → {{ c.after|short_build }} <small>{{ c.text }}</small></li>{% endfor %}
+</ul></details>{% endif %}
 </section>
 
 <section id="parity"><h2>Parity with llama.cpp</h2>
@@ -324,22 +378,25 @@ at build {{ m.build }}, {{ m.date[:10] }}
 {% for run in runs %}
 <tr title="{{ run.provenance }}"><td>{{ run.model }} · {{ run.who }}</td><td>{{ run.test }}</td>
 <td><span class="badge {{ run.diagnosis.css }}">{{ run.diagnosis.label }}</span></td><td>{{ run.diagnosis.sentence }}</td>
-<td>{% if run.figure %}<a href="{{ figdir }}/{{ run.figure }}"><img class="thumb" src="{{ figdir }}/{{ run.figure }}" alt="NVML trace {{ run.model }} {{ run.who }}"></a>{% else %}—{% endif %}</td></tr>
+<td>{% if run.figure %}{{ fig(run.figure) }}{% else %}—{% endif %}</td></tr>
 {% else %}<tr><td colspan="5" class="muted">No bench runs yet.</td></tr>{% endfor %}
 </tbody></table>
 {% endmacro %}
 <h3>Latest bench runs</h3>
 {{ run_rows(r.runs|selectattr("source", "equalto", "bench")|list) }}
 {% for group in r.runs|selectattr("source", "equalto", "ab")|groupby("group")|reverse %}
-<details><summary>A/B runs of <code>{{ group.grouper }}</code> ({{ group.list|length }} runs, cold round included)</summary>
+<details><summary>A/B runs of <code>{{ group.grouper }}</code> ({{ group.list|length }} runs, cold round included; their NVML traces are in the record)</summary>
 {{ run_rows(group.list) }}
 </details>
 {% endfor %}
 </section>
 
 <section id="provenance"><h2>Provenance</h2>
-<p>Rooflines: {{ hbm }} GB/s is the device-to-device copy bandwidth and {{ bf16 }} TFLOP/s the dense bf16 rate
-measured on the reference H200 (design notes), not the datasheet's. Decode GB/s = weight bytes one token reads ×
+<p>Rooflines: the newest <code>roofline</code> record of each GPU (<code>harness roofline --save</code>: the
+device-to-device copy bandwidth, bytes read and written, and a cuBLAS bf16 GEMM's rate, measured on that GPU, not the
+datasheet's):
+{% for rf in r.rooflines %}{{ rf.text }}{{ '; ' if not loop.last else '.' }}{% else %}no roofline measured; the
+scoreboard shows no share of one.{% endfor %} Decode GB/s = weight bytes one token reads ×
 tokens/s; prefill TFLOP/s ≈ 2 × parameters × tokens/s. The page is a pure function of these records (sha256 of
 their content <code>{{ r.digest }}</code>).</p>
 <table><thead><tr><th>record</th><th>kind</th><th>model</th><th>engine</th><th>date</th></tr></thead><tbody>
@@ -356,15 +413,32 @@ their content <code>{{ r.digest }}</code>).</p>
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    env.filters.update(spread=fmt_spread, build=fmt_build, short_build=fmt_short_build, engine=fmt_engine, tok=fmt_tok, measure=fmt_measure, pct=fmt_pct, ratio=fmt_ratio, achieved=fmt_achieved,
+    env.filters.update(spread=fmt_spread, build=fmt_build, short_build=fmt_short_build, engine=fmt_engine, tok=fmt_tok,
+                       measure=fmt_measure, pct=fmt_pct, ratio=fmt_ratio, achieved=fmt_achieved, roofpct=fmt_roofpct,
                        energy=fmt_energy, memory=fmt_memory, slug=slug)
     return env
 
 
-def render_html(report) -> str:
+def _figure(name: str, svg: str) -> Markup:
+    # the one wrapper of a figure on the page: the self-check and the tests find figures by it
+    return Markup(f'<figure class="fig" data-fig="{escape(name)}">{svg}</figure>')
+
+
+FIGURE_RE = re.compile(r'(<figure class="fig" data-fig="([^"]*)">).*?(</figure>)', re.S)
+
+
+def render_html(report, draw=None, progress=None) -> str:
+    """The page, every figure inline (``draw``: Figure -> SVG markup,
+    default figures.render; ``progress``: called with a line per figure)."""
+    draw = draw or figures.render
+    svgs = {}
+    for i, f in enumerate(report.figures):
+        if progress:
+            progress(f"figure {i + 1}/{len(report.figures)}: {f.name}")
+        svgs[f.name] = _figure(f.name, draw(f))
     return _env().from_string(_TEMPLATE).render(
-        r=report, figdir=FIGURES_DIR, rules=diagnose.RULES, sitting_min=validated.SITTING_S // 60,
-        hbm=f"{diagnose.MEASURED_HBM_GBS:.0f}", bf16=f"{diagnose.MEASURED_BF16_TFLOPS:.0f}")
+        r=report, fig=lambda name: svgs[name], rules=diagnose.RULES, sitting_min=validated.SITTING_S // 60,
+        factor=changes.FACTOR, alpha=stats.ALPHA, min_reps=stats.min_rounds())
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -372,24 +446,11 @@ def atomic_write(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def write_html(report, out_dir, name: str = "index.html") -> list[Path]:
-    """Write ``out_dir/name`` and its figures under ``out_dir/figures/``;
-    figures of earlier reports that this one no longer shows are removed.
-    Returns the written paths, the HTML first."""
-    out_dir = Path(out_dir)
-    fig_dir = out_dir / FIGURES_DIR
-    written = []
-    for fig in report.figures:
-        atomic_write(fig_dir / fig.name, figures.render(fig))
-        written.append(fig_dir / fig.name)
-    keep = {f.name for f in report.figures}
-    if fig_dir.is_dir():
-        for p in sorted(fig_dir.iterdir()):
-            if _OURS.match(p.name) and p.name not in keep:
-                p.unlink()
-    page = out_dir / name
-    atomic_write(page, render_html(report).encode())
-    return [page] + written
+def write_html(report, out_dir, name: str = "index.html", progress=None) -> Path:
+    """Write the one self-contained page ``out_dir/name`` (atomically) and return its path."""
+    page = Path(out_dir) / name
+    atomic_write(page, render_html(report, progress=progress).encode())
+    return page
 
 
 # ---- markdown ----------------------------------------------------------------
@@ -456,10 +517,17 @@ def update_readme(text: str, table: str) -> str:
 
 def render_md(report) -> str:
     r = report
+    roofs = "; ".join(rf.text for rf in r.rooflines) or f"{diagnose.NO_ROOFLINE} (harness roofline --save)"
     lines = ["# Anvil scoreboard", "",
              f"From {len(r.sources)} result records (latest {r.latest_date or 'none'}; evidence digest "
-             f"`{r.digest[:16]}`). Rooflines: {diagnose.MEASURED_HBM_GBS:.0f} GB/s HBM copy and "
-             f"{diagnose.MEASURED_BF16_TFLOPS:.0f} TFLOP/s bf16, measured on the H200.", "", "## Scoreboard", ""]
+             f"`{r.digest[:16]}`). Rooflines: {roofs}.", "", "## Summary", ""]
+    head = ["model"] + [f"{t} {what}" for t in r.summary_tests for what in ("Anvil", "llama.cpp", "ratio", "of roof")]
+    cells = lambda c: ["—"] * 4 if c is None else [  # noqa: E731
+        fmt_tok(c.anvil.tok_s) if c.anvil else "—", fmt_tok(c.llamacpp.tok_s) if c.llamacpp else "—",
+        fmt_ratio(c.ratio) + ("" if c.anvil is None else " ✔" if c.validated else " ✗"), fmt_roofpct(c.anvil)]
+    lines += _md_table(head, [[s.model + (f" [{s.gpu}]" if s.gpu else "")] + [x for c in s.cells for x in cells(c)]
+                              for s in r.summary], "No bench records yet.")
+    lines += ["", "## Scoreboard", ""]
     lines += _md_table(
         ["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "validation", "Anvil run to run",
          "Anvil achieved",

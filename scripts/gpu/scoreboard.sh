@@ -37,6 +37,8 @@ validate() {  # the gate on one model (--save: the record the scoreboard backs i
 bench=/tmp/llamacpp/build/bin/llama-bench
 llamacpp_build || exit 1
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader
+# the rooflines the scoreboard reads this sitting's numbers against: measured here, on this GPU
+python3 -m harness.cli roofline --save || status=1
 tiny=$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth' and e.tier == 'cpu'))")
 python3 -m harness.cli models -q $tiny > "$OUT/models.txt" 2>&1 || tail -3 "$OUT/models.txt"
 # every cpu-tier model whose file is here (the real ones only if carried: the host is offline)
