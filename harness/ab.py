@@ -203,7 +203,7 @@ def run_ab(base_spec: str, cand_spec: str, cfg: ABConfig, workdir: Path, *, prog
                     progress(r_i, arm, res)
             record["rounds"].append(round_rec)
             if r_i == 0:  # a build too old to describe itself has now, in its first bench record
-                record["arms"] = {k: r.describe() for k, r in runners.items()}
+                record["arms"] = {k: {**r.describe(), **(arm_info or {}).get(k, {})} for k, r in runners.items()}
                 if not cfg.allow_same:
                     refuse_same_build(record["arms"])
             r_i += 1

@@ -170,33 +170,14 @@ def measure(cat, names: list[str], reference_set: str):
     return out
 
 
-# The faithful oracle's realisations: its sums in fp32 (BLAS) or exactly, or
-# as tensor cores accumulate (truncated per k-step: faithful.tc_dot), and
+# The faithful oracle's realisations: its sums in fp32 (BLAS) or exactly, and
 # RoPE's angles formed in fp32 as the kernels form them or off by their
 # fast-math error. A model's roundings amplify such differences into ~0.3
 # logits, so one realisation's largest spread is itself noisy (±30% between
 # two); the CUDA engine is one more, and its gate the largest of these, with
-# the headroom. The tensor-core realisation is the one with a bias, and the
-# size of the CUDA GEMMs' own differences (reports/notes/cuda-gate-2026-12-04.md §6).
+# the headroom.
 FAITHFUL_VARIANTS = {"faithful": "fp32", "faithful-f64": "fp64", "faithful-rope32": "fp32",
-                     "faithful-rope-fast": "fp32", "faithful-tc": "tc", "faithful-budget": "fp32"}
-# "faithful-budget": every operator's output off by its whole budget at once
-# (op_budget: x·(1 + b·z), z standard normal, so |Δ|/|x| ≈ b) and RoPE's angles
-# off by their stated error as in "faithful-rope-fast": the model-level
-# spread the per-op budgets allow, derived from them and not from any run of
-# the engine under test. Seeded, so that a measurement repeats.
-BUDGET_SEED = 20261204
-
-
-def budget_noise(seed: int = BUDGET_SEED):
-    """``noise(op, x)`` for faithful.Perturbed: x·(1 + op_budget(op)·z)."""
-
-    rng = np.random.default_rng(seed)
-
-    def noise(op: str, x):
-        b = OP_BUDGET.get(op, OP_BUDGET_DEFAULT)  # RoPE's angle term: rope_angles_fast
-        return (x * (1 + b * rng.standard_normal(x.shape))).astype(x.dtype)
-    return noise
+                     "faithful-rope-fast": "fp32"}
 
 
 def rope_angles_fp32(positions, n_rot: int, base: float, scale: float, freq_divisors=None):
@@ -258,13 +239,11 @@ def measure_faithful(cat, names: list[str], reference_set: str, variants=tuple(F
                   flush=True)
             sums, faithful.SUMS = faithful.SUMS, FAITHFUL_VARIANTS[variant]
             angles = np_ops.rope_angles
-            if variant in ("faithful-rope32", "faithful-rope-fast", "faithful-budget"):
+            if variant in ("faithful-rope32", "faithful-rope-fast"):
                 np_ops.rope_angles = rope_angles_fp32 if variant == "faithful-rope32" else rope_angles_fast
             try:
                 model = engine.load(catalog.model_path(name, catalog=cat), backend="numpy", rounding="cuda",
                                     kv_f16=kv_f16)
-                if variant == "faithful-budget":
-                    model.ops = faithful.Perturbed(model.ops, budget_noise())
                 r = validate.validate_model(model, e, ref, f"{variant} oracle", tier=reference_set,
                                             gate=catalog.Gate(margin=float("inf")))
             finally:
@@ -287,6 +266,8 @@ def faithful_records(results_dir) -> dict[tuple[str, str], list]:
         if rec.get("engine") != "anvil faithful oracle":
             continue
         for r in rec["results"]:
+            if r["variant"] not in FAITHFUL_VARIANTS:  # a realisation measured once, not one the gates take
+                continue
             key = (r["model"], r["tier"], r["variant"])
             if key not in newest or rec["date"] >= newest[key][0]:
                 newest[key] = (rec["date"], r)

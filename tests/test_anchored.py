@@ -198,3 +198,26 @@ def test_ops_check_judges_the_decode_fold():
         errors = anchored.check(model, oracle, case.prompt_ids[:30], case.tokens[:2], folded=True)
         assert any(e.op == "glu norm" and e.phase == "decode" for e in errors)
         assert {e.op for e in anchored.over(errors)} == bad
+
+
+def test_the_faithful_decode_folds_the_norm_the_next_glu_reads():
+    """As CUDA's Folded: a decode RMSNorm read by the very next op, a glu, is
+    folded into it; any op between settles it (the glu then reads the norm's
+    output); prefill rows and ``unfolded`` never fold."""
+    rng = np.random.default_rng(5)
+    ops = faithful.FaithfulOps(True)
+    x = rng.standard_normal((1, 256)).astype(np.float32) * 3
+    w = (1 + 0.3 * rng.standard_normal(256)).astype(np.float32)
+    wg, wu = (faithful.Weight(rng.standard_normal((64, 256)).astype(np.float32), QType.Q4_K) for _ in range(2))
+    folded = ops.glu(x, wg, wu, "silu", norm=(w, 1e-6))
+    plain = ops.unfolded.glu(ops.unfolded.rms_norm(x, w, 1e-6), wg, wu, "silu")
+    assert not np.array_equal(folded, plain)  # the same product, rounded another way
+    m = ops.rms_norm(x, w, 1e-6)
+    assert np.array_equal(ops.glu(m, wg, wu, "silu"), folded)
+    m = ops.rms_norm(x, w, 1e-6)
+    ops.swiglu(x, x)  # an op between: the norm was launched, the glu reads it
+    assert np.array_equal(ops.glu(m, wg, wu, "silu"), plain)
+    x8 = rng.standard_normal((faithful.GEMV_MAX_TOKENS + 1, 256)).astype(np.float32)
+    m8 = ops.rms_norm(x8, w, 1e-6)
+    assert np.array_equal(ops.glu(m8, wg, wu, "silu"), ops.unfolded.glu(ops.unfolded.rms_norm(x8, w, 1e-6), wg, wu,
+                                                                          "silu"))

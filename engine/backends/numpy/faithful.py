@@ -23,10 +23,7 @@ kernel's comment names the same choice):
   (moe_gemm.cu) takes bf16 for every type (``grouped``);
 - ``f16``: the KV cache's stores (attention.cu to_kv);
 - ``attention_tc``: the tensor-core prefill (attention.cu attention_prefill_tc):
-  Q·scale in f16, keys in tiles with an online softmax, P rounded to f16;
-- ``tc_dot`` (``SUMS = "tc"``): a realisation of the tensor cores' own
-  accumulation (truncating, per k-step of 16), the one summation-order
-  difference with a bias.
+  Q·scale in f16, keys in tiles with an online softmax, P rounded to f16.
 
 Which path a product takes follows the CUDA backend's own switches
 (``GEMV_MAX_TOKENS``, ``DECODE_MAX_T``, the tensor-core head sizes), read
@@ -35,6 +32,7 @@ from there so the two cannot part.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,44 +94,14 @@ def gemm_in(x: np.ndarray, w: Weight) -> tuple[np.ndarray, np.ndarray]:
 
 # The sums themselves in fp32 (BLAS sgemm), as the kernels make them: the
 # order differs, which is the oracle's stated tolerance, not a rounding.
-# Other realisations of that tolerance (harness/gates.py measure_faithful
-# measures each): SUMS = "fp64" sums exactly; SUMS = "tc" sums the
-# tensor-core products (prefill GEMMs, grouped expert GEMM, tensor-core
-# attention) as a tensor core's accumulator does, see ``tc_dot``.
+# SUMS = "fp64" sums them exactly instead: another realisation of that
+# tolerance (harness/gates.py measure_faithful measures both).
 SUMS = "fp32"
-TC_BLOCK = 16  # products one bf16/f16 MMA adds per k-step (mma m16n8k16, wgmma k16)
 
 
-def trunc32(y: np.ndarray) -> np.ndarray:
-    """float64 -> float32 rounded toward zero."""
-    r = y.astype(F32)
-    over = np.abs(r) > np.abs(y)
-    r[over] = np.nextafter(r[over], F32(0))
-    return r
-
-
-def tc_dot(a: np.ndarray, b_t: np.ndarray, acc: np.ndarray | None = None) -> np.ndarray:
-    """``a · b_t`` summed as a tensor core's fp32 accumulator sums: each
-    k-step adds TC_BLOCK exact products to the accumulator and the result is
-    truncated to fp32, not rounded to nearest (measured on V100/A100 tensor
-    cores by Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021,
-    and kept by later ones). Not Hopper's bits exactly (its alignment of the
-    small terms is not modelled), but its size and its bias toward zero:
-    ~2.5e-7 - 1.1e-6 of the output's norm for K = 256 - 1024, where BLAS's
-    fp32 sums part from exact ones by ~1e-7. ``acc``: the accumulator's
-    starting value (``acc + a · b_t``)."""
-    a64, b64 = a.astype(np.float64), b_t.astype(np.float64)
-    acc = np.zeros((a.shape[0], b_t.shape[1]), F32) if acc is None else np.asarray(acc, F32)
-    for k in range(0, a.shape[1], TC_BLOCK):
-        acc = trunc32(acc + a64[:, k:k + TC_BLOCK] @ b64[k:k + TC_BLOCK])
-    return acc
-
-
-def _dot(a: np.ndarray, b_t: np.ndarray, tensor_cores: bool = False) -> np.ndarray:
+def _dot(a: np.ndarray, b_t: np.ndarray) -> np.ndarray:
     if SUMS == "fp64":
         return (a.astype(np.float64) @ b_t.astype(np.float64)).astype(F32)
-    if SUMS == "tc" and tensor_cores:
-        return tc_dot(a, b_t)
     return np.asarray(a, F32) @ b_t
 
 
@@ -145,12 +113,12 @@ def gemv(x: np.ndarray, w: Weight) -> np.ndarray:
 def gemm(x: np.ndarray, w: Weight) -> np.ndarray:
     """``x · Wᵀ`` as the prefill GEMM computes it (fp32 sums of the rounded inputs)."""
     xa, wa = gemm_in(x, w)
-    return _dot(xa, wa.T, tensor_cores=w.qtype != QType.F32)
+    return _dot(xa, wa.T)
 
 
 def grouped(x: np.ndarray, w: Weight) -> np.ndarray:
     """The grouped expert GEMM (moe_gemm.cu): bf16 x and bf16 weights for every type, F32 ones too."""
-    return _dot(bf16(x), bf16(w.values).T, tensor_cores=True)
+    return _dot(bf16(x), bf16(w.values).T)
 
 
 def product(x: np.ndarray, w: Weight) -> np.ndarray:
@@ -161,16 +129,41 @@ def product(x: np.ndarray, w: Weight) -> np.ndarray:
 class FaithfulOps:
     """``ops`` with the CUDA engine's roundings; every other operator is ``ops``'s own."""
 
-    def __init__(self, kv_f16: bool):
-        self.kv_f16 = kv_f16
+    def __init__(self, kv_f16: bool, fold: bool = True):
+        self.kv_f16, self.fold = kv_f16, fold
+        # the decode fold (cuda Folded): a decode RMSNorm whose output the very
+        # next op, a glu, reads is folded into that glu's GEMV. (output, x, w, eps)
+        self._normed = None
+
+    @property
+    def unfolded(self) -> "FaithfulOps":
+        """The operators without the decode fold (as the CUDA engine's ``unfolded``)."""
+        out = copy.copy(self)
+        out.fold, out._normed = False, None
+        return out
 
     def __getattr__(self, name):
-        return getattr(ops, name)
+        fn = getattr(ops, name)
+        if not callable(fn):
+            return fn
+
+        def op(*args, **kw):
+            self._normed = None  # any other op settles the fold (cuda Folded._settle)
+            return fn(*args, **kw)
+        return op
+
+    def rms_norm(self, x, w, eps):
+        y = ops.rms_norm(x, w, eps)
+        fold = self.fold and w is not None and x.ndim == 2 and x.shape[0] <= GEMV_MAX_TOKENS
+        self._normed = (y, x, w, eps) if fold else None
+        return y
 
     def embed(self, table, tokens, scale=1.0):
+        self._normed = None
         return ops.embed(values(table), tokens, scale)
 
     def matmul(self, x, w, bias=None, add=None):
+        self._normed = None
         y = product(x, w)
         if bias is not None:
             y = y + bias
@@ -184,7 +177,11 @@ class FaithfulOps:
         """``norm=(w, eps)``: the decode fold of an RMSNorm into gate/up's
         GEMV (cuda Folded, gemv.cuh GEMV_NORM): x·w is what is rounded to
         int8, the row sums are multiplied by 1/rms (fp32 sum of squares,
-        ``rsqrt(sum/n + eps)``) after."""
+        ``rsqrt(sum/n + eps)``) after. Taken by itself when ``x`` is the
+        output of the decode RMSNorm just before (``fold``), as CUDA does."""
+        held, self._normed = self._normed, None
+        if norm is None and held is not None and x is held[0]:
+            x, norm = held[1], held[2:]
         if norm is None:
             g, u = self.matmuls(x, (w_gate, w_up))
         else:
@@ -196,12 +193,15 @@ class FaithfulOps:
         return ops.swiglu(g, u) if activation == "silu" else ops.geglu(g, u)
 
     def dot(self, x, w):
+        self._normed = None
         return self.matmul(x, Weight(w[None, :], QType.F32))
 
     def causal_conv(self, x, w, state):
+        self._normed = None
         return ops.causal_conv(x, values(w), state)
 
     def moe_route(self, x, router, k, norm, scale=1.0):
+        self._normed = None
         # the CUDA router scales the logits, not the input (equal up to rounding)
         logits = product(x, router)
         return ops.route(logits * F32(scale) if scale != 1.0 else logits, k, norm)
@@ -214,6 +214,7 @@ class FaithfulOps:
         summed in selection order."""
         act = ops.swiglu if activation == "silu" else ops.geglu
         n_embd, n_ff = down_exps.shape[1], down_exps.shape[2]
+        self._normed = None
         per_row = x.shape[0] <= GEMV_MAX_TOKENS or n_embd % MOE_GEMM_ALIGN or n_ff % MOE_GEMM_ALIGN
         mul = gemv if per_row else grouped
         if down_scale is not None:
@@ -230,6 +231,7 @@ class FaithfulOps:
         return out if add is None else add + out
 
     def attention(self, q, keys, values_, positions, scale, window=0):
+        self._normed = None
         T, _, D = q.shape
         if T > DECODE_MAX_T and self.kv_f16 and D in TC_HEAD_DIMS:
             return attention_tc(q, keys, values_, positions, scale, window)
@@ -257,10 +259,7 @@ def attention_tc(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, positions: n
         khi = int(qp.max())
         K = keys[klo:khi + 1][:, kv_head].transpose(1, 0, 2).astype(np.float64)  # [H, S, D]
         V = vals[klo:khi + 1][:, kv_head].transpose(1, 0, 2).astype(np.float64)
-        if SUMS == "tc":
-            s = np.stack([tc_dot(qh[rows, h], K[h].T) for h in range(H)])
-        else:
-            s = np.einsum("thd,hsd->hts", qh[rows].astype(np.float64), K).astype(F32)  # [H, n, S]
+        s = np.einsum("thd,hsd->hts", qh[rows].astype(np.float64), K).astype(F32)  # [H, n, S]
         kp = np.arange(klo, khi + 1)
         visible = kp[None, :] <= qp[:, None]
         if window:
@@ -279,37 +278,7 @@ def attention_tc(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, positions: n
                 p = np.exp(st - mu).astype(F32)
             m = mn
             l = l * corr + p.sum(axis=-1, keepdims=True, dtype=np.float64).astype(F32)
-            if SUMS == "tc":  # the MMA adds P·V onto the rescaled accumulator
-                o = np.stack([tc_dot(f16(p[h]), V[h, a:a + TK], o[h] * corr[h]) for h in range(H)])
-            else:
-                o = o * corr + (f16(p).astype(np.float64) @ V[:, a:a + TK]).astype(F32)
+            o = o * corr + (f16(p).astype(np.float64) @ V[:, a:a + TK]).astype(F32)
         out[rows] = (o * (F32(1) / l)).transpose(1, 0, 2)
     return out.reshape(T, H * D)
-
-
-class Perturbed:
-    """An ops object whose every float output is passed through
-    ``noise(op_name, output)`` first: the faithful oracle with each operator
-    off by as much as its stated budget allows (harness/gates.py
-    "faithful-budget"), what any engine within the ops check's budgets may
-    do to a whole model. Integer outputs (expert ids) pass unchanged."""
-
-    def __init__(self, inner, noise):
-        self.inner, self.noise = inner, noise
-
-    def __getattr__(self, name):
-        fn = getattr(self.inner, name)
-        if not callable(fn) or name.startswith("_"):
-            return fn
-
-        def op(*args, **kw):
-            return self._perturb(name, fn(*args, **kw))
-        return op
-
-    def _perturb(self, name, out):
-        if isinstance(out, (list, tuple)):
-            return type(out)(self._perturb(name, o) for o in out)
-        if isinstance(out, np.ndarray) and np.issubdtype(out.dtype, np.floating):
-            return self.noise(name, out)
-        return out
 
