@@ -113,14 +113,23 @@ def cmd_generate(args) -> int:
         raise AnvilError(f"{model.path}: no tokenizer (missing key 'tokenizer.ggml.model'): use --prompt-ids")
     prompt_ids = args.prompt_ids if args.prompt is None else tok.encode(args.prompt)
 
+    streamed = [False]  # whether a line of text is open on stdout
+
     def show(t: int) -> None:  # stream the text; raw bytes so a UTF-8 character split over tokens prints whole
         sys.stdout.buffer.write(tok.piece(t, False) if tok else f"{t} ".encode())
         sys.stdout.flush()
+        streamed[0] = True
 
     if not args.json and args.prompt is not None:
         print(args.prompt, end="", flush=True)
-    out = greedy(model, prompt_ids, args.n_predict, stop_at_eos=args.stop_at_eos,
-                 on_token=None if args.json else show)
+        streamed[0] = bool(args.prompt)
+    try:
+        out = greedy(model, prompt_ids, args.n_predict, stop_at_eos=args.stop_at_eos,
+                     on_token=None if args.json else show)
+    except BaseException:  # an error or Ctrl-C ends the streamed line: its message starts on a fresh one
+        if streamed[0]:
+            print(flush=True)
+        raise
     if args.json:
         print(json.dumps({"model": str(args.model), "backend": args.backend, "prompt_ids": out.prompt_ids,
                           "tokens": out.tokens, "text": tok.decode(out.tokens) if tok else None,

@@ -403,6 +403,8 @@ def bench_record(runner, model: Path, *, n_prompt: int, n_gen: int, reps: int, p
     ``depth``, each after that many context tokens (llama-bench's ``-d``).
     ``pp_reps`` repeats the prefill test more often than ``reps``: five
     512-token prefills last ~0.15 s, too short for NVML's ~1 s averaging."""
+    if not (n_prompt or n_gen):
+        raise AnvilError("nothing to measure: -p/--n-prompt and -n/--n-gen are both 0")
     rec, tests = None, []
     for p, n, test_reps in ((n_prompt, 0, pp_reps or reps), (0, n_gen, reps)):
         if not (p or n):

@@ -70,13 +70,17 @@ def _interrupt(signum, frame):
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.project:
         import os
 
-        if "harness.project" in sys.modules and sys.modules["harness.project"].ROOT != Path(args.project).resolve():
+        if not Path(args.project).expanduser().is_dir():
+            parser.error(f"--project {args.project}: no such directory (the project holds references/catalog.toml)")
+
+        if "harness.project" in sys.modules and sys.modules["harness.project"].ROOT != Path(args.project).expanduser().resolve():
             raise SystemExit("error: --project must be given before any harness module is loaded (use ANVIL_PROJECT)")
-        os.environ["ANVIL_PROJECT"] = str(Path(args.project).resolve())  # read once, as the modules load
+        os.environ["ANVIL_PROJECT"] = str(Path(args.project).expanduser().resolve())  # read once, as the modules load
 
     # `kill` or a closed terminal stops the harness the way Ctrl-C does: its
     # benchmark children (each in its own process group) are killed first

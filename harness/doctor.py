@@ -223,9 +223,16 @@ def catalog_file(e) -> Path:
 
 
 def check_catalog() -> Check:
-    from . import catalog
+    from engine.errors import AnvilError
 
-    cat = catalog.load()
+    from . import catalog, project
+
+    try:
+        cat = catalog.load()
+    except AnvilError as e:  # no project here: nothing the harness does can work
+        return Check("catalog models", False, str(e).split(": no catalog here")[0] + ": no catalog",
+                     f"cd into an Anvil checkout, or name one: harness --project DIR (or {project.ENV}=DIR)",
+                     required=True)
     present = [n for n, e in cat.items() if catalog_file(e).is_file()]
     missing_cpu = [n for n, e in cat.items() if e.tier == "cpu" and n not in present]
     missing_gpu = [n for n, e in cat.items() if e.tier == "gpu" and n not in present]

@@ -85,6 +85,19 @@ def commit_info(wheel) -> dict | None:
     return None
 
 
+def looks_like_revision(spec: str, repo: Path | None = None) -> bool:
+    """Whether ``spec``, given where a build (a wheel, 'installed', a
+    llama.cpp arm) was expected, is no file but a commit of the project."""
+    if spec == "installed" or spec.startswith(("llama-bench", "llama-cpp-python")) or spec.endswith(".whl") \
+            or Path(spec).exists():
+        return False
+    try:
+        commit_of(spec, repo)
+    except AnvilError:
+        return False
+    return True
+
+
 def build_isolation_args() -> list[str]:
     """pip's build isolation installs the build backend from the package
     index; where this Python has it already (pyproject's setuptools >= 77),

@@ -134,7 +134,12 @@ def test_engine_failure_reports_command_and_stderr(tmp_path):
     with pytest.raises(RunnerError) as e:
         runner.run(bad, n_prompt=8, n_gen=4, reps=1, timeout_s=120)
     assert e.value.returncode == 1 and "bad.gguf" in e.value.stderr_tail
-    assert "exit status: 1" in str(e.value) and "engine bench" in str(e.value)
+    # one line: what failed, its exit status, the child's own error, and where the whole log is
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("engine bench (installed@") and "failed (exit status 1): " in msg
+    assert f"{bad}: not a GGUF file" in msg and msg.endswith(f"(full log: {e.value.log})")
+    log = e.value.log.read_text()
+    assert "python" in log and "-I -S" in log and "bench" in log and "not a GGUF file" in log
     with pytest.raises(AnvilError, match="model file not found"):
         runner.run(tmp_path / "nope.gguf", n_prompt=8, n_gen=4, reps=1)
 
@@ -226,9 +231,10 @@ def test_llama_bench_errors(tmp_path):
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     exe = _fake_llama_bench(tmp_path, "main: error: failed to load model\n", rc=1)
-    with pytest.raises(RunnerError, match=r"exit status: 1[\s\S]*ggml_cuda_init") as e:
+    with pytest.raises(RunnerError, match=r"^llama-bench failed \(exit status 1\): main: error: failed to load model "
+                                          r"\(full log: .*\)$") as e:
         LlamaBenchRunner(exe).run(model, n_prompt=8, n_gen=4, reps=1)
-    assert e.value.cmd[0] == str(exe)
+    assert e.value.cmd[0] == str(exe) and "ggml_cuda_init" in e.value.log.read_text()
     exe = _fake_llama_bench(tmp_path, "| model | size |\n| --- | --- |\n")
     with pytest.raises(RunnerError, match="not JSON"):
         LlamaBenchRunner(exe).run(model, n_prompt=8, n_gen=4, reps=1)

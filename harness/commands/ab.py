@@ -20,7 +20,9 @@ def add(sub) -> None:
     a.add_argument("--aa", action="store_true",
                    help="an A/A run: BASE against itself, measuring each test's noise band on this device (--save "
                         "keeps it; later A/Bs here are judged by the newest)")
-    a.add_argument("--model", default="qwen3-8b", help="catalog model name or a .gguf path (default qwen3-8b)")
+    a.add_argument("--model", default=None,
+                   help=f"catalog model name or a .gguf path (default: {common.GPU_DEFAULT_MODEL} with a GPU, "
+                        f"else {common.CPU_DEFAULT_MODEL})")
     a.add_argument("--rounds", type=common.verdict_rounds, default=8,
                    help="measured rounds, at least 4 (one more cold round is run and dropped)")
     a.add_argument("-p", "--n-prompt", type=count_int, default=512, help="prefill test length, tokens (0: skip)")
@@ -46,6 +48,14 @@ def run(args) -> int:
     if args.aa == (args.candidate is not None):
         raise AnvilError("--aa measures one build against itself: name BASE alone" if args.aa else
                          "name the CANDIDATE arm too (or --aa: BASE against itself, the noise band)")
+    common.something_to_measure(args)
+    if not args.commits:
+        for spec in (args.base, args.candidate):
+            if spec and wheels.looks_like_revision(spec):
+                revs = " ".join(filter(None, ("--aa" if args.aa else None, args.base, args.candidate)))
+                raise AnvilError(f"{spec!r} is a git revision, not a build: pass --commits to measure the engine "
+                                 f"wheels of revisions (harness ab --commits {revs})")
+    args.model = args.model or common.default_model("ab")
     if args.commits:  # the arms are git revisions: their engine wheels, built (or found) first
         args.base = str(wheels.wheel_for(args.base))
         args.candidate = args.candidate and str(wheels.wheel_for(args.candidate))

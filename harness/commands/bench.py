@@ -14,7 +14,9 @@ def add(sub) -> None:
     b = sub.add_parser("bench", help="benchmark the engine (and llama.cpp) on catalog models or files")
     b.add_argument("--engine", default="installed", help="'installed' (default) or an engine wheel")
     b.add_argument("--llamacpp", help="llama-bench:PATH or llama-cpp-python[:SITE] for a llama.cpp arm")
-    b.add_argument("--model", nargs="+", default=["qwen3-8b"], help="catalog model names or .gguf paths")
+    b.add_argument("--model", nargs="+", default=None,
+                   help=f"catalog model names or .gguf paths (default: {common.GPU_DEFAULT_MODEL} with a GPU, "
+                        f"else {common.CPU_DEFAULT_MODEL})")
     b.add_argument("-p", "--n-prompt", type=count_int, default=512, help="prefill test length, tokens (0: skip)")
     b.add_argument("-n", "--n-gen", type=count_int, default=128, help="decode test length, tokens (0: skip)")
     b.add_argument("-d", "--n-depth", type=common.depth_list, default=[0],
@@ -35,6 +37,8 @@ def run(args) -> int:
     from .. import ab, results
     from ..runners import make_runner
 
+    common.something_to_measure(args)
+    args.model = args.model or [common.default_model("bench")]
     for name in args.model:  # every name checked before anything is fetched or generated
         common.model(name, check_only=True)
     arms = [make_runner(args.engine, common.workdir())]

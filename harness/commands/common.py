@@ -4,6 +4,7 @@ whether to save, and the argument types."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from engine.errors import AnvilError, count_int, positive_int
@@ -27,6 +28,32 @@ def model(name_or_path: str, check_only: bool = False) -> tuple[Path, dict] | No
     if check_only:
         return None
     return catalog.model_path(name_or_path), {"model_name": name_or_path, "model_sha256": entry.sha256 or None}
+
+
+# The model `bench` and `ab` measure when not given --model: the scoreboard's
+# qwen3-8b where a GPU is usable; else a tiny one, because the NumPy engine
+# holds a model in float32 (qwen3-8b: a 5 GB file generated first, then 33 GB
+# of weights, which froze a 24 GB machine).
+GPU_DEFAULT_MODEL = "qwen3-8b"
+CPU_DEFAULT_MODEL = "tiny-qwen3"
+
+
+def default_model(command: str) -> str:
+    """The model for ``harness COMMAND`` without --model; the CPU choice is said on stderr."""
+    from engine.backends.cuda.device import gpu_probe
+
+    if gpu_probe() is None:
+        return GPU_DEFAULT_MODEL
+    print(f"{command}: no --model and no usable GPU (`harness doctor` says why): measuring {CPU_DEFAULT_MODEL} "
+          f"on the NumPy engine ({GPU_DEFAULT_MODEL} needs a GPU; --model NAME|FILE picks another)",
+          file=sys.stderr, flush=True)
+    return CPU_DEFAULT_MODEL
+
+
+def something_to_measure(args) -> None:
+    """-p 0 -n 0 is refused before any build or model is touched (as ``python -m engine bench`` does)."""
+    if not (args.n_prompt or args.n_gen):
+        raise AnvilError("nothing to measure: -p/--n-prompt and -n/--n-gen are both 0")
 
 
 def workdir() -> Path:

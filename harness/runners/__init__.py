@@ -18,35 +18,53 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.errors import AnvilError
+from engine.errors import AnvilError, first_line, write_log
 
 STDERR_TAIL_LINES = 20
+# a line of a child's output that states its error (the engine's "error: ...", a
+# Python exception's last line, llama.cpp's "main: error: ...", a CUDA error)
+_ERROR_LINE = re.compile(r"(^|\b)(error|fatal|abort(ed)?|\w+(Error|Exception))\b|failed|not found|no such", re.I)
+
+
+def error_line(*texts: str) -> str:
+    """The line of a child's output that says why it failed: the last
+    error-looking line of the first text that has one (stderr, then
+    stdout), else stderr's last line; a leading ``error: `` dropped (the
+    harness says it once)."""
+    for text in texts:
+        lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+        hits = [ln for ln in lines if _ERROR_LINE.search(ln)]
+        if hits:
+            return first_line(re.sub(r"^error:\s*", "", hits[-1]))
+    lines = [ln.strip() for ln in (texts[0] if texts else "").splitlines() if ln.strip()]
+    return first_line(lines[-1]) if lines else ""
 
 
 class RunnerError(AnvilError):
-    """A child process that failed, timed out or printed no usable result.
-    The message names the command, its exit status and stderr's last lines."""
+    """A child process that failed, timed out or printed no usable result, as
+    one line: what failed, its exit status and the child's own error line,
+    and where the whole log (command, exit status, stderr, stdout) was written."""
 
-    def __init__(self, what: str, cmd: list[str], returncode: int | None, stderr: str = ""):
+    def __init__(self, what: str, cmd: list[str], returncode: int | None, stderr: str = "", stdout: str = ""):
         self.what, self.cmd, self.returncode = what, [str(c) for c in cmd], returncode
         self.stderr_tail = "\n".join(stderr.strip().splitlines()[-STDERR_TAIL_LINES:])
-        msg = f"{what}\n  command: {' '.join(map(_shown, self.cmd))}\n  exit status: {returncode}"
-        if self.stderr_tail:
-            msg += "\n  stderr (last lines):\n" + "\n".join("    " + ln for ln in self.stderr_tail.splitlines())
+        self.log = write_log(what.split(":")[0], f"{what}\ncommand: {shlex.join(self.cmd)}\nexit status: {returncode}\n"
+                                                  f"\n--- stderr ---\n{stderr}\n--- stdout ---\n{stdout}\n")
+        msg = what + (f" (exit status {returncode})" if returncode and returncode > 0 else "")
+        said = error_line(stderr, stdout) if returncode else ""  # a child that exited 0 said no error
+        if said and said not in what:
+            msg += f": {said}"
+        if self.log:
+            msg += f" (full log: {self.log})"
         super().__init__(msg)
-
-
-def _shown(arg: str) -> str:
-    """A command's argument as a failure shows it: a program passed whole
-    (the isolating bootstrap after ``python -c``) is a placeholder, its
-    source says nothing about what failed."""
-    return f"<{arg.count(chr(10)) + 1}-line program>" if "\n" in arg else arg
 
 
 @dataclass
@@ -115,14 +133,14 @@ def run_process(cmd: list, *, env: dict | None = None, cwd=None, timeout_s: floa
     except subprocess.TimeoutExpired:
         kill_group(proc)
         out, err = proc.communicate()
-        raise RunnerError(f"{what}: timed out after {timeout_s:g} s (killed)", cmd, proc.returncode, err) from None
+        raise RunnerError(f"{what}: timed out after {timeout_s:g} s (killed)", cmd, proc.returncode, err, out) from None
     except BaseException:  # Ctrl-C (or SIGTERM turned into one): the child goes with us
         kill_group(proc)
         proc.communicate()
         raise
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise RunnerError(f"{what}: the process failed", cmd, proc.returncode, err)
+        raise RunnerError(f"{what} failed", cmd, proc.returncode, err, out)
     return out, err, wall
 
 
@@ -149,7 +167,7 @@ def parse_json_output(stdout: str, cmd: list, stderr: str = "", what: str = "ben
             except ValueError:
                 break
     head = stdout.strip()[:200] or "(nothing)"
-    raise RunnerError(f"{what}: the output is not JSON: {head!r}", cmd, 0, stderr)
+    raise RunnerError(f"{what}: the output is not JSON: {head!r}", cmd, 0, stderr, stdout)
 
 
 def tests_from_results(raw: dict, cmd: list, stderr: str = "") -> dict[str, list[float]]:

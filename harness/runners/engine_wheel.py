@@ -45,7 +45,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from engine.errors import AnvilError
+from engine.errors import TRACEBACK_ENV, AnvilError
 
 from .. import wheels
 from . import (Runner, RunnerError, RunResult, check_model, inherited_pythonpath, parse_json_output,
@@ -157,6 +157,9 @@ class _EngineRunner(Runner):
     def _env(self) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}  # -I ignores them anyway
         env["ANVIL_CACHE_DIR"] = str(self.cache_dir)
+        # a bug in the child raises with its traceback: into the failed run's log, and a module the
+        # build lacks reaches the bootstrap's check (RunnerError says the last line of it)
+        env[TRACEBACK_ENV] = "1"
         return env
 
     def _cwd(self) -> Path:
