@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -368,6 +369,10 @@ def test_ab_missing_wheel_before_any_model_work(tmp_path):
     (["report", "--results-dir", "/nonexistent-anvil-dir"], "no such results directory"),
     (["models", "nope"], "unknown model 'nope'"),
     (["bench", "--model", "/nonexistent-anvil.gguf"], "no such model file"),
+    (["bench", "--model", "tiny-llama", "-p", "0", "-n", "0"], "nothing to measure"),
+    (["ab", "a.whl", "b.whl", "-p", "0", "-n", "0"], "nothing to measure"),
+    (["ab", "HEAD", "installed"], "'HEAD' is a git revision, not a build: pass --commits"),
+    (["ab", "installed", "HEAD"], "harness ab --commits installed HEAD"),
 ])
 def test_harness_subcommands_refuse_bad_arguments_in_one_line(model_path, args, says):
     if "tiny-llama" in args:
@@ -431,3 +436,84 @@ def test_engine_subcommands_refuse_bad_arguments_in_one_line(tmp_path, args, say
     assert last.startswith(("error: ", "python -m engine")) and says in last, last
     if r.returncode == 1:  # not a usage error: the one line is all there is
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# ---- benchmark children that fail, and files that are not what they claim ----------
+
+def _harness(tmp_path, *args):
+    env = {**__import__("os").environ, "ANVIL_LOG_DIR": str(tmp_path / "logs")}
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["bench", "--model", "{fake}", "-p", "0", "-n", "4", "-r", "1"],
+     ["engine bench (installed@", "failed (exit status 1): {fake}: not a GGUF file (magic b'hell'"]),
+    (["ab", "installed", "installed", "--allow-same", "--model", "{fake}", "--rounds", "4", "-p", "0", "-n", "4",
+      "-r", "1"], ["engine bench (installed@", "{fake}: not a GGUF file", "(no round was measured, nothing saved)"]),
+    (["bench", "--engine", "{notwheel}", "--model", "{fake}"], ["{notwheel}: not a zip archive"]),
+    (["ab", "{notwheel}", "installed", "--model", "{fake}"], ["{notwheel}: not a zip archive"]),
+    (["bench", "--model", "{fake}", "--llamacpp", "llama-bench:/nonexistent-anvil/llama-bench"],
+     ["llama-bench not found"]),
+], ids=["bench", "ab", "bench-not-a-wheel", "ab-not-a-wheel", "bench-no-llama-bench"])
+def test_a_failing_benchmark_is_one_line_with_its_log(tmp_path, args, says):
+    """A child that fails says its own last error line and where its whole
+    output went; none of the bootstrap's source, no traceback."""
+    fake, notwheel = tmp_path / "fake.gguf", tmp_path / "x-1.0-py3-none-any.whl"
+    fake.write_text("hello, I am not a model\n")
+    notwheel.write_text("not a zip")
+    r = _harness(tmp_path, *[a.format(fake=fake, notwheel=notwheel) for a in args])
+    assert_one_line_error(r, *[f.format(fake=fake, notwheel=notwheel) for f in says])
+    if "full log: " in r.stderr:
+        log = Path(r.stderr.split("full log: ")[1].split(")")[0])
+        assert log.parent == tmp_path / "logs" and "not a GGUF file" in log.read_text()
+        assert "--json" in log.read_text()  # the child's whole command line is there, not on the terminal
+
+
+def test_project_that_does_not_exist_is_an_error():
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "--project", "/nonexistent-anvil-dir", "doctor"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == ("harness: error: --project /nonexistent-anvil-dir: no such directory "
+                                                 "(the project holds references/catalog.toml)")
+
+
+def test_an_internal_error_is_one_line_with_its_traceback_in_a_log(tmp_path, monkeypatch, capsys):
+    from engine.errors import run_command
+
+    monkeypatch.setenv("ANVIL_LOG_DIR", str(tmp_path))
+    monkeypatch.delenv("ANVIL_TRACEBACK", raising=False)
+
+    def broken(args):
+        return None.update()
+
+    assert run_command(broken, None) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: internal error (a bug in Anvil): AttributeError: 'NoneType' object has no "
+                           "attribute 'update' (traceback: ")
+    (log,) = tmp_path.glob("*.log")
+    assert str(log) in line and "Traceback" in log.read_text() and "None.update()" in log.read_text()
+    monkeypatch.setenv("ANVIL_TRACEBACK", "1")
+    with pytest.raises(AttributeError):
+        run_command(broken, None)
+
+
+def test_generate_errors_and_ctrl_c_start_on_a_fresh_line(model_path):
+    """The streamed text ends its line before the error (or "interrupted") is said."""
+    import os
+    import signal
+    import time
+
+    m = model_path("tiny-llama")
+    r = subprocess.run([sys.executable, "-m", "engine", "generate", str(m), "--prompt", "Hello", "--ctx", "2"],
+                       capture_output=True, text=True)
+    assert r.stdout == "Hello\n"
+    assert_one_line_error(r, "exceeds the context of 2")
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "generate", str(m), "--prompt", "Hello", "-n", "4000",
+                             "--backend", "numpy"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout.read(5) == b"Hello"  # the prompt is out: generation has begun
+    time.sleep(1.0)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and out.endswith(b"\n") and err.decode().strip() == "interrupted", (out, err)
