@@ -28,7 +28,8 @@ UBATCH = 512
 
 def make_backend(name: str, cfg: ModelConfig, n_ctx: int, **options):
     """``name``: numpy, cuda, or auto (cuda when an NVIDIA GPU is usable and
-    runs this architecture, else numpy). ``options`` are the backend's (numpy: rounding, kv_f16)."""
+    runs this architecture, else numpy). ``options`` are the backend's (numpy: rounding, kv_f16); with
+    ``gguf`` (the file) and ``kinds`` (its layers' kinds) it refuses a model that does not fit its memory."""
     if name == "auto":
         from .backends.cuda import PENDING_ARCHS
         from .backends.cuda.device import gpu_available
@@ -39,7 +40,7 @@ def make_backend(name: str, cfg: ModelConfig, n_ctx: int, **options):
         from .backends.numpy import Backend
 
         # its own options (the rounding-faithful oracle, its KV type); the CUDA ones (graphs, workspace) mean nothing here
-        options = {k: v for k, v in options.items() if k in ("rounding", "kv_f16")}
+        options = {k: v for k, v in options.items() if k in ("rounding", "kv_f16", "gguf", "kinds")}
     elif name == "cuda":
         from .backends.cuda import Backend
 
@@ -60,9 +61,11 @@ class Model:
             # (and a typo like 99999999 would try to allocate a 200 GB cache)
             raise AnvilError(f"{self.gguf.path}: context {self.n_ctx} (n_ctx) must be 1 to the model's trained "
                              f"context {cfg.n_ctx_train}")
-        self.backend = make_backend(backend, cfg, self.n_ctx, **backend_options)
-        self.ops = self.backend.ops
         self.family = family(cfg.arch)
+        # the backend checks the model fits its memory before anything large is allocated (memory.py)
+        self.backend = make_backend(backend, cfg, self.n_ctx, gguf=self.gguf, kinds=self.family.layer_kinds(cfg),
+                                    **backend_options)
+        self.ops = self.backend.ops
         self.glob, self.layers = weights.load(self.gguf, cfg, self.family.layer_tensors, self.backend.upload)
         self.cache = self.backend.make_state(self.family.layer_kinds(cfg), self.glob.rope_freqs)
         self.head = self.glob.token_embd if cfg.tied_output else self.glob.output

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import memory
 from ...config import ModelConfig
 from ...errors import AnvilError
 from ...gguf_file import GGUFFile
@@ -70,6 +71,12 @@ def workspace_bytes(cfg: ModelConfig, tokens: int) -> int:
     widest = max(cfg.n_embd, cfg.n_ff, 2 * cfg.n_head * max(s.head_dim for s in cfg.layer_shapes or [cfg]),
                  cfg.ssm.conv_dim + cfg.ssm.value_dim if cfg.ssm else 0)
     return max(DEFAULT_WORKSPACE_MB << 20, 12 * 4 * tokens * widest)
+
+
+def weights_bytes(gf: GGUFFile) -> int:
+    """One allocation holds all weights: the file's size bounds them (the 1-D
+    tensors, dequantised to f32, are a rounding error)."""
+    return gf.path.stat().st_size + (64 << 20)
 
 
 @dataclass(frozen=True)
@@ -776,9 +783,12 @@ class Backend:
     name = "cuda"
 
     def __init__(self, cfg: ModelConfig, n_ctx: int, *, kv_f16: bool = True, eager: bool = False,
-                 ubatch: int = UBATCH, workspace_mb: int | None = None, device=None, cublas=None):
+                 ubatch: int = UBATCH, workspace_mb: int | None = None, device=None, cublas=None,
+                 gguf: GGUFFile | None = None, kinds: list[str] | None = None):
         """``ubatch``: a prompt's micro-batch (the workspace holds one).
-        ``device``/``cublas``: others than the GPU's (recording.py's count launches on any machine)."""
+        ``device``/``cublas``: others than the GPU's (recording.py's count launches on any machine).
+        ``gguf``/``kinds``: the model about to be loaded, refused here if it
+        does not fit the device's free memory (memory.py)."""
         from ...model import UBATCH as SMALLEST
         from .cublas import Cublas
 
@@ -795,10 +805,16 @@ class Backend:
                 raise AnvilError(f"ubatch {ubatch}: a micro-batch of {min(ubatch, n_ctx)} tokens has {pairs} "
                                  f"(token, expert) pairs, more than moe_sort sorts in a block's "
                                  f"{self.dev.max_shared} bytes of shared memory: give a smaller ubatch")
+        scratch = workspace_mb << 20 if workspace_mb else workspace_bytes(cfg, min(ubatch, n_ctx))
+        if gguf is not None and kinds is not None:  # before the first allocation
+            memory.check_fits(gguf.path, "the CUDA engine",
+                              {"weights": weights_bytes(gguf), "workspace": scratch + CUBLAS_WORKSPACE},
+                              memory.kv_bytes_per_token(cfg, kinds, 2 if kv_f16 else 4), n_ctx,
+                              (self.dev.mem_free(), f"free on the {self.dev.name}"),
+                              "take a smaller model, or free the GPU of other processes")
         self.cublas = cublas or Cublas(self.dev.stream)
         self.cublas.set_workspace(self.dev.empty((CUBLAS_WORKSPACE,), np.uint8))
-        self.workspace = Workspace(self.dev, workspace_mb << 20 if workspace_mb else
-                                   workspace_bytes(cfg, min(ubatch, n_ctx)))
+        self.workspace = Workspace(self.dev, scratch)
         self.weights: Workspace | None = None  # sized from the file on the first upload
         self.stacked: dict = {}
         self.constants: dict[tuple[int, float], DArray] = {}
@@ -816,9 +832,7 @@ class Backend:
 
     def upload(self, gf: GGUFFile, name: str):
         if self.weights is None:
-            # one allocation for all weights: the file size bounds them (the
-            # 1-D tensors, dequantised to f32, are a rounding error)
-            self.weights = Workspace(self.dev, gf.path.stat().st_size + (64 << 20), align=16)
+            self.weights = Workspace(self.dev, weights_bytes(gf), align=16)
         shape = gf.tensor_shape(name)
         qtype = gf.tensor_type(name)
         host = gf.dequantize(name) if len(shape) == 1 else np.ascontiguousarray(gf.raw(name)).view(np.uint8)

@@ -192,6 +192,11 @@ class Device:
         self.trace: DArray | None = None  # compile.TRACE's buffer (_point_trace)
 
     # ---- memory ---------------------------------------------------------
+    def mem_free(self) -> int:
+        """Bytes of device memory free now (cuMemGetInfo)."""
+        free, _total = check(self.driver.cuMemGetInfo())
+        return int(free)
+
     def alloc_raw(self, nbytes: int) -> int:
         ptr = int(check(self.driver.cuMemAlloc(max(1, int(nbytes)))))
         self._allocs.append(ptr)

@@ -38,6 +38,8 @@ class RecordingDevice:
     sm_count = 132  # an H200's
     max_shared = 227 * 1024
     arch = "sm_90"
+    name = "recording device"
+    free_bytes = 140 << 30  # an idle H200's free memory (the load's memory check, memory.py)
 
     def __init__(self, cubin_occupancy: bool = False):
         """``cubin_occupancy``: the occupancy query answers from the kernel
@@ -114,6 +116,9 @@ class RecordingDevice:
 
     def alloc_raw(self, nbytes: int) -> int:
         return self.empty((nbytes,), np.uint8).ptr
+
+    def mem_free(self) -> int:
+        return self.free_bytes
 
     def upload(self, host: np.ndarray, out: DArray | None = None) -> DArray:
         return out if out is not None else self.empty(host.shape, host.dtype)

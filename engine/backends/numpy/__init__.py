@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import memory
 from ...config import ModelConfig
 from ...errors import AnvilError
 from ...gguf_file import GGUFFile
@@ -26,9 +27,17 @@ class Backend:
 
     name = "numpy"
 
-    def __init__(self, cfg: ModelConfig, n_ctx: int, rounding: str = "exact", kv_f16: bool | None = None):
+    def __init__(self, cfg: ModelConfig, n_ctx: int, rounding: str = "exact", kv_f16: bool | None = None,
+                 gguf: GGUFFile | None = None, kinds: list[str] | None = None):
+        """``gguf``/``kinds``: the model about to be loaded, refused here if
+        its float32 weights and cache exceed the memory left (memory.py)."""
         if rounding not in ROUNDINGS:
             raise AnvilError(f"rounding {rounding!r}: one of {', '.join(ROUNDINGS)}")
+        if gguf is not None and kinds is not None:
+            # K and V are float32 arrays even when rounded to f16 (cache.py)
+            memory.check_fits(gguf.path, "the NumPy engine", {"float32 weights": memory.float32_bytes(gguf)},
+                              memory.kv_bytes_per_token(cfg, kinds, 4), n_ctx, memory.host_available(),
+                              "run it on a GPU (--backend cuda) or take a smaller model")
         self.cfg, self.n_ctx, self.rounding = cfg, n_ctx, rounding
         self.kv_f16 = (rounding == "cuda") if kv_f16 is None else kv_f16
         self.ops = faithful.FaithfulOps(self.kv_f16) if rounding == "cuda" else ops
