@@ -41,11 +41,14 @@ PLAN = {
     "harness mutants": (ONE + ["--mutant", "rope-base"], "runs"),
     'harness diff gemma3-270m --prompt "..."': ([], "runs"),
     "harness ab --rounds 8 base.whl candidate.whl --model qwen3-8b": ([], "refuses"),  # placeholder wheels
+    "harness ab --aa base.whl --save": ([], "refuses"),  # a placeholder wheel
     "harness ab --commits HEAD~1 HEAD": (["--rounds", "4", *QUICK], "either"),
+    "harness bisect GOOD BAD --test tg128": ([], "refuses"),  # placeholder revisions
     "harness wheel HEAD~3": ([], "either"),
     "harness bench --llamacpp llama-bench:/path/to/llama-bench": ([], "refuses"),  # a placeholder path
     "harness bench -d 0,4096 -o csv": (QUICK, "runs"),
     "harness report": ([], "runs"),
+    "harness roofline --save": ([], "refuses"),  # measures a GPU, and none is here
     "harness doctor": ([], "runs"),
     "harness models": ([], "either"),  # with no network, a model not yet cached is one error line
     "harness synth --preset qwen3-8b q8b.gguf": "writes 5 GB; the next line runs the same command",
@@ -60,7 +63,7 @@ PLAN = {
 }
 MODEL = "tiny-qwen3"  # MODEL.gguf
 # lines that write into the project (references, the scoreboard) run in a copy of it
-WRITES_PROJECT = ("harness report", "harness reference")
+WRITES_PROJECT = ("harness report", "harness reference", "harness roofline", "harness ab --aa")
 
 
 def readme_commands() -> list[str]:

@@ -55,7 +55,6 @@ def run(args) -> int:
                 revs = " ".join(filter(None, ("--aa" if args.aa else None, args.base, args.candidate)))
                 raise AnvilError(f"{spec!r} is a git revision, not a build: pass --commits to measure the engine "
                                  f"wheels of revisions (harness ab --commits {revs})")
-    args.model = args.model or common.default_model("ab")
     if args.commits:  # the arms are git revisions: their engine wheels, built (or found) first
         args.base = str(wheels.wheel_for(args.base))
         args.candidate = args.candidate and str(wheels.wheel_for(args.candidate))
@@ -63,8 +62,10 @@ def run(args) -> int:
         args.candidate, args.allow_same = args.base, True
     # every input is checked (the wheels installed and probed, the model
     # named) before any model is downloaded or generated: that can take minutes
-    common.model(args.model, check_only=True)
+    if args.model:
+        common.model(args.model, check_only=True)
     runners = ab.prepare_arms(args.base, args.candidate, common.workdir(), allow_same=args.allow_same)
+    args.model = args.model or common.default_model("ab")
     path, identity = common.model(args.model)
     cfg = ab.ABConfig(model=path, n_prompt=args.n_prompt, n_gen=args.n_gen, depth=args.n_depth, reps=args.repetitions,
                       rounds=args.rounds, factor=args.factor, aa=args.aa, allow_same=args.allow_same,

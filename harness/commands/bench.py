@@ -38,14 +38,14 @@ def run(args) -> int:
     from ..runners import make_runner
 
     common.something_to_measure(args)
-    args.model = args.model or [common.default_model("bench")]
-    for name in args.model:  # every name checked before anything is fetched or generated
+    for name in args.model or []:  # every name checked before anything is fetched or generated
         common.model(name, check_only=True)
     arms = [make_runner(args.engine, common.workdir())]
     if args.llamacpp:
         arms.append(make_runner(args.llamacpp, common.workdir()))
     for runner in arms:
         runner.prepare()
+    args.model = args.model or [common.default_model("bench")]
     rows = []
     sitting = uuid.uuid4().hex[:16]  # the scoreboard takes ratios only within one sitting (results.same_sitting)
     for name in args.model:

@@ -28,7 +28,9 @@ def add(sub) -> None:
     b.add_argument("bad", help="a later git revision that is slower")
     b.add_argument("--test", type=_test_name, default="tg128",
                    help="the llama-bench test to judge: ppN or tgN (default tg128)")
-    b.add_argument("--model", default="qwen3-8b", help="catalog model name or a .gguf path (default qwen3-8b)")
+    b.add_argument("--model", default=None,
+                   help=f"catalog model name or a .gguf path (default: {common.GPU_DEFAULT_MODEL} with a GPU, "
+                        f"else {common.CPU_DEFAULT_MODEL})")
     b.add_argument("-d", "--n-depth", type=count_int, default=0,
                    help="context tokens in the cache before the test, untimed (llama-bench's -d)")
     b.add_argument("--rounds", type=common.verdict_rounds, default=8,
@@ -45,8 +47,10 @@ def run(args) -> int:
 
     n_prompt, n_gen = bisect.lengths_of(args.test)
     # the model and the revisions checked before the model is fetched or generated, and any wheel built
-    common.model(args.model, check_only=True)
+    if args.model:
+        common.model(args.model, check_only=True)
     wheels.first_parent(args.good, args.bad)
+    args.model = args.model or common.default_model("bisect")
     path, identity = common.model(args.model)
     cfg = ab.ABConfig(model=path, n_prompt=n_prompt, n_gen=n_gen, depth=args.n_depth, reps=args.repetitions,
                       rounds=args.rounds, allow_same=True, allow_token_diff=args.allow_token_diff, identity=identity)
