@@ -37,6 +37,7 @@ never derived from the engine's own runs.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -169,8 +170,9 @@ def judge(i: int, c: CaseResult, gate: catalog.Gate) -> list[Failure]:
     for f in c.flips:
         if not is_near_tie(f, gate.margin):
             out.append(Failure(i, f.step, "drift",
-                               f"llama.cpp {f.ref_token} vs engine {f.engine_token}: llama.cpp margin "
-                               f"{f.ref_margin:.4g}, engine gap {f.engine_margin:.4g} (near-tie below {gate.margin:g})"))
+                               f"llama.cpp token {f.ref_token} vs engine token {f.engine_token}: llama.cpp's top-2 "
+                               f"margin {f.ref_margin:.4g}, the engine's gap {f.engine_margin:.4g} (a near-tie needs "
+                               f"both below {gate.margin:g})"))
     near = near_ties(c, gate.margin)
     if gate.flips is not None and c.n_steps and len(near) / c.n_steps > gate.flips:
         past = next(k for k in range(len(near)) if (k + 1) / c.n_steps > gate.flips)  # the flip one too many
@@ -268,23 +270,41 @@ def judge_ops(out: ModelResult, entry: catalog.Entry, ref: refs.Reference, quiet
     out.seconds += time.perf_counter() - t0
 
 
+def _num(text: str) -> str:
+    return re.sub(r"e([+-])0*(\d)", r"e\1\2", text)  # 7.63e-5, not 7.63e-05: the table fits 120 columns
+
+
 def _fmt(v: float | None, bound: float | None) -> str:
-    return f"{v:.3g}" + (f" / {bound:g}" if bound is not None else " (not judged)")
+    value = _num(f"{v:.2e}" if 0 < abs(v) < 1e-3 else f"{v:.3g}")  # 3 digits, and 1.11e-4 over 0.000111
+    return value + (f" / {_num(f'{bound:g}')}" if bound is not None else " (not judged)")
+
+
+TABLE_HEADER = ["model", "set", "prefix", "agree", "flips", "flip share", "Δlogit", "KL", "margin shift", "verdict"]
+
+
+def table_legend(results: list[ModelResult]) -> str:
+    backends = ", ".join(dict.fromkeys(r.backend for r in results))
+    return (f"The {backends} engine against each model's llama.cpp reference set: prefix, the free run's steps equal "
+            f"to llama.cpp's; agree, the steps (teacher-forced after a flip) whose token is llama.cpp's; flips, "
+            f"near-tie flips; flip share, Δlogit, KL and margin shift: the largest / the bound (each model's time "
+            f"is in its line above).")
+
+
+def table_rows(results: list[ModelResult]) -> list[list[str]]:
+    rows = []
+    for r in results:
+        verdict = "pass" if r.passed else "FAIL: " + ", ".join(sorted({f.check for f in r.failures}))
+        rows.append([r.model, r.tier, f"{r.matched}/{r.steps}", f"{r.agreement}/{r.steps}",
+                     str(r.n_flips - len(r.drift)), _fmt(r.max_flip_share, r.gate.flips),
+                     _fmt(r.max_logit_diff, r.gate.logit), _fmt(r.max_kl, r.gate.kl),
+                     _fmt(r.max_margin_shift, r.gate.margin), verdict])
+    return rows
 
 
 def format_table(results: list[ModelResult]) -> str:
     from .table import markdown
 
-    rows = []
-    for r in results:
-        verdict = "pass" if r.passed else "FAIL: " + ", ".join(sorted({f.check for f in r.failures}))
-        rows.append([r.model, r.tier, r.backend, f"{r.matched}/{r.steps}", f"{r.agreement}/{r.steps}",
-                     str(r.n_flips - len(r.drift)), _fmt(r.max_flip_share, r.gate.flips),
-                     _fmt(r.max_logit_diff, r.gate.logit), _fmt(r.max_kl, r.gate.kl),
-                     _fmt(r.max_margin_shift, r.gate.margin), verdict, f"{r.seconds:.1f} s"])
-    return markdown(["model", "references", "backend", "free-run prefix", "teacher-forced agreement",
-                     "near-tie flips", "max near-tie share of a prompt / bound", "max Δlogit / bound",
-                     "max KL / bound", "max margin shift / bound", "verdict", "time"], rows)
+    return markdown(TABLE_HEADER, table_rows(results))
 
 
 def format_failures(results: list[ModelResult]) -> str:
@@ -303,15 +323,33 @@ def format_failures(results: list[ModelResult]) -> str:
     return "\n".join(lines)
 
 
-def format_flips(results: list[ModelResult]) -> str:
-    """The near-tie flips that passed, for the record."""
+def passed_flips(r: ModelResult) -> list[tuple[int, object]]:
+    """(prompt, flip) of each near-tie flip the gate let pass."""
+    drift = set(r.drift)
+    return [(i, f) for i, c in enumerate(r.cases) for f in c.flips if (i, f.step) not in drift]
+
+
+def _flip(i: int, f) -> str:
+    return (f"prompt {i} step {f.step}: llama.cpp token {f.ref_token} (top-2 margin {f.ref_margin:.3g}), "
+            f"engine token {f.engine_token} (gap {f.engine_margin:.3g})")
+
+
+def format_flips(results: list[ModelResult], verbose: bool = False, width: int = 120) -> str:
+    """The near-tie flips that passed: per model their count and the one
+    closest to the bound, or with ``verbose`` each one."""
+    import textwrap
+
     lines = []
     for r in results:
-        drift = set(r.drift)
-        for i, c in enumerate(r.cases):
-            for f in c.flips:
-                if (i, f.step) not in drift:
-                    lines.append(f"near-tie {r.model} ({r.tier} references) prompt {i} step {f.step}: llama.cpp "
-                                 f"{f.ref_token} vs engine {f.engine_token}, llama.cpp margin {f.ref_margin:.4f}, "
-                                 f"engine gap {f.engine_margin:.4f} (below {r.near_tie:g})")
+        flips = passed_flips(r)
+        if verbose:
+            lines += [f"near-tie {r.model} ({r.tier}) {_flip(i, f)}, bound {r.near_tie:g}" for i, f in flips]
+        elif flips:
+            i, closest = max(flips, key=lambda x: max(x[1].ref_margin, x[1].engine_margin))
+            lines.append(f"  {r.model} ({r.tier} references): {len(flips)} in {len({i for i, _ in flips})} of "
+                         f"{len(r.cases)} prompts, bound {r.near_tie:g}; the closest to it, {_flip(i, closest)}")
+    if lines and not verbose:
+        lines.insert(0, "Near-tie flips, where llama.cpp's top-2 margin and the engine's gap (its top logit minus "
+                        "its logit for llama.cpp's token) are both below the model's bound (--verbose lists each):")
+        lines = [textwrap.fill(ln, width, subsequent_indent="    ") for ln in lines]
     return "\n".join(lines)

@@ -35,8 +35,8 @@ def test_a_flip_with_a_small_llama_cpp_margin_and_a_large_engine_gap_is_drift():
     c = CaseResult("p", 4, 1, "teacher-forced", 3, flips=[flip(0.01, 3.0, True)], logit_diffs=[0.0] * 4,
                    kls=[0.0] * 4, margin_shifts=[0.0] * 4)
     (f,) = validate.judge(0, c, catalog.Gate(margin=0.5))
-    assert (f.check, f.detail) == ("drift", "llama.cpp 1 vs engine 2: llama.cpp margin 0.01, engine gap 3 "
-                                            "(near-tie below 0.5)")
+    assert (f.check, f.detail) == ("drift", "llama.cpp token 1 vs engine token 2: llama.cpp's top-2 margin 0.01, "
+                                            "the engine's gap 3 (a near-tie needs both below 0.5)")
 
 
 def _near_ties(n_flips, n_steps=8):
@@ -287,7 +287,8 @@ def test_a_measure_without_a_bound_skips_only_itself_and_failures_say_where_and_
     assert [(f.case, f.step, f.check) for f in got] == [(4, None, "degenerate"), (4, 2, "drift"), (4, 1, "kl"),
                                                         (4, 2, "margin")]
     assert got[0].detail == "repeats one token"
-    assert got[1].detail == "llama.cpp 7 vs engine 8: llama.cpp margin 0.9, engine gap 1.5 (near-tie below 0.5)"
+    assert got[1].detail == ("llama.cpp token 7 vs engine token 8: llama.cpp's top-2 margin 0.9, the engine's gap 1.5 "
+                             "(a near-tie needs both below 0.5)")
     assert got[2].detail == "top-k KL divergence 0.5 > 0.1" and got[3].detail == "top-2 margin shift 0.7 > 0.5"
     logit = validate.judge(0, c, catalog.Gate(margin=1.0, logit=1.0, kl=None))
     assert [f.detail for f in logit if f.check == "logit"] == ["max |Δlogit| over the top-k 9 > 1"]

@@ -50,6 +50,27 @@ def default_model(command: str) -> str:
     return CPU_DEFAULT_MODEL
 
 
+def progress_bar(unit: str):
+    """A progress bar on stderr for a long run (in a terminal): the task's
+    description, the bar, done/total ``unit``, time taken and left. It
+    clears itself at the end; ``say`` prints above it."""
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                    TextColumn(unit), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                    console=Console(stderr=True), transient=True)
+
+
+def say(line: str, bar=None) -> None:
+    """One line on stderr, above ``bar`` (a progress_bar) if there is one."""
+    if bar is not None:
+        bar.console.print(line, markup=False, highlight=False)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
 def something_to_measure(args) -> None:
     """-p 0 -n 0 is refused before any build or model is touched (as ``python -m engine bench`` does)."""
     if not (args.n_prompt or args.n_gen):

@@ -6,6 +6,8 @@ import sys
 
 from engine.errors import AnvilError
 
+from . import common
+
 
 def add(sub) -> None:
     v = sub.add_parser("validate-catalog", help="greedy parity of the engine with llama.cpp over the catalog")
@@ -15,13 +17,19 @@ def add(sub) -> None:
     v.add_argument("--backend", choices=["auto", "cuda", "numpy"], default="auto",
                    help="auto (default): cuda when an NVIDIA GPU is usable, else numpy")
     v.add_argument("--json", action="store_true", help="print the results as JSON")
+    v.add_argument("-v", "--verbose", action="store_true",
+                   help="list every near-tie flip (by default: their count and the widest, per model)")
     v.add_argument("--save", action="store_true", help="append the outcome to the results store (reports/results)")
     v.set_defaults(func=run)
 
 
 def run(args) -> int:
+    import contextlib
     import json
     import platform
+    import textwrap
+
+    from .. import table
 
     backend = args.backend
     if backend == "auto":
@@ -40,30 +48,31 @@ def run(args) -> int:
                          f"(catalog keys gate.<set>{'' if backend == 'numpy' else '-' + backend})")
     plan = [(e, refs.for_entry(e, s), s) for e, s in pairs]  # every reference exists, before the long part
 
-    from tqdm import tqdm
-
     results = []
-    total = sum(len(ref.cases) for _, ref, _ in plan)
-    with tqdm(total=total, desc="validate", unit="prompt", disable=args.json or not sys.stderr.isatty()) as bar:
+    bar = common.progress_bar("prompts") if not args.json and sys.stderr.isatty() else None
+    with bar or contextlib.nullcontext():
+        task = bar.add_task("validate", total=sum(len(ref.cases) for _, ref, _ in plan)) if bar else None
         loaded = validate.Loaded(cat, backend, quiet=args.json)  # a model's sets one after another: loaded once
-        for e, ref, rset in plan:
-            bar.set_postfix_str(f"{e.name} ({rset})")
-            results.append(validate.run(cat, e, ref, rset, backend, progress=lambda: bar.update(1),
-                                        quiet=args.json, loaded=loaded))
-            if not args.json and not sys.stderr.isatty():
-                r = results[-1]
-                print(f"{e.name} ({rset} references): {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f} s)",
-                      file=sys.stderr, flush=True)
+        for k, (e, ref, rset) in enumerate(plan, 1):
+            what = f"[{k}/{len(plan)}] {e.name} ({rset} references)"
+            if bar:
+                bar.update(task, description=what)
+            r = validate.run(cat, e, ref, rset, backend, progress=bar and (lambda: bar.advance(task)),
+                             quiet=args.json, loaded=loaded)
+            results.append(r)
+            if not args.json:
+                common.say(f"{what}: {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f} s)", bar)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=1))
-    else:
-        print(validate.format_table(results))
-        for text in (validate.format_flips(results), validate.format_failures(results)):
+    else:  # the details first, the table last (where the terminal stops scrolling)
+        for text in (validate.format_flips(results, args.verbose), validate.format_failures(results)):
             if text:
-                print("\n" + text)
+                print(text + "\n")
         for e, s in ungated:
             print(f"not judged: {e.name} against its {s} references with the {backend} backend (the catalog has "
                   f"no gate.{e.gate_key(backend, s)} thresholds)")
+        print(textwrap.fill(validate.table_legend(results), table.WIDTH))
+        table.show(validate.TABLE_HEADER, validate.table_rows(results))
     if args.save:
         from engine.bench import build_hash, gpu_info
 
