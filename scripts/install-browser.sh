@@ -1,31 +1,49 @@
 #!/usr/bin/env bash
-# Install Debian's headless-capable Chromium for tests/test_browser.py, which
-# opens the generated scoreboard (reports/index.html) in a real browser.
-# Idempotent: does nothing when chromium is already on PATH. Where apt is not
-# available (not Debian/Ubuntu) or we cannot become root, it says so and exits
-# 0: the browser tests then SKIP with "chromium not found", visibly.
+# Chromium for tests/test_browser.py, which opens the generated scoreboard
+# (reports/index.html) in a real browser. It is a system package (Debian's
+# chromium, through apt-get and root), so it is installed only when someone
+# says yes: asked in a terminal, or ANVIL_INSTALL_BROWSER=1 set beforehand
+# (a CI image that wants the browser test). Without a terminal to ask (CI, a
+# pipe) nothing is installed and the browser tests SKIP, saying why.
+# Always exits 0: the browser is optional.
 set -euo pipefail
 
-if command -v chromium >/dev/null 2>&1; then
-  echo "install-browser: $(chromium --version 2>/dev/null || echo chromium) already installed"
+say() { echo "install-browser: $*"; }
+found=$(command -v chromium || command -v chromium-browser || true)
+if [ -n "$found" ] || [ -n "${ANVIL_CHROMIUM:-}" ]; then
+  say "${found:-$ANVIL_CHROMIUM} is there: $({ "${found:-$ANVIL_CHROMIUM}" --version 2>/dev/null || echo chromium; } | head -1)"
   exit 0
 fi
+skip="the browser tests will skip (chromium not found)"
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-browser: apt-get not available; install Chromium yourself (or set ANVIL_CHROMIUM)" \
-       "or the browser tests will be skipped"
+  say "apt-get not available: install Chromium yourself (or set ANVIL_CHROMIUM to one); $skip"
   exit 0
+fi
+if [ "${ANVIL_INSTALL_BROWSER:-}" != 1 ]; then
+  if [ ! -t 0 ] || [ ! -t 1 ]; then
+    say "no terminal to ask before installing a system package, so none is: $skip." \
+        "To run them: apt-get install --no-install-recommends chromium, or ANVIL_INSTALL_BROWSER=1"
+    exit 0
+  fi
+  read -r -p "install-browser: install Debian's chromium (apt-get, as root) for the browser tests? [y/N] " answer
+  case "$answer" in
+    [yY]*) ;;
+    *) say "not installed: $skip"; exit 0 ;;
+  esac
 fi
 if [ "$(id -u)" -eq 0 ]; then
   as_root=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-  as_root=(sudo -n)
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)  # asks for a password in a terminal; fails at once without one (-n below)
+  [ -t 0 ] || as_root=(sudo -n)
 else
-  echo "install-browser: not root and no passwordless sudo; run as root:" \
-       "apt-get install --no-install-recommends chromium (browser tests will be skipped)"
+  say "not root and no sudo: run as root: apt-get install --no-install-recommends chromium; $skip"
   exit 0
 fi
-
-export DEBIAN_FRONTEND=noninteractive
-${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -q
-${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
-echo "install-browser: installed $(chromium --version 2>/dev/null || echo chromium)"
+if ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -q \
+   && ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends chromium; then
+  say "installed $(chromium --version 2>/dev/null || echo chromium)"
+else
+  say "apt-get install chromium failed; $skip"
+fi

@@ -7,4 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 harness models
-harness validate-catalog "$@"
+status=0
+harness validate-catalog "$@" || status=$?
+echo "to use harness in your shell: source .venv/bin/activate (or run .venv/bin/harness)"
+exit $status

@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh test
-# Debian's chromium for the scoreboard's browser test (which skips, saying why, if it cannot be installed)
+# chromium for the scoreboard's browser test: a system package, so only if you say yes (asked in a terminal;
+# in CI none is installed, ANVIL_INSTALL_BROWSER=1 to install it) - else that test skips, saying why
 scripts/install-browser.sh || echo "could not install chromium: the browser tests will skip"
 # llama-cpp-python (the `reference` extra) for the tests that run llama.cpp itself, from a portable
 # wheel built on the first run (scripts/llamacpp-python.sh); a build with AMX compiled in is replaced

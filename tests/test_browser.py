@@ -55,7 +55,8 @@ def _find_chromium() -> str | None:
 def chromium() -> str:
     exe = _find_chromium()
     if exe is None:
-        pytest.skip("chromium not found: run scripts/install-browser.sh (or set ANVIL_CHROMIUM)")
+        pytest.skip("chromium not found: scripts/install-browser.sh installs it when you say yes in a terminal "
+                    "(or with ANVIL_INSTALL_BROWSER=1); or set ANVIL_CHROMIUM to one")
     return exe
 
 
