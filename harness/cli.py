@@ -77,10 +77,10 @@ def main(argv=None) -> int:
 
         if not Path(args.project).expanduser().is_dir():
             parser.error(f"--project {args.project}: no such directory (the project holds references/catalog.toml)")
-
-        if "harness.project" in sys.modules and sys.modules["harness.project"].ROOT != Path(args.project).expanduser().resolve():
+        named = Path(args.project).expanduser().resolve()
+        if "harness.project" in sys.modules and sys.modules["harness.project"].ROOT != named:
             raise SystemExit("error: --project must be given before any harness module is loaded (use ANVIL_PROJECT)")
-        os.environ["ANVIL_PROJECT"] = str(Path(args.project).expanduser().resolve())  # read once, as the modules load
+        os.environ["ANVIL_PROJECT"] = str(named)  # read once, as the modules load
 
     # `kill` or a closed terminal stops the harness the way Ctrl-C does: its
     # benchmark children (each in its own process group) are killed first

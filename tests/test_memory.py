@@ -68,3 +68,17 @@ def test_an_address_space_limit_is_memory_left(gemma3_path):
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "the NumPy engine needs 1.2 GB (float32 weights 1.1 GB + KV cache at --ctx 4096 0.2 GB) but " in r.stderr
     assert "left under the address-space limit (ulimit -v)" in r.stderr
+
+
+@pytest.mark.gpu
+def test_the_gpu_says_its_free_memory_and_a_load_is_checked_against_it(model_path, monkeypatch):
+    """On the GPU host: cuMemGetInfo through Device.mem_free, and the refusal before any allocation."""
+    from engine.backends.cuda.device import Device
+
+    path = model_path("tiny-qwen3")
+    model = Model(path, backend="cuda")
+    free = model.backend.dev.mem_free()
+    assert 0 < free < 1 << 50 and model.forward([1, 2]).shape[0] > 0
+    monkeypatch.setattr(Device, "mem_free", lambda self: 1 << 20)
+    with pytest.raises(AnvilError, match=r"the CUDA engine needs .* but 0\.0 GB is free on the NVIDIA"):
+        Model(path, backend="cuda")
