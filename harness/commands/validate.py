@@ -18,7 +18,7 @@ def add(sub) -> None:
                    help="auto (default): cuda when an NVIDIA GPU is usable, else numpy")
     v.add_argument("--json", action="store_true", help="print the results as JSON")
     v.add_argument("-v", "--verbose", action="store_true",
-                   help="list every near-tie flip (by default: their count and the widest, per model)")
+                   help="list every near-tie flip (by default: per model their count and the one closest to the bound)")
     v.add_argument("--save", action="store_true", help="append the outcome to the results store (reports/results)")
     v.set_defaults(func=run)
 
