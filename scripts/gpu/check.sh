@@ -2,8 +2,8 @@
 # Runs on the GPU host (offline): install the carried wheels, generate the
 # synthetic catalog models from carried tokenizer extracts, run the GPU tests,
 # and benchmark. Carry: .gpu (whl/ wheels, vocab/ tokenizer GGUFs; with
-# pytest-xdist and execnet among the wheels the tests run in 8 processes, which
-# matters: their time is mostly NVRTC compiling kernel variants).
+# pytest-xdist and execnet among the wheels the tests run in WORKERS processes,
+# default 8, which matters: their time is mostly NVRTC compiling kernel variants).
 # tests: every gpu-marked test of the suite (pytest -m gpu over tests/, no file
 # picked by hand), with ANVIL_REQUIRE_GPU=1 (tests/conftest.py: a missing or
 # broken GPU stops the run with the driver's message instead of skipping every
@@ -23,7 +23,7 @@ mark=$(mktemp /tmp/check-start.XXXXXX)  # this call's new records come back
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv | tee $OUT/gpu.txt
 tiny=$(python3 -c "from harness import catalog; print(' '.join(n for n, e in catalog.load().items() if e.source == 'synth' and e.tier == 'cpu'))")
 python3 -m harness.cli models -q $tiny > $OUT/models.txt 2>&1 || cat $OUT/models.txt
-workers=$(python3 -m pytest -q -n 2 --co -p no:cacheprovider tests/test_project.py >/dev/null 2>&1 && echo "-n 8")
+workers=$(python3 -m pytest -q -n 2 --co -p no:cacheprovider tests/test_project.py >/dev/null 2>&1 && echo "-n ${WORKERS:-8}")
 if [ "$what" = tests ] || [ "$what" = all ]; then
   started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   junit=$OUT/pytest-gpu.xml
