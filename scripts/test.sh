@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The full test suite on a fresh machine: install with test extras, fetch the
+# The full test suite on a fresh machine: install with the test (and cluster) extras, fetch the
 # catalog's CPU-tier models on first use, run pytest. Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup.sh test
+# the cluster extra (Ray) too: tests/test_multi_gpu.py runs --ray on a local Ray instance
+source scripts/setup.sh test,cluster
 # Debian's chromium for the scoreboard's browser test (which skips, saying why, if it cannot be installed)
 scripts/install-browser.sh || echo "could not install chromium: the browser tests will skip"
 # llama-cpp-python (the `reference` extra) for the tests that run llama.cpp itself, from a portable

@@ -6,6 +6,8 @@ import sys
 
 from engine.errors import AnvilError
 
+from .. import distribute
+
 
 def add(sub) -> None:
     v = sub.add_parser("validate-catalog", help="greedy parity of the engine with llama.cpp over the catalog")
@@ -16,6 +18,7 @@ def add(sub) -> None:
                    help="auto (default): cuda when an NVIDIA GPU is usable, else numpy")
     v.add_argument("--json", action="store_true", help="print the results as JSON")
     v.add_argument("--save", action="store_true", help="append the outcome to the results store (reports/results)")
+    distribute.add_options(v, "models")
     v.set_defaults(func=run)
 
 
@@ -28,6 +31,7 @@ def run(args) -> int:
         from engine.backends.cuda.device import gpu_available
 
         backend = "cuda" if gpu_available() else "numpy"
+    spread = distribute.Spread(args, num_gpus=int(backend == "cuda")) if distribute.requested(args) else None
     tiers = [args.tier] if args.tier else (["cpu", "gpu"] if backend == "cuda" else ["cpu"])
     from .. import catalog, refs, validate
 
@@ -44,16 +48,19 @@ def run(args) -> int:
 
     results = []
     total = sum(len(ref.cases) for _, ref, _ in plan)
-    with tqdm(total=total, desc="validate", unit="prompt", disable=args.json or not sys.stderr.isatty()) as bar:
-        loaded = validate.Loaded(cat, backend, quiet=args.json)  # a model's sets one after another: loaded once
-        for e, ref, rset in plan:
-            bar.set_postfix_str(f"{e.name} ({rset})")
-            results.append(validate.run(cat, e, ref, rset, backend, progress=lambda: bar.update(1),
-                                        quiet=args.json, loaded=loaded))
-            if not args.json and not sys.stderr.isatty():
-                r = results[-1]
-                print(f"{e.name} ({rset} references): {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f} s)",
-                      file=sys.stderr, flush=True)
+    if spread is not None:  # a model per worker or Ray task, merged here in the plan's order
+        results = distribute.validate_plan(plan, backend, spread, quiet=args.json)
+    else:
+        with tqdm(total=total, desc="validate", unit="prompt", disable=args.json or not sys.stderr.isatty()) as bar:
+            loaded = validate.Loaded(cat, backend, quiet=args.json)  # a model's sets one after another: loaded once
+            for e, ref, rset in plan:
+                bar.set_postfix_str(f"{e.name} ({rset})")
+                results.append(validate.run(cat, e, ref, rset, backend, progress=lambda: bar.update(1),
+                                            quiet=args.json, loaded=loaded))
+                if not args.json and not sys.stderr.isatty():
+                    r = results[-1]
+                    print(f"{e.name} ({rset} references): {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f} s)",
+                          file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=1))
     else:
