@@ -738,19 +738,19 @@ def main_suite(args) -> int:
     for name in args.model or []:
         catalog.entry(name, cat)  # an unknown name is an error, not an empty suite
     jobs = args.jobs or default_jobs(backend)
-    spread = None
+    spread = {}
     if getattr(args, "gpus", None) or getattr(args, "ray", None):  # a fresh worker per mutant over the GPUs
         from .distribute import Spread
 
-        spread = Spread(args, num_gpus=int(backend == "cuda"))
+        spread = {"spread": Spread(args, num_gpus=int(backend == "cuda"))}
     build = build_hash()  # the sources the children load
     # the build itself first: a pair it fails cannot tell a mutant from it
-    failed = control(cat, names, backend, tiers, models=args.model, jobs=jobs, spread=spread)
+    failed = control(cat, names, backend, tiers, models=args.model, jobs=jobs, **spread)
     for f in failed:
         print(f"control: the build itself fails {f['model']} ({f['references']}), not tried: {f['first']}",
               file=sys.stderr)
     rows = run_suite(cat, names, backend, tiers, models=args.model, progress=progress, jobs=jobs,
-                     exclude=[(f["model"], f["references"]) for f in failed], spread=spread)
+                     exclude=[(f["model"], f["references"]) for f in failed], **spread)
     print(format_rows(rows))
     rec = sitting(backend, tiers, args.model, rows, build)
     rec["control_failed"] = failed
