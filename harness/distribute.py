@@ -56,11 +56,6 @@ class Spread:
             self.gpus = pool.resolve_gpus(args.gpus)
             self.names = nvml.devices()[0]
 
-    @property
-    def width(self) -> int | None:
-        """Units at a time (None: as many as the cluster's resources allow)."""
-        return len(self.gpus) if self.gpus is not None else None
-
     def describe(self) -> str:
         return f"on Ray ({self.ray})" if self.ray else f"on GPUs {', '.join(map(str, self.gpus))}, a worker each"
 

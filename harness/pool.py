@@ -190,20 +190,28 @@ class _Slot:
             p.join(1.0)
         return _exit_text(procs[0].exitcode if procs else None)
 
-    def run(self, unit: Unit) -> Outcome:
+    def run(self, unit: Unit, lock: threading.Lock, stop: threading.Event) -> Outcome | None:
+        """``unit`` on this GPU's worker; None if stopped before it started.
+        A worker only starts under ``lock`` and while ``stop`` is clear: once
+        the stopping thread has set it (under the lock), every worker there
+        will be is there to be stopped."""
         from concurrent.futures.process import BrokenProcessPool
 
         out = Outcome(unit, gpu=self.gpu, host=self.host)
         start = self.log.stat().st_size if self.log.exists() else 0
         t0 = time.perf_counter()
+        with lock:
+            if stop.is_set():
+                return None
+            future = self._worker().submit(unit.fn, *unit.args)  # a spawned worker is running on return
         try:
-            out.result = self._worker().submit(unit.fn, *unit.args).result()
+            out.result = future.result()
         except BrokenProcessPool:
             said = _tail(self.log, start)
             out.error = (f"the worker on GPU {self.gpu} died ({self._exit()})"
                          f"{': ' + said if said else ', saying nothing'} (log: {self.log})")
             self.close()
-        except Exception as e:  # the unit raised; the worker lives on
+        except (Exception, KeyboardInterrupt) as e:  # the unit raised (a worker sent SIGINT too); the worker lives on
             out.error = f"on GPU {self.gpu}: {error_line(e)}"
         out.seconds = time.perf_counter() - t0
         if unit.fresh:
@@ -249,13 +257,13 @@ def run_local(units: list[Unit], gpus: list[int], log_dir: Path,
 
     def serve(slot: _Slot) -> None:
         try:
-            while not stop.is_set():
+            while True:
                 with lock:
-                    if not todo:
+                    if stop.is_set() or not todo:
                         break
                     i = todo.popleft()
-                out = slot.run(units[i])
-                if stop.is_set():
+                out = slot.run(units[i], lock, stop)
+                if out is None or stop.is_set():
                     return  # interrupted: the unit did not end, it was stopped
                 with lock:
                     outcomes[i] = out
@@ -273,7 +281,8 @@ def run_local(units: list[Unit], gpus: list[int], log_dir: Path,
             while t.is_alive():
                 t.join(0.25)  # in short waits: Ctrl-C reaches this thread at once
     except BaseException:
-        stop.set()
+        with lock:  # no worker starts after this
+            stop.set()
         _stop(slots)
         raise
     if failed:
