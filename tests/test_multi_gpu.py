@@ -115,6 +115,15 @@ def test_ray_without_ray_names_the_extra(monkeypatch, capsys):
                                        'pip install ".[cluster]"\n')
 
 
+def test_nothing_imports_ray_without_ray():
+    code = ("import sys\nfrom harness import cli, distribute, mutants, pool, validate\n"
+            "from harness.commands import bench, validate as v\n"
+            "cli.build_parser().parse_args(['validate-catalog', '--gpus', 'all'])\n"
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stderr
+
+
 def test_models_are_sized_from_their_file_or_the_catalog(tmp_path, monkeypatch):
     from harness import catalog
 
