@@ -55,7 +55,7 @@ def run(args) -> int:
 
     if spread is not None:  # a model per worker or Ray task, its records saved as it ends
         rows, failed = distribute.bench_models(args, spread, sitting, save)
-    for name in args.model if spread is None else ():
+    for name in args.model if spread is None else ():  # in this process
         path, identity = common.model(name)
         for depth in args.n_depth:  # one record per engine and depth, as llama-bench's rows
             recs = []
@@ -67,8 +67,8 @@ def run(args) -> int:
                 recs.append(rec)
             rows.append((name, recs))
     print(ab.format_bench(rows, args.output))
-    for line in failed:
-        print(line)
+    for line in failed:  # a model whose worker failed: below the table (on stderr where stdout is data)
+        print(line, file=sys.stdout if args.output == "md" else sys.stderr)
     if not common.saving(args):
         print(common.NOT_SAVED, file=sys.stderr)
     return 1 if failed else 0
