@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -318,6 +319,18 @@ def test_bench_on_two_gpus_both_arms_of_a_model_on_one(fake_gpus, tmp_path, caps
     assert sorted(r["model_name"] for r in recs) == ["tiny-llama-f32", "tiny-qwen3-f32"]
     assert {r["gpu_index"] for r in recs} == {0, 1} and len({r["sitting"] for r in recs}) == 1
     assert all(r["record"] for r in rows)
+
+
+def test_bench_reports_a_dead_worker_for_its_model_and_keeps_stdout_data(fake_gpus, monkeypatch, capsys):
+    from harness import cli
+
+    monkeypatch.setattr(pool, "Unit", _crashing_unit(pool.Unit, "tiny-qwen3-f32"))
+    assert cli.main(["bench", "--model", "tiny-qwen3-f32", "tiny-llama-f32", "-p", "8", "-n", "0", "-r", "1",
+                     "--gpus", "all", "-o", "json"]) == 1
+    out, err = capsys.readouterr()
+    assert [(r["model"], r["test"]) for r in json.loads(out)] == [("tiny-llama-f32", "pp8")]
+    assert re.search(r"^ERROR tiny-qwen3-f32 on GPU [01] of .*: the worker on GPU [01] died \(exit status 7\): "
+                     r"the worker ran out of memory \(log: ", err, re.M)
 
 
 # ---- Ray --------------------------------------------------------------------------------------
