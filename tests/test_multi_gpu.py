@@ -65,11 +65,13 @@ def model_unit(name: str) -> str:
 
 
 @pytest.fixture
-def fake_gpus(monkeypatch):
-    """NVML reports two GPUs here (only the parent asks it)."""
+def fake_gpus(monkeypatch, tmp_path):
+    """NVML reports two GPUs here (only the parent asks it); the workers' logs go to tmp_path."""
     from harness import nvml
+    from harness.commands import common
 
     monkeypatch.setattr(nvml, "devices", lambda: (list(FAKE_GPUS), ""))
+    monkeypatch.setattr(common, "workdir", lambda: tmp_path / "work")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
