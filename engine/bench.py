@@ -44,12 +44,23 @@ def params_per_token(model) -> int:
     return weights.params_read_per_token(model.gguf, model.config, model.family.layer_tensors)
 
 
+def nvml_index() -> int:
+    """NVML's index of the GPU this process computes on (its CUDA device 0):
+    the first entry of ``CUDA_VISIBLE_DEVICES`` where that is an index
+    (``harness --gpus`` pins each worker so, with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
+    CUDA's order and NVML's), else 0. NVML itself ignores the variable."""
+    import os
+
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
 def gpu_info() -> dict:
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        h = pynvml.nvmlDeviceGetHandleByIndex(nvml_index())
         return {"gpu": pynvml.nvmlDeviceGetName(h), "driver": pynvml.nvmlSystemGetDriverVersion(),
                 "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
                 "sm_clock_max_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)}

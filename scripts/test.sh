@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The full test suite on a fresh machine: install with test extras, fetch the
+# The full test suite on a fresh machine: install with the test (and cluster) extras, fetch the
 # catalog's CPU-tier models on first use, run pytest. Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup.sh test
+# the cluster extra (Ray) too: tests/test_multi_gpu.py runs --ray on a local Ray instance
+source scripts/setup.sh test,cluster
 # chromium for the scoreboard's browser test: a system package, so only if you say yes (asked in a terminal;
 # in CI none is installed, ANVIL_INSTALL_BROWSER=1 to install it) - else that test skips, saying why
 scripts/install-browser.sh || echo "could not install chromium: the browser tests will skip"

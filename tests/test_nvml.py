@@ -218,3 +218,27 @@ def test_measured_window_engine_timestamps_and_llama_bench_estimate():
     rec = {"test": "tg128", "samples_tok_s": [128 / 0.08] * 5}  # 5 x 80 ms (+ a warm-up) = 0.48 s
     summary, info = ab.measured(s, [rec], exit_unix=1000.0 + 2.475)
     assert info["source"].startswith("estimated") and summary["power_w_mean"] == 500.0
+
+
+def test_a_pinned_process_samples_and_names_its_own_gpu(monkeypatch):
+    """A worker of `harness --gpus 3` (CUDA_VISIBLE_DEVICES=3, PCI bus order)
+    computes on NVML's GPU 3: the sampler and the record's GPU are that one's,
+    not GPU 0's (NVML ignores CUDA_VISIBLE_DEVICES)."""
+    from engine import bench
+
+    nv = fake_pynvml()
+    nv.nvmlDeviceGetCount = lambda: 4
+    nv.nvmlDeviceGetName = lambda h: f"GPU named {h}"
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert bench.nvml_index() == 3 and bench.gpu_info()["gpu"] == "GPU named dev3"
+    with nvml.Sampler(interval_s=0.002) as s:
+        pass
+    assert s.device_index == 3 and s.static["gpu"] == "GPU named dev3"
+    assert nvml.devices() == ([f"GPU named dev{i}" for i in range(4)], "")
+    for unpinned in ("", "GPU-5f3a", "MIG-1"):  # not an index: CUDA's device 0 is NVML's 0 as far as we can tell
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", unpinned)
+        assert bench.nvml_index() == 0
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    names, why = nvml.devices()
+    assert names == [] and why.startswith("NVML unavailable: ModuleNotFoundError")

@@ -441,8 +441,9 @@ def test_markdown(store):
     assert "| alpha-8b | tg128 | 240.0 ± 1.2 | 260.0 ± 1.3 | 0.92× |" in md
     # the summary: a row per model, pp512 and tg128 (the store has no pp4096 or depth test), ✗ not validated
     # (the store's validate records judged another build), the share of the H200's roofline record
-    assert ("| alpha-8b [NVIDIA H200] | 18000 | 9500 | 1.89× ✗ | 37% | 240.0 | 260.0 | 0.92× ✗ | 26% |"
-            + " — |" * 8) in md
+    # (a section per kind of GPU, the GPU its heading)
+    assert ("### NVIDIA H200\n\n| model |" in md and "| alpha-8b | 18000 | 9500 | 1.89× ✗ | 37% | 240.0 | 260.0 | "
+            "0.92× ✗ | 26% |" + " — |" * 8) in md
     assert "Rooflines: 4300 GB/s copy, 790 TFLOP/s bf16 on NVIDIA H200 (2026-11-01, roofline-" in md
     assert "| beta-3b | gpu | cuda | teacher-forced: 1 near-tie flip | 35/64 |" in md
     assert "<" not in md.split("## Scoreboard")[1].split("## Sources")[0].replace("<br>", "")
@@ -992,3 +993,86 @@ def test_a_gpu_without_a_roofline_record_has_none_on_the_page(tmp_path):
     results.save(roofline_record(copy=4400.0, date="2026-11-02T08:00:00Z"), "roofline", d)
     tg = row(build_report(results.load_all(d)), "alpha-8b", "tg128")
     assert tg.anvil.rate.ceiling.copy_gb_s == 4400.0
+
+
+# ---- records from many GPUs and hosts on one scoreboard ---------------------------------
+
+def test_two_stores_on_one_scoreboard_a_record_in_both_once(tmp_path, capsys):
+    """`harness report --results-dir A --results-dir B`: the stores of two
+    hosts merged, a record copied into both (same name, or same content
+    under another name) shown once; the page then links no store."""
+    import shutil
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    save_pair(a, "2026-12-01T10:00:00Z", "b1", "sha-a", FOUR, validated=True, sitting="s1")
+    shared = results.save(roofline_record(), "roofline", a)
+    b.mkdir()
+    shutil.copy(shared, b / shared.name)  # the same file in both stores
+    shutil.copy(shared, b / shared.name.replace("roofline-", "roofline-copy-"))  # ...and under another name
+    save_pair(b, "2026-12-02T10:00:00Z", "b2", "sha-a", FOUR, validated=True, sitting="s2",
+              scale=1.1)
+    out = tmp_path / "page" / "index.html"
+    args = SimpleNamespace(format="html", out=str(out), results_dir=[str(a), str(b)])
+    assert main_report(args) == 0
+    assert re.search(rf"read 7 record\(s\) from {a}, {b}", capsys.readouterr().err)  # 3 + 3 bench/validate, 1 roofline
+    page = out.read_text()
+    assert "from 7 result\nrecords" in page and 'href="results/' not in page and "<a href=\"../" not in page
+    records = results.load_all(a) + results.load_all(b)
+    from harness.report import merge_stores
+
+    merged = merge_stores([results.load_all(a), results.load_all(b)])
+    assert len(records) == 9 and len(merged) == 7 and [r["date"] for r in merged] == sorted(r["date"] for r in merged)
+    assert row(build_report(merged), "alpha-8b", "tg128").anvil.build == "b2"  # the newest sitting of both stores
+    with pytest.raises(AnvilError, match="no such results directory"):
+        main_report(SimpleNamespace(format="md", out=None, results_dir=[str(a), str(tmp_path / "nope")]))
+
+
+def test_a_section_per_kind_of_gpu_and_ratios_only_within_one(tmp_path):
+    """Records of an H200 and an A100 (one store, or merged): the summary
+    has a section per GPU named in its heading, a model's scoreboard a table
+    per GPU; a ratio is only ever of one GPU's two engines."""
+    d = tmp_path / "r"
+    save_pair(d, "2026-12-01T10:00:00Z", "b1", "sha-a", FOUR, validated=True, sitting="s1")
+    a100 = "NVIDIA A100-SXM4-80GB"
+    for engine, tg in (("anvil", 200.0), ("llama.cpp", 160.0)):
+        results.save(bench(engine, "alpha-8b", "2026-12-01T11:00:00Z", 9000.0, tg, build="b1" if engine == "anvil"
+                           else "llama-cpp-python 0.3.36", gpu=a100, model_sha256="sha-a", sitting="s9"), "bench", d)
+    results.save(bench("anvil", "beta-3b", "2026-12-01T11:05:00Z", 9000.0, 150.0, gpu=a100, sitting="s9"), "bench", d)
+    rep = build_report(results.load_all(d))
+    assert [(g, [s.model for s in rows]) for g, rows in rep.summary_by_gpu] == [
+        (a100, ["alpha-8b", "beta-3b"]), (H200, ["alpha-8b"])]
+    tg = {r.gpu: r for r in rep.rows if (r.model, r.test) == ("alpha-8b", "tg128")}
+    assert tg[a100].ratio == pytest.approx(200 / 160) and tg[H200].ratio == pytest.approx(470 / 260)
+    assert tg[a100].llamacpp.gpu == a100 and tg[H200].llamacpp.gpu == H200
+    (alpha,) = [m for m in rep.models if m.name == "alpha-8b"]
+    assert [g for g, _ in alpha.rows_by_gpu] == [a100, H200]
+    html = render_html(rep, draw=lambda f: "<svg></svg>")
+    summary = html[html.index('id="summary"'):html.index('id="scoreboard"')]
+    assert '<h3 id="summary-nvidia-a100-sxm4-80gb">NVIDIA A100-SXM4-80GB</h3>' in summary
+    assert summary.index(a100) < summary.index('<h3 id="summary-nvidia-h200">NVIDIA H200</h3>')
+    board = html[html.index('id="model-alpha-8b"'):html.index('id="model-beta-3b"')]
+    assert board.count('<table class="scores">') == 2 and f"<h4>{a100}</h4>" in board and f"<h4>{H200}</h4>" in board
+    beta = html[html.index('id="model-beta-3b"'):html.index('id="figures"')]
+    assert beta.count('<table class="scores">') == 1 and "<h4>" not in beta  # one GPU: no sub-heading
+    md = render_md(rep).split("## Scoreboard")[0]
+    assert md.index(f"### {a100}") < md.index("| beta-3b |") < md.index(f"### {H200}")
+
+
+def test_a_validation_run_on_one_gpu_of_several_backs_only_that_gpus_figures(tmp_path):
+    """harness validate-catalog --gpus/--ray: each entry names its own GPU and
+    host; a speed figure is backed by an entry of its own GPU and host."""
+    from harness.report.validated import backing
+
+    b = bench("anvil", "alpha-8b", "2026-12-01T10:10:00Z", 1.0, 1.0, build="b1", host="node-2")
+    entry = {"model": "alpha-8b", "tier": "gpu", "backend": "cuda", "passed": True, "steps": 32, "mode": "exact"}
+    v = {"engine": "anvil", "build": "b1", "backend": "cuda", "gpu": H200, "host": "node-1",
+         "date": "2026-12-01T10:00:00Z", "_path": "/r/validate-x.json",
+         "results": [{**entry, "gpu_index": 3, "gpu": H200, "host": "node-2"}]}
+    assert backing(b, "alpha-8b", [v]).ok  # the record's host is the driver's; the entry's is where it ran
+    v["results"][0]["host"] = "node-3"
+    assert backing(b, "alpha-8b", [v]).note.endswith("only on another GPU or host")
+    v["results"][0].update(host="node-2", gpu="NVIDIA A100")
+    assert not backing(b, "alpha-8b", [v]).ok
+    v["results"][0].pop("gpu"), v["results"][0].pop("host")  # a single-process record: its own GPU and host
+    v["host"] = "node-2"
+    assert backing(b, "alpha-8b", [v]).ok

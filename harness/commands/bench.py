@@ -7,6 +7,7 @@ import uuid
 
 from engine.errors import count_int, positive_int
 
+from .. import distribute
 from . import common
 
 
@@ -30,6 +31,7 @@ def add(sub) -> None:
                    help="output format of the table (llama-bench's -o)")
     b.add_argument("--save", action="store_true", help="keep the records in the results store (reports/results)")
     b.add_argument("--results-dir", default=None, help="keep the records in this results store instead")
+    distribute.add_options(b, "models (both arms of one on one GPU)")
     b.set_defaults(func=run)
 
 
@@ -40,15 +42,24 @@ def run(args) -> int:
     common.something_to_measure(args)
     for name in args.model or []:  # every name checked before anything is fetched or generated
         common.model(name, check_only=True)
+    spread = distribute.Spread(args) if distribute.requested(args) else None
     arms = [make_runner(args.engine, common.workdir())]
     if args.llamacpp:
         arms.append(make_runner(args.llamacpp, common.workdir()))
     for runner in arms:
         runner.prepare()
     args.model = args.model or [common.default_model("bench")]
-    rows = []
+    rows, failed = [], []
     sitting = uuid.uuid4().hex[:16]  # the scoreboard takes ratios only within one sitting (results.same_sitting)
-    for name in args.model:
+
+    def save(rec: dict) -> None:
+        if common.saving(args):
+            rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench", args.results_dir))
+            print(f"saved {rec['path']}", file=sys.stderr)
+
+    if spread is not None:  # a model per worker or Ray task, its records saved as it ends
+        rows, failed = distribute.bench_models(args, spread, sitting, save)
+    for name in args.model if spread is None else ():  # in this process
         path, identity = common.model(name)
         for depth in args.n_depth:  # one record per engine and depth, as llama-bench's rows
             recs = []
@@ -56,13 +67,12 @@ def run(args) -> int:
                 rec = ab.bench_record(runner, path, n_prompt=args.n_prompt, n_gen=args.n_gen, reps=args.repetitions,
                                       pp_reps=args.pp_repetitions, depth=depth)
                 rec.update(identity, sitting=sitting)
-                if common.saving(args):
-                    rec["path"] = str(results.save({k: v for k, v in rec.items() if k != "path"}, "bench",
-                                                   args.results_dir))
-                    print(f"saved {rec['path']}", file=sys.stderr)
+                save(rec)
                 recs.append(rec)
             rows.append((name, recs))
     print(ab.format_bench(rows, args.output))
+    for line in failed:  # a model whose worker failed: below the table (on stderr where stdout is data)
+        print(line, file=sys.stdout if args.output == "md" else sys.stderr)
     if not common.saving(args):
         print(common.NOT_SAVED, file=sys.stderr)
-    return 0
+    return 1 if failed else 0

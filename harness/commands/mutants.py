@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from engine.errors import positive_int
 
+from .. import distribute
+
 
 def add(sub) -> None:
     mu = sub.add_parser("mutants", help="run the gate on deliberately broken engines: every mutant must be caught")
@@ -17,6 +19,7 @@ def add(sub) -> None:
     mu.add_argument("--save", action="store_true",
                     help="save the run as one record (reports/results): every mutant's result on this build, "
                          "and the mutants not run or not judged")
+    distribute.add_options(mu, "mutants")
     mu.set_defaults(func=run)
 
 

@@ -6,6 +6,7 @@ import sys
 
 from engine.errors import AnvilError
 
+from .. import distribute
 from . import common
 
 
@@ -20,6 +21,7 @@ def add(sub) -> None:
     v.add_argument("-v", "--verbose", action="store_true",
                    help="list every near-tie flip (by default: per model their count and the one closest to the bound)")
     v.add_argument("--save", action="store_true", help="append the outcome to the results store (reports/results)")
+    distribute.add_options(v, "models")
     v.set_defaults(func=run)
 
 
@@ -36,6 +38,7 @@ def run(args) -> int:
         from engine.backends.cuda.device import gpu_available
 
         backend = "cuda" if gpu_available() else "numpy"
+    spread = distribute.Spread(args, num_gpus=int(backend == "cuda")) if distribute.requested(args) else None
     tiers = [args.tier] if args.tier else (["cpu", "gpu"] if backend == "cuda" else ["cpu"])
     from .. import catalog, refs, validate
 
@@ -49,19 +52,22 @@ def run(args) -> int:
     plan = [(e, refs.for_entry(e, s), s) for e, s in pairs]  # every reference exists, before the long part
 
     results = []
-    bar = common.progress_bar("prompts") if not args.json and sys.stderr.isatty() else None
-    with bar or contextlib.nullcontext():
-        task = bar.add_task("validate", total=sum(len(ref.cases) for _, ref, _ in plan)) if bar else None
-        loaded = validate.Loaded(cat, backend, quiet=args.json)  # a model's sets one after another: loaded once
-        for k, (e, ref, rset) in enumerate(plan, 1):
-            what = f"[{k}/{len(plan)}] {e.name} ({rset} references)"
-            if bar:
-                bar.update(task, description=what)
-            r = validate.run(cat, e, ref, rset, backend, progress=bar and (lambda: bar.advance(task)),
-                             quiet=args.json, loaded=loaded)
-            results.append(r)
-            if not args.json:
-                common.say(f"{what}: {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f} s)", bar)
+    if spread is not None:  # a model per worker or Ray task, merged here in the plan's order
+        results = distribute.validate_plan(plan, backend, spread, quiet=args.json)
+    else:
+        bar = common.progress_bar("prompts") if not args.json and sys.stderr.isatty() else None
+        with bar or contextlib.nullcontext():
+            task = bar.add_task("validate", total=sum(len(ref.cases) for _, ref, _ in plan)) if bar else None
+            loaded = validate.Loaded(cat, backend, quiet=args.json)  # a model's sets one after another: loaded once
+            for k, (e, ref, rset) in enumerate(plan, 1):
+                what = f"[{k}/{len(plan)}] {e.name} ({rset} references)"
+                if bar:
+                    bar.update(task, description=what)
+                r = validate.run(cat, e, ref, rset, backend, progress=bar and (lambda: bar.advance(task)),
+                                 quiet=args.json, loaded=loaded)
+                results.append(r)
+                if not args.json:
+                    common.say(f"{what}: {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f} s)", bar)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=1))
     else:  # the details first, the table last (where the terminal stops scrolling)

@@ -206,6 +206,16 @@ class SummaryRow:
     cells: tuple[Row | None, ...]
 
 
+def by_gpu(items) -> tuple[tuple[str | None, tuple], ...]:
+    """``items`` (rows, summary rows: each with ``gpu``, the GPU's name) as
+    one section per kind of GPU, named GPUs first by name, the order within
+    each kept: numbers of one GPU are read, and compared, among themselves."""
+    groups: dict = {}
+    for x in items:
+        groups.setdefault(x.gpu, []).append(x)
+    return tuple((g, tuple(groups[g])) for g in sorted(groups, key=lambda g: (g is None, g or "")))
+
+
 @dataclass(frozen=True)
 class ModelSection:
     name: str
@@ -213,6 +223,10 @@ class ModelSection:
     history: tuple[History, ...]
     parity: tuple[Parity, ...]
     figures: tuple[Figure, ...] = ()  # tok/s over the records (history-*), tok/s against depth (depth-*)
+
+    @property
+    def rows_by_gpu(self) -> tuple[tuple[str | None, tuple[Row, ...]], ...]:
+        return by_gpu(self.rows)
 
 
 @dataclass(frozen=True)
@@ -272,6 +286,11 @@ class Report:
     @property
     def rows(self) -> tuple[Row, ...]:
         return tuple(r for m in self.models for r in m.rows)
+
+    @property
+    def summary_by_gpu(self) -> tuple[tuple[str | None, tuple[SummaryRow, ...]], ...]:
+        """The summary, a section per kind of GPU."""
+        return by_gpu(self.summary)
 
     @property
     def history(self) -> tuple[History, ...]:
@@ -826,6 +845,25 @@ def build_report(records: list[dict]) -> Report:
                   summary=tuple(_summary(rows)), rooflines=tuple(rooflines[g] for g in sorted(rooflines)))
 
 
+def merge_stores(stores: list[list[dict]]) -> list[dict]:
+    """The records of several results stores (results.load_all each), a
+    record that is in more than one of them (by file name, or by content
+    under another name: a store copied from a GPU host) once, the first
+    store's copy; oldest first, as one store's."""
+    if len(stores) == 1:
+        return stores[0]
+    seen_names, seen_content, out = set(), set(), []
+    for recs in stores:
+        for rec in recs:
+            name, content = rec.get("_path") and _file(rec), hashlib.sha256(_canon(rec).encode()).hexdigest()
+            if name in seen_names or content in seen_content:
+                continue
+            seen_names.add(name)
+            seen_content.add(content)
+            out.append(rec)
+    return sorted(out, key=_order)
+
+
 class _Progress:
     """Plain lines on stderr, each with the seconds since the start: the report takes seconds, not silence."""
 
@@ -842,17 +880,20 @@ def main_report(args) -> int:
     fmt = getattr(args, "format", None) or "html"
     if fmt not in ("html", "md"):
         raise AnvilError(f"unknown report format {fmt!r}; one of html, md")
-    rdir = getattr(args, "results_dir", None)
-    if rdir is not None and not Path(rdir).is_dir():
-        raise AnvilError(f"{rdir}: no such results directory")
+    rdirs = getattr(args, "results_dir", None)
+    rdirs = [rdirs] if isinstance(rdirs, (str, Path)) else list(rdirs or [])
+    for d in rdirs:
+        if not Path(d).is_dir():
+            raise AnvilError(f"{d}: no such results directory")
+    rdir = rdirs[0] if len(rdirs) == 1 else None  # one store: the page links its records
     say = _Progress()
     skipped: list = []
     with warnings.catch_warnings():  # each skipped file is said once, below, as one line
         warnings.simplefilter("ignore", results.ResultsWarning)
-        records = results.load_all(rdir, skipped=skipped)
+        records = merge_stores([results.load_all(d, skipped=skipped) for d in rdirs or [None]])
     for path, why in skipped:
         print(f"skipped {path}: {why}", file=sys.stderr)
-    say(f"read {len(records)} record(s) from {rdir or results.DEFAULT_DIR}")
+    say(f"read {len(records)} record(s) from {', '.join(map(str, rdirs)) or results.DEFAULT_DIR}")
     rep = dataclasses.replace(build_report(records), skipped=tuple(skipped))
     say(f"built the scoreboard: {len(rep.rows)} row(s), {len(rep.figures)} figure(s) to draw")
     out = getattr(args, "out", None)
@@ -875,8 +916,8 @@ def main_report(args) -> int:
         return 0
     out = Path(out) if out is not None else DEFAULT_OUT
     store = Path(rdir) if rdir is not None else results.DEFAULT_DIR
-    rep = dataclasses.replace(rep, records_href=Path(os.path.relpath(os.path.abspath(store),
-                                                                   os.path.abspath(out.parent))).as_posix())
+    rep = dataclasses.replace(rep, records_href="" if len(rdirs) > 1 else  # several stores: no one place to link
+                              Path(os.path.relpath(os.path.abspath(store), os.path.abspath(out.parent))).as_posix())
     page = write_html(rep, out.parent, name=out.name, progress=say)
     say(f"wrote {page} ({page.stat().st_size / 1e3:.0f} kB, {len(rep.figures)} inline figure(s)) "
         f"from {len(records)} record(s)")

@@ -213,11 +213,12 @@ record{{ '' if r.sources|length == 1 else 's' }} (latest {{ r.latest_date or 'no
 <span class="nv-mark">✗</span> not validated), and Anvil's share of the roofline measured on the GPU: decode of its copy
 bandwidth, prefill of its bf16 GEMM rate ({% for rf in r.rooflines %}{{ rf.text }}{{ '; ' if not loop.last }}{% else %}<b>no roofline measured</b>: <code>harness roofline --save</code> on the GPU records one{% endfor %}).
 The same numbers as the rows below; a test's number is the newest validated sitting.</p>
-{% if r.summary %}
+{% for gpu, summary in r.summary_by_gpu %}
+<h3 id="summary-{{ (gpu or 'no-gpu')|slug }}">{{ gpu or 'GPU not recorded' }}</h3>
 <table class="summary"><thead><tr><th rowspan="2">model</th>{% for t in r.summary_tests %}<th colspan="4" class="grp">{{ t }}</th>{% endfor %}</tr>
 <tr>{% for t in r.summary_tests %}<th>Anvil</th><th>llama.cpp</th><th>ratio</th><th>{{ 'of BW' if t.startswith('tg') else 'of bf16' }}</th>{% endfor %}</tr></thead><tbody>
-{% for s in r.summary %}
-<tr><td class="model"><a href="#model-{{ s.model|slug }}">{{ s.model }}</a>{% if s.gpu and r.summary|map(attribute='gpu')|unique|list|length > 1 %}<br><small>{{ s.gpu }}</small>{% endif %}</td>
+{% for s in summary %}
+<tr><td class="model"><a href="#model-{{ s.model|slug }}">{{ s.model }}</a></td>
 {% for c in s.cells %}{% if c %}
 <td class="num first"{% if c.anvil %} title="{{ c.anvil.provenance }}"{% endif %}>{{ c.anvil.tok_s|tok if c.anvil else '—' }}</td>
 <td class="num"{% if c.llamacpp %} title="{{ c.llamacpp.provenance }}"{% endif %}>{{ c.llamacpp.tok_s|tok if c.llamacpp else '—' }}</td>
@@ -226,7 +227,7 @@ The same numbers as the rows below; a test's number is the newest validated sitt
 {% else %}<td class="num first">—</td><td class="num">—</td><td class="num">—</td><td class="num">—</td>{% endif %}{% endfor %}</tr>
 {% endfor %}
 </tbody></table>
-{% else %}<p class="muted">No bench records yet: <code>harness bench --save</code> appends them to the results store.</p>{% endif %}
+{% else %}<p class="muted">No bench records yet: <code>harness bench --save</code> appends them to the results store.</p>{% endfor %}
 </section>
 
 <section id="scoreboard"><h2>Scoreboard</h2>
@@ -242,10 +243,11 @@ rate (at 2 × parameters FLOPs per token).</p>
 <section class="model" id="model-{{ m.name|slug }}">
 <h3>{{ m.name }}
 {% for p in m.parity %} <span class="badge {{ 'ok' if p.ok else 'bad' }}" title="{{ p.provenance }}">parity ({{ p.backend }}, {{ p.tier }} refs): {{ p.status }}</span>{% endfor %}</h3>
-{% if m.rows %}
+{% for gpu, rows in m.rows_by_gpu %}
+{% if m.rows_by_gpu|length > 1 %}<h4>{{ gpu or 'GPU not recorded' }}</h4>{% endif %}
 <table class="scores"><thead><tr><th>test</th><th>Anvil t/s</th><th>llama.cpp t/s</th><th>Anvil ÷ llama.cpp</th><th>validation</th>
 <th>Anvil vs roofline</th><th>llama.cpp vs roofline</th><th>J / token<br><small>Anvil · llama.cpp</small></th><th>peak device memory<br><small>Anvil</small></th><th>Anvil diagnosis</th><th>provenance</th></tr></thead><tbody>
-{% for row in m.rows %}
+{% for row in rows %}
 <tr><td title="spec {{ row.spec }}: {{ row.spec_text }}">{{ row.test }}</td>
 {% for x in (row.anvil, row.llamacpp) %}<td class="num"{% if x %} title="{{ x.provenance }}"{% endif %}>{{ x|measure }}{% if loop.first and row.anvil_spread %}<br><small title="this build's results in separate sittings (harness bench calls): (max - min) / median">{{ row.anvil_spread|spread }}</small>{% endif %}</td>{% endfor %}
 <td class="num {{ '' if not row.validated else 'win' if row.ratio and row.ratio > 1 else 'loss' if row.ratio else '' }}"
@@ -260,7 +262,7 @@ rate (at 2 × parameters FLOPs per token).</p>
 <small>{{ first.date[:16]|replace('T', ' ') }} · {{ row.gpu or 'GPU not recorded' }} · driver {{ first.driver or '?' }}{% if first.stack %} · {{ first.stack }}{% endif %}</small></td></tr>
 {% endfor %}
 </tbody></table>
-{% endif %}
+{% endfor %}
 {% for f in m.figures %}{{ fig(f.name) }}{% endfor %}
 </section>
 {% else %}<p class="muted">No bench records yet: <code>harness bench --save</code> appends them to the results store.</p>
@@ -525,8 +527,11 @@ def render_md(report) -> str:
     cells = lambda c: ["—"] * 4 if c is None else [  # noqa: E731
         fmt_tok(c.anvil.tok_s) if c.anvil else "—", fmt_tok(c.llamacpp.tok_s) if c.llamacpp else "—",
         fmt_ratio(c.ratio) + ("" if c.anvil is None else " ✔" if c.validated else " ✗"), fmt_roofpct(c.anvil)]
-    lines += _md_table(head, [[s.model + (f" [{s.gpu}]" if s.gpu else "")] + [x for c in s.cells for x in cells(c)]
-                              for s in r.summary], "No bench records yet.")
+    for i, (gpu, summary) in enumerate(r.summary_by_gpu):  # a section per kind of GPU
+        lines += [""] * bool(i) + [f"### {gpu or 'GPU not recorded'}", ""]
+        lines += _md_table(head, [[s.model] + [x for c in s.cells for x in cells(c)] for s in summary], "")
+    if not r.summary:
+        lines += ["No bench records yet."]
     lines += ["", "## Scoreboard", ""]
     lines += _md_table(
         ["model", "test", "Anvil t/s", "llama.cpp t/s", "Anvil ÷ llama.cpp", "validation", "Anvil run to run",

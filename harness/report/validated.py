@@ -6,7 +6,9 @@ validate-catalog --save``) when, from what the two records hold:
 
 - both ran the CUDA engine, and V's build is B's (``engine.bench.build_hash``:
   sha256 over the engine's sources, so the code measured is the code judged);
-- on the same GPU (its name), and the same host where both name one;
+- on the same GPU (its name), and the same host where both name one (a
+  validate entry's own, where it says: ``harness validate-catalog --gpus``
+  or ``--ray`` ran it on one GPU and host of several);
 - in one sitting: V's date within SITTING_S of B's, before or after. A
   sitting on the GPU host is one lease of the machine, at most 30 minutes,
   and ``scripts/gpu/scoreboard.sh`` validates a model right before it
@@ -82,8 +84,13 @@ def backing(bench: dict, model: str, validations: list[dict]) -> Backing:
             judged.append((abs((tv - t).total_seconds()), v, entries))
     if not judged:
         return Backing(None, f"not validated: build {build[:8] or '?'} was never validated on {model}")
-    here = [j for j in judged if j[1].get("gpu") == bench.get("gpu")
-            and (not j[1].get("host") or not bench.get("host") or j[1]["host"] == bench["host"])]
+
+    def same_place(v: dict, e: dict) -> bool:  # an entry's own GPU and host (harness --gpus/--ray), else its record's
+        gpu, host = e.get("gpu", v.get("gpu")), e.get("host", v.get("host"))
+        return gpu == bench.get("gpu") and (not host or not bench.get("host") or host == bench["host"])
+
+    here = [(gap, v, [e for e in entries if same_place(v, e)]) for gap, v, entries in judged]
+    here = [j for j in here if j[2]]
     if not here:
         return Backing(None, f"not validated: build {build[:8]} was validated on {model} only on another GPU or host")
     sitting = sorted((j for j in here if j[0] <= SITTING_S), key=lambda j: (j[0], _file(j[1])))

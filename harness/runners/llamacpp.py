@@ -370,8 +370,10 @@ def _gpu_info() -> dict:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             import pynvml
+        from engine.bench import nvml_index  # the GPU this process was pinned to (harness --gpus)
+
         pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        h = pynvml.nvmlDeviceGetHandleByIndex(nvml_index())
         return {"gpu": pynvml.nvmlDeviceGetName(h), "driver": pynvml.nvmlSystemGetDriverVersion(),
                 "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000}
     except Exception as e:
