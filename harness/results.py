@@ -62,15 +62,10 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 
 from engine.errors import AnvilError
 
 from . import nvml, project
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 SCHEMA_VERSION = 2
 KINDS = ("bench", "ab", "validate", "variation", "mutants", "tests", "roofline")
@@ -84,9 +79,6 @@ DEFAULT_DIR = project.ROOT / "reports" / "results"
 # batch sizes, n_ctx (capacity, not work), reps/warm-up/seed (how often and
 # which random tokens, not what) - A/B-ing those is the point of the harness.
 SPEC_FIELDS = ("test", "n_prompt", "n_gen", "n_depth", "model", "backend", "kv")
-
-FRAME_COLUMNS = ["file", "date", "engine", "build", "model", "model_sha256", "backend", "gpu",
-                 "driver", "test", "n", "tok_s_mean", "tok_s_sd", "tok_s_median", "gb_s", "spec"]
 
 
 class ResultsWarning(UserWarning):
@@ -357,32 +349,3 @@ def comparable(rec_a: dict, rec_b: dict, test: str | None = None) -> bool:
     tests_b = {r.get("test") for r in rec_b.get("results", [])}
     shared = tests_a & tests_b if test is None else {test} & tests_a & tests_b
     return bool(shared) and all(spec_hash(rec_a, t) == spec_hash(rec_b, t) for t in shared)
-
-
-def to_frame(records: list[dict]) -> "pd.DataFrame":
-    """One row per (bench record, test); other kinds are ignored. Columns:
-    FRAME_COLUMNS, then ``nvml_<key>`` for each scalar of a test's ``nvml`` summary."""
-    # here, not at the top: the store is also used beside a CUDA build of
-    # llama.cpp in process, and importing pandas after it aborts (free(): invalid pointer)
-    import pandas as pd
-
-    rows = []
-    for rec in records:
-        if rec.get("kind", "bench") != "bench":
-            continue
-        for r in rec.get("results", []):
-            samples = r.get("samples_tok_s") or []
-            row = {"file": Path(rec["_path"]).name if rec.get("_path") else None,
-                   "date": pd.to_datetime(rec.get("date") or rec.get("saved_at"), utc=True),
-                   **{k: rec.get(k) for k in ("engine", "build", "model", "model_sha256",
-                                               "backend", "gpu", "driver")},
-                   "test": r.get("test"), "n": len(samples),
-                   "tok_s_mean": r.get("tok_s_mean"), "tok_s_sd": r.get("tok_s_sd"),
-                   "tok_s_median": throughput(r) if samples else None,
-                   "gb_s": r.get("gb_s"), "spec": spec_hash(rec, r.get("test"))}
-            for k, v in (r.get("nvml") or {}).items():
-                if v is None or isinstance(v, (int, float, str, bool)):
-                    row[f"nvml_{k}"] = v
-            rows.append(row)
-    frame = pd.DataFrame(rows)
-    return frame.reindex(columns=FRAME_COLUMNS + [c for c in frame.columns if c not in FRAME_COLUMNS])

@@ -209,24 +209,6 @@ def test_comparable():
     assert not results.comparable(a, bench_record(results=[{"test": "tg256"}]))
 
 
-def test_to_frame(tmp_path):
-    results.save(bench_record(), "bench", tmp_path)
-    results.save(bench_record(engine="llama.cpp", build="b1", model_sha256="cd" * 32), "bench", tmp_path)
-    results.save({"verdict": "faster", "measured_rounds": 0}, "ab", tmp_path)
-    df = results.to_frame(results.load_all(tmp_path))
-    assert df.shape[0] == 4  # 2 bench records x 2 tests; the ab record adds none
-    assert list(df.columns[:len(results.FRAME_COLUMNS)]) == results.FRAME_COLUMNS
-    assert {"nvml_sm_mhz_median", "nvml_sm_bimodal"} <= set(df.columns)
-    assert "nvml_throttle_reasons" not in df.columns  # lists are not flattened
-    tg = df[df.test == "tg128"].set_index("engine")
-    assert tg.loc["anvil", "gb_s"] == 1106.9 and tg.loc["anvil", "tok_s_median"] == 237.3
-    assert tg.loc["anvil", "n"] == 5 and tg.loc["llama.cpp", "model_sha256"] == "cd" * 32
-    assert tg.loc["anvil", "spec"] != tg.loc["llama.cpp", "spec"]  # sha256 vs file name
-    assert str(df.date.dtype).startswith("datetime64") and df.file.str.startswith("bench-").all()
-    empty = results.to_frame([])
-    assert empty.shape == (0, len(results.FRAME_COLUMNS))
-
-
 def test_bad_records_are_skipped_named_and_counted(tmp_path, capsys):
     """Records with the right schema version but wrong field types, dates that
     are not dates, truncated JSON and a FIFO: each skipped with one line
