@@ -22,7 +22,6 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from tqdm import tqdm
 
 from engine.atomic import atomic_open
 from engine.errors import AnvilError
@@ -71,12 +70,26 @@ def _say(progress: bool, msg: str) -> None:
 def sha256_file(path: Path, progress: bool = False) -> str:
     h, size = hashlib.sha256(), path.stat().st_size
     # A bar for a few KB is just flicker; only show one for real model files.
-    with open(path, "rb") as f, tqdm(total=size, unit="B", unit_scale=True, desc="sha256",
-                                     disable=not progress or size < 16 << 20, file=sys.stderr) as bar:
+    with open(path, "rb") as f, _bytes_bar(size, "sha256", progress and size >= 16 << 20) as advance:
         while block := f.read(1 << 20):
             h.update(block)
-            bar.update(len(block))
+            advance(len(block))
     return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _bytes_bar(total: int, what: str, show: bool):
+    """``advance(n)`` over ``total`` bytes, drawn as a bar on stderr when ``show``."""
+    if not show:
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    with Progress(TextColumn(what), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda n: bar.advance(task, n)
 
 
 def _stamp_path(path: Path) -> Path:
