@@ -1,6 +1,7 @@
 """Write every gate.<cpu|twin|oracle>-cuda of references/catalog.toml from the
 committed faithful-oracle measurements (`harness reference --variation
---faithful --save`): gates.propose over every realisation, the measurement
+--faithful --save`): gates.propose_faithful over every realisation with the
+headroom they measure themselves (gates.faithful_headroom), the measurement
 and the records named in the comment, as tests/test_anchored.py re-derives
 them. Usage: python scripts/adopt_cuda_gates.py"""
 import json
@@ -17,6 +18,7 @@ def fmt(x: float) -> str:
 def main() -> None:
     cat = catalog.load()
     measured = gates.faithful_records(results.DEFAULT_DIR)
+    headroom = gates.faithful_headroom(cat, measured)
     files: dict[tuple, dict[str, str]] = {}  # (model, set, variant) -> newest record file
     for f in sorted(Path(results.DEFAULT_DIR).glob("variation-*.json")):
         rec = json.loads(f.read_text())
@@ -34,7 +36,7 @@ def main() -> None:
         if g and section in cat:
             rset, e = g.group(1), cat[section]
             spread = measured[(section, rset)]
-            new = gates.propose(e, rset, spread)
+            new = gates.propose_faithful(e, rset, spread, headroom)
             b = gates.budget(e, rset)
             floor = "" if b is None else "; at least the gemma fp32 budget" if b == gates.GELU_F16_BUDGET else \
                 "; at least the fp32 budget"

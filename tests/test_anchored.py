@@ -122,6 +122,7 @@ def test_cuda_gates_of_cpu_made_sets_are_the_faithful_oracles_measurement():
 
     cat = catalog.load()
     measured = gates.faithful_records(results.DEFAULT_DIR)
+    headroom = gates.faithful_headroom(cat, measured)
     checked = 0
     for name, e in cat.items():
         for s in e.reference_sets:
@@ -130,7 +131,7 @@ def test_cuda_gates_of_cpu_made_sets_are_the_faithful_oracles_measurement():
             spread = measured.get((name, s))
             assert spread, f"no faithful-oracle measurement of {name} against its {s} references"
             assert {r.variant for r in spread} == set(gates.FAITHFUL_VARIANTS), (name, s)  # every realisation
-            assert e.gate("cuda", s) == gates.propose(e, s, spread), (name, s)
+            assert e.gate("cuda", s) == gates.propose_faithful(e, s, spread, headroom), (name, s)
             checked += 1
     assert checked >= 30
 
