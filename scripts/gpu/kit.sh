@@ -2,8 +2,9 @@
 # Assemble .gpu/, what the GPU host scripts (host-env.sh) read, on a machine
 # that can download: the host is offline. From the repository root:
 #   scripts/gpu/kit.sh [REV ...]
-# - .gpu/whl: Python 3.12 wheels of the packages the host lacks (gguf, and
-#   diskcache for llama_cpp);
+# - .gpu/whl: Python 3.12 wheels of the packages the host lacks (gguf,
+#   diskcache for llama_cpp, and setuptools >= 77 with wheel: engine wheels
+#   built there from revisions, harness wheel / bisect, without a package index);
 # - .gpu/vocab.tar.xz: a tokenizer-only extract (tokenizer_extract.py) of
 #   every vocabulary the synthetic catalog models borrow, so the host
 #   generates byte-identical models;
@@ -21,7 +22,7 @@ platforms=""
 for n in 17 27 28; do platforms="$platforms --platform manylinux_2_${n}_x86_64"; done
 python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $platforms \
   --platform any -d .gpu/whl "gguf==$(python -c 'import gguf, importlib.metadata as m; print(m.version("gguf"))')" \
-  diskcache==5.6.3
+  diskcache==5.6.3 setuptools==80.9.0 wheel==0.45.1
 vocab=$(mktemp -d)
 python - "$vocab" <<'EOF'
 import shutil, subprocess, sys

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs on the GPU host: the speed-regression tools on real builds. A scratch git
+# repository of this tree gets four commits on top of it ("base"):
+#   c1  a comment in an engine kernel (another engine build, the same speed);
+#   c2  a README line (the same engine build as c1);
+#   c3  a planted slowdown: the argmax kernels, once a decode step, spin on
+#       %globaltimer for PLANT (default 0.02) of the step time the base build
+#       measures here first (engine bench, tg128);
+#   c4  a harness line (the same engine build as c3).
+# Then on MODEL (default qwen3-8b), tg128 only (-p 0), -r 2, ROUNDS rounds (default 6):
+#   1. harness ab --aa base          (the noise band every later verdict takes)
+#   2. harness ab base c3, 3 times   (each must say "slower" and exit 1)
+#   3. harness bisect base c4        (must name c3)
+#   4. harness ab old base           (OLD: a wheel from before `python -m engine info`,
+#                                     carried in .gpu/wheels/old with its commit.json)
+# Each step stops at LIMIT seconds (default 560) all told. Records come back in
+# $OUT/results.tgz; a summary table last.
+set -uo pipefail
+source scripts/gpu/host-env.sh
+ROOT=$PWD
+mark=$(mktemp /tmp/rc-start.XXXXXX)
+deadline=$(( $(date +%s) + ${LIMIT:-560} ))
+left() { echo $(( deadline - $(date +%s) )); }
+M=${MODEL:-qwen3-8b}; R=${ROUNDS:-6}; PLANT=${PLANT:-0.02}
+export ANVIL_WHEELS_DIR=/tmp/wheels
+STORE=$ROOT/reports/results
+SETTINGS="--model $M -p 0 -n 128 -r 2 --rounds $R"
+python3 -m harness.cli models -q $M > $OUT/models.txt 2>&1 || tail -3 $OUT/models.txt
+gguf=$(awk '{print $4}' $OUT/models.txt | tail -1)
+
+# the scratch repository
+S=/tmp/scratch; rm -rf $S; mkdir -p $S
+tar c --exclude=./.gpu --exclude=./reports/results . | tar x -C $S
+cd $S
+git init -q && git config user.email regression@anvil && git config user.name regression-check
+commit() { git add -A && git commit -qm "$1" && git rev-parse HEAD; }
+base=$(commit "base: this tree")
+echo "// one more line, no code" >> engine/kernels/norm.cu; c1=$(commit "c1: a comment in norm.cu")
+echo >> README.md; c2=$(commit "c2: a README line")
+cd $ROOT
+step_s=$(python3 -m engine bench "$gguf" --backend cuda --json -p 0 -n 128 -r 3 2> $OUT/calibrate.err \
+  | python3 -c "import json,sys; r=json.load(sys.stdin)['results']; print(1.0 / next(x for x in r if x['test'] == 'tg128')['tok_s_mean'])")
+spin_ns=$(python3 -c "print(int($PLANT * $step_s * 1e9))")
+echo "base tg128 step $(python3 -c "print(f'{$step_s * 1e3:.3f}')") ms: the plant spins $spin_ns ns a step" | tee $OUT/plant.txt
+cd $S
+python3 - "$spin_ns" <<'EOF'
+import re, sys
+from pathlib import Path
+p = Path("engine/kernels/argmax.cu")
+s = p.read_text()
+spin = ("__device__ __forceinline__ void planted_spin() {\n"
+        "    if (threadIdx.x != 0) return;\n"
+        "    unsigned long long t0, t;\n"
+        '    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));\n'
+        f'    do {{ asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); }} while (t - t0 < {sys.argv[1]}ull);\n'
+        "}\n\n")
+s = s.replace('extern "C" __global__ void argmax(', spin + 'extern "C" __global__ void argmax(', 1)
+s, n = re.subn(r"(\n    answer\((?:finite|all_finite), bi, out, token, pos, history\);)", r"\1\n    planted_spin();", s)
+assert n == 2, n
+p.write_text(s)
+EOF
+c3=$(commit "c3: planted slowdown (argmax spins)")
+echo "# one more line" >> harness/__init__.py; c4=$(commit "c4: a harness line")
+for rev in $base $c1 $c3; do PYTHONPATH=/tmp/site:$S python3 -m harness.cli wheel $rev > /dev/null 2>> $OUT/wheels.err; done
+whl() { ls $ANVIL_WHEELS_DIR/$1/anvil-*.whl; }
+cd $ROOT
+
+run() {  # name, command...: logged, its exit status kept
+  local name=$1; shift
+  if [ "$(left)" -lt 60 ]; then echo "$name: not run (time)" | tee -a $OUT/summary.txt; return; fi
+  timeout "$(left)" "$@" > $OUT/$name.txt 2>&1
+  echo "$name: exit $? $(grep -E '^(verdict|first slower|the first)|slower|faster|same' $OUT/$name.txt | tail -1 | cut -c1-160)" \
+    | tee -a $OUT/summary.txt
+}
+run aa python3 -m harness.cli ab --aa "$(whl $base)" $SETTINGS --save --results-dir $STORE
+for k in 1 2 3; do
+  run plant-$k python3 -m harness.cli ab "$(whl $base)" "$(whl $c3)" $SETTINGS --save --results-dir $STORE
+done
+cd $S
+run bisect env PYTHONPATH=/tmp/site:$S python3 -m harness.cli bisect $base $c4 --test tg128 --model $M -r 2 \
+  --rounds $R --save --results-dir $STORE
+cd $ROOT
+run old python3 -m harness.cli ab .gpu/wheels/old/anvil-*.whl "$(whl $base)" $SETTINGS --allow-token-diff \
+  --allow-slower --save --results-dir $STORE
+echo "commits: base ${base:0:12}, c1 ${c1:0:12}, c2 ${c2:0:12}, c3 ${c3:0:12} (planted), c4 ${c4:0:12}" | tee -a $OUT/summary.txt
+find reports/results -newer "$mark" -name '*.json' | xargs -r tar czf "$OUT/results.tgz"
+cat $OUT/summary.txt
