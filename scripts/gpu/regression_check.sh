@@ -13,20 +13,22 @@
 #   3. harness bisect base c4        (must name c3)
 #   4. harness ab old base           (OLD: a wheel from before `python -m engine info`,
 #                                     carried in .gpu/wheels/old with its commit.json)
-# Each step stops at LIMIT seconds (default 560) all told. Records come back in
-# $OUT/results.tgz; a summary table last.
+# Each step stops at LIMIT seconds (default 560) all told. The records come back in
+# $OUT/results.tgz, every step's log in $OUT/logs.tgz (a call brings back 8 files at
+# most); the summary last.
 set -uo pipefail
 source scripts/gpu/host-env.sh
 ROOT=$PWD
 mark=$(mktemp /tmp/rc-start.XXXXXX)
+LOG=/tmp/rc-logs; rm -rf $LOG; mkdir -p $LOG
 deadline=$(( $(date +%s) + ${LIMIT:-560} ))
 left() { echo $(( deadline - $(date +%s) )); }
 M=${MODEL:-qwen3-8b}; R=${ROUNDS:-6}; PLANT=${PLANT:-0.02}
 export ANVIL_WHEELS_DIR=/tmp/wheels
 STORE=$ROOT/reports/results
 SETTINGS="--model $M -p 0 -n 128 -r 2 --rounds $R"
-python3 -m harness.cli models -q $M > $OUT/models.txt 2>&1 || tail -3 $OUT/models.txt
-gguf=$(awk '{print $4}' $OUT/models.txt | tail -1)
+python3 -m harness.cli models -q $M > $LOG/models.txt 2>&1 || tail -3 $LOG/models.txt
+gguf=$(awk '{print $4}' $LOG/models.txt | tail -1)
 
 # the scratch repository
 S=/tmp/scratch; rm -rf $S; mkdir -p $S
@@ -38,10 +40,10 @@ base=$(commit "base: this tree")
 echo "// one more line, no code" >> engine/kernels/norm.cu; c1=$(commit "c1: a comment in norm.cu")
 echo >> README.md; c2=$(commit "c2: a README line")
 cd $ROOT
-step_s=$(python3 -m engine bench "$gguf" --backend cuda --json -p 0 -n 128 -r 3 2> $OUT/calibrate.err \
+step_s=$(python3 -m engine bench "$gguf" --backend cuda --json -p 0 -n 128 -r 3 2> $LOG/calibrate.err \
   | python3 -c "import json,sys; r=json.load(sys.stdin)['results']; print(1.0 / next(x for x in r if x['test'] == 'tg128')['tok_s_mean'])")
 spin_ns=$(python3 -c "print(int($PLANT * $step_s * 1e9))")
-echo "base tg128 step $(python3 -c "print(f'{$step_s * 1e3:.3f}')") ms: the plant spins $spin_ns ns a step" | tee $OUT/plant.txt
+echo "base tg128 step $(python3 -c "print(f'{$step_s * 1e3:.3f}')") ms: the plant spins $spin_ns ns a step" | tee $LOG/plant.txt
 cd $S
 python3 - "$spin_ns" <<'EOF'
 import re, sys
@@ -61,16 +63,16 @@ p.write_text(s)
 EOF
 c3=$(commit "c3: planted slowdown (argmax spins)")
 echo "# one more line" >> harness/__init__.py; c4=$(commit "c4: a harness line")
-for rev in $base $c1 $c3; do PYTHONPATH=/tmp/site:$S python3 -m harness.cli wheel $rev > /dev/null 2>> $OUT/wheels.err; done
+for rev in $base $c1 $c3; do PYTHONPATH=/tmp/site:$S python3 -m harness.cli wheel $rev > /dev/null 2>> $LOG/wheels.err; done
 whl() { ls $ANVIL_WHEELS_DIR/$1/anvil-*.whl; }
 cd $ROOT
 
 run() {  # name, command...: logged, its exit status kept
   local name=$1; shift
-  if [ "$(left)" -lt 60 ]; then echo "$name: not run (time)" | tee -a $OUT/summary.txt; return; fi
-  timeout "$(left)" "$@" > $OUT/$name.txt 2>&1
-  echo "$name: exit $? $(grep -E '^(verdict|first slower|the first)|slower|faster|same' $OUT/$name.txt | tail -1 | cut -c1-160)" \
-    | tee -a $OUT/summary.txt
+  if [ "$(left)" -lt 60 ]; then echo "$name: not run (time)" | tee -a $LOG/summary.txt; return; fi
+  timeout "$(left)" "$@" > $LOG/$name.txt 2>&1
+  echo "$name: exit $? $(grep -E '^(verdict|first slower|the first)|slower|faster|same' $LOG/$name.txt | tail -1 | cut -c1-160)" \
+    | tee -a $LOG/summary.txt
 }
 run aa python3 -m harness.cli ab --aa "$(whl $base)" $SETTINGS --save --results-dir $STORE
 for k in 1 2 3; do
@@ -82,6 +84,7 @@ run bisect env PYTHONPATH=/tmp/site:$S python3 -m harness.cli bisect $base $c4 -
 cd $ROOT
 run old python3 -m harness.cli ab .gpu/wheels/old/anvil-*.whl "$(whl $base)" $SETTINGS --allow-token-diff \
   --allow-slower --save --results-dir $STORE
-echo "commits: base ${base:0:12}, c1 ${c1:0:12}, c2 ${c2:0:12}, c3 ${c3:0:12} (planted), c4 ${c4:0:12}" | tee -a $OUT/summary.txt
+echo "commits: base ${base:0:12}, c1 ${c1:0:12}, c2 ${c2:0:12}, c3 ${c3:0:12} (planted), c4 ${c4:0:12}" | tee -a $LOG/summary.txt
 find reports/results -newer "$mark" -name '*.json' | xargs -r tar czf "$OUT/results.tgz"
-cat $OUT/summary.txt
+tar czf $OUT/logs.tgz -C /tmp rc-logs
+cat $LOG/summary.txt
