@@ -229,14 +229,19 @@ class Anchored:
         return out
 
 
-def check(engine_model, oracle_model, prompt_ids, forced, folded: bool = False) -> list[OpError]:
+def check(engine_model, oracle_model, prompt_ids, forced, folded: bool = False,
+          prefill: bool = True) -> list[OpError]:
     """Run ``prompt_ids`` and then the ``forced`` tokens one at a time through
     ``engine_model`` with every op checked against ``oracle_model``'s (the
     NumPy engine with rounding="cuda", loaded from the same file with the
     engine's KV type). The engine must run eagerly (no graphs: each op's
     output is read back as it is made). ``folded``: its operators with the
     decode folds users run (cuda Folded), the norm folded into gate/up
-    judged against the faithful fold ("glu norm")."""
+    judged against the faithful fold ("glu norm"). ``prefill=False``: the
+    prompt runs through the same operators unchecked and only the forced
+    steps are judged (the oracle never needs the prompt: each op it checks
+    reads the engine's own inputs, the KV rows and recurrent state
+    included)."""
     anchored = Anchored(engine_model, oracle_model, folded)
     ops = engine_model.ops
     layers = engine_model.cache.layers
@@ -252,10 +257,15 @@ def check(engine_model, oracle_model, prompt_ids, forced, folded: bool = False) 
     for layer, store in zip(layers, originals):
         if store is not None:
             layer.store = watch(layer, store)
-    engine_model.ops = anchored
     try:
         engine_model.reset()
-        engine_model.forward(prompt_ids)
+        if not prefill:
+            engine_model.ops = anchored.ops
+            engine_model.forward(prompt_ids)
+            anchored.stored = None
+        engine_model.ops = anchored
+        if prefill:
+            engine_model.forward(prompt_ids)
         for tok in forced:
             anchored.layer = -1
             engine_model.forward([tok])
@@ -271,33 +281,42 @@ STEPS = 4  # teacher-forced decode steps a prompt: every decode kernel runs, eac
 
 
 def check_entry(entry, ref, quiet: bool = True) -> list[OpError]:
-    """Every prompt of ``ref`` (llama.cpp's prompt ids, its first STEPS tokens
-    forced) through the catalog model on the CUDA engine as users run it (f16
-    KV cache), eagerly, each op against the faithful oracle's; then the first
-    prompt's decode steps again with every GEMV on the bulk-copy kernel,
-    which otherwise only matrices of 8 MB and more take (phase "decode
-    bulk"), and once more through the operators with their decode folds
-    (phase "decode folded": the norm inside gate/up's GEMV)."""
+    """The catalog model on the CUDA engine as users run it (f16 KV cache),
+    eagerly, held to the faithful oracle by every pass of ``check_model``."""
     import engine
-    from engine.backends.cuda.launchers import gemv
 
     from . import catalog
 
     path = catalog.model_path(entry.name, progress=not quiet)
     cuda = engine.load(path, backend="cuda", kv_f16=True, eager=True)
     oracle = engine.load(path, backend="numpy", rounding="cuda", kv_f16=True)
+    return check_model(cuda, oracle, ref)
+
+
+def check_model(engine_model, oracle_model, ref) -> list[OpError]:
+    """The ops check's passes: every prompt of ``ref`` (llama.cpp's prompt
+    ids, its first STEPS tokens forced), each op against the faithful
+    oracle's; then the first prompt's decode steps again with every GEMV on
+    the bulk-copy kernel, which otherwise only matrices of 8 MB and more take
+    (phase "decode bulk"), and once more through the operators with their
+    decode folds (phase "decode folded": the norm inside gate/up's GEMV).
+    ``engine_model`` runs eagerly; a NumPy engine plays it on the CPU (the
+    bulk switch is the CUDA GEMV launcher's: nothing to it there)."""
+    from engine.backends.cuda.launchers import gemv
+
     errors = []
     for case in ref.cases:
-        errors += check(cuda, oracle, case.prompt_ids, case.tokens[:STEPS])
+        errors += check(engine_model, oracle_model, case.prompt_ids, case.tokens[:STEPS])
     case = ref.cases[0]
     threshold, gemv.BULK_MIN_BYTES = gemv.BULK_MIN_BYTES, 0
     try:
-        bulk = [e for e in check(cuda, oracle, case.prompt_ids, case.tokens[:STEPS]) if e.phase == "decode"]
+        bulk = [e for e in check(engine_model, oracle_model, case.prompt_ids, case.tokens[:STEPS])
+                if e.phase == "decode"]
     finally:
         gemv.BULK_MIN_BYTES = threshold
     for e in bulk:
         e.phase = "decode bulk"
-    folded = [e for e in check(cuda, oracle, case.prompt_ids, case.tokens[:STEPS], folded=True)
+    folded = [e for e in check(engine_model, oracle_model, case.prompt_ids, case.tokens[:STEPS], folded=True)
               if e.phase == "decode"]
     for e in folded:
         e.phase = "decode folded"
