@@ -20,6 +20,12 @@ decode folds users run: the norm folded into gate/up's GEMV is judged
 inside that GEMV against the faithful fold ("glu norm"); a GEMV held back
 for the Q/K heads is launched as it was (the heads fold is seen by the
 model-level checks only).
+
+The reference prompts decode no deeper than position 1658; a last, deep
+pass runs the deep set's text (catalog.deep_prompts) cut at
+DEEP_PROMPT_TOKENS and judges its decode steps, at positions past 2048,
+where the split-K decode attention merges many splits (phase "decode
+deep": check_deep).
 """
 
 from __future__ import annotations
@@ -229,14 +235,19 @@ class Anchored:
         return out
 
 
-def check(engine_model, oracle_model, prompt_ids, forced, folded: bool = False) -> list[OpError]:
+def check(engine_model, oracle_model, prompt_ids, forced, folded: bool = False,
+          prefill: bool = True) -> list[OpError]:
     """Run ``prompt_ids`` and then the ``forced`` tokens one at a time through
     ``engine_model`` with every op checked against ``oracle_model``'s (the
     NumPy engine with rounding="cuda", loaded from the same file with the
     engine's KV type). The engine must run eagerly (no graphs: each op's
     output is read back as it is made). ``folded``: its operators with the
     decode folds users run (cuda Folded), the norm folded into gate/up
-    judged against the faithful fold ("glu norm")."""
+    judged against the faithful fold ("glu norm"). ``prefill=False``: the
+    prompt runs through the same operators unchecked and only the forced
+    steps are judged (the oracle never needs the prompt: each op it checks
+    reads the engine's own inputs, the KV rows and recurrent state
+    included)."""
     anchored = Anchored(engine_model, oracle_model, folded)
     ops = engine_model.ops
     layers = engine_model.cache.layers
@@ -252,10 +263,15 @@ def check(engine_model, oracle_model, prompt_ids, forced, folded: bool = False) 
     for layer, store in zip(layers, originals):
         if store is not None:
             layer.store = watch(layer, store)
-    engine_model.ops = anchored
     try:
         engine_model.reset()
-        engine_model.forward(prompt_ids)
+        if not prefill:
+            engine_model.ops = anchored.ops
+            engine_model.forward(prompt_ids)
+            anchored.stored = None
+        engine_model.ops = anchored
+        if prefill:
+            engine_model.forward(prompt_ids)
         for tok in forced:
             anchored.layer = -1
             engine_model.forward([tok])
@@ -269,39 +285,104 @@ def check(engine_model, oracle_model, prompt_ids, forced, folded: bool = False) 
 
 STEPS = 4  # teacher-forced decode steps a prompt: every decode kernel runs, each at a few depths
 
+# The deep pass (check_deep): a prompt of DEEP_PROMPT_TOKENS, then STEPS decode steps, their queries at
+# positions 2108-2111. The reference prompts' decode steps stop at 1658 (the long prompt, 1614-1655
+# tokens), so a bug that bites only at depth (harness/mutants.py DEEP_POSITION, 2048) would never meet
+# the other passes. The split-K decode attention (launchers/attention.py decode_plan, attention.cu
+# split_range) cuts a cache of n_ctx rows into min(ceil(n_ctx / SPLIT_MIN_KEYS), ceil(2 x SMs / KV heads))
+# splits: 32 on the H200 (132 SMs) for every model the ops check runs, at the default n_ctx of 4096. A
+# query's keys go to the splits in chunks of max(ceil(n_keys / 32), DEC_MIN_CHUNK) rounded up to 32;
+# DEC_MIN_CHUNK is 32 x the warps across a head's tiles: 64 at GQA 3 and 8, 128 at GQA 2 and 4, 256 at
+# GQA 1. So a full-attention layer's query at 2108-2111 reads 2109-2112 keys in 22 chunks of 96, 17 of
+# 128 or 9 of 256, and the last, newest split holds at least 61 keys at each: 2108 is the shortest
+# length past 2048 that leaves the last split that full at all three (at 2048 it holds 1-4 keys, at 2112
+# 1-4 in chunks of 96). Sliding-window layers read their window only: one split or a few.
+DEEP_PROMPT_TOKENS = 2108
+
 
 def check_entry(entry, ref, quiet: bool = True) -> list[OpError]:
-    """Every prompt of ``ref`` (llama.cpp's prompt ids, its first STEPS tokens
-    forced) through the catalog model on the CUDA engine as users run it (f16
-    KV cache), eagerly, each op against the faithful oracle's; then the first
-    prompt's decode steps again with every GEMV on the bulk-copy kernel,
-    which otherwise only matrices of 8 MB and more take (phase "decode
-    bulk"), and once more through the operators with their decode folds
-    (phase "decode folded": the norm inside gate/up's GEMV)."""
+    """The catalog model on the CUDA engine as users run it (f16 KV cache),
+    eagerly, held to the faithful oracle by every pass of ``check_model``."""
     import engine
-    from engine.backends.cuda.launchers import gemv
 
     from . import catalog
 
     path = catalog.model_path(entry.name, progress=not quiet)
     cuda = engine.load(path, backend="cuda", kv_f16=True, eager=True)
     oracle = engine.load(path, backend="numpy", rounding="cuda", kv_f16=True)
+    return check_model(cuda, oracle, ref)
+
+
+def check_model(engine_model, oracle_model, ref) -> list[OpError]:
+    """The ops check's passes: every prompt of ``ref`` (llama.cpp's prompt
+    ids, its first STEPS tokens forced), each op against the faithful
+    oracle's; then the first prompt's decode steps again with every GEMV on
+    the bulk-copy kernel, which otherwise only matrices of 8 MB and more take
+    (phase "decode bulk"), once more through the operators with their
+    decode folds (phase "decode folded": the norm inside gate/up's GEMV),
+    and STEPS decode steps past position 2048 (phase "decode deep":
+    check_deep).
+    ``engine_model`` runs eagerly; a NumPy engine plays it on the CPU (the
+    bulk switch is the CUDA GEMV launcher's: nothing to it there)."""
+    from engine.backends.cuda.launchers import gemv
+
     errors = []
     for case in ref.cases:
-        errors += check(cuda, oracle, case.prompt_ids, case.tokens[:STEPS])
+        errors += check(engine_model, oracle_model, case.prompt_ids, case.tokens[:STEPS])
     case = ref.cases[0]
     threshold, gemv.BULK_MIN_BYTES = gemv.BULK_MIN_BYTES, 0
     try:
-        bulk = [e for e in check(cuda, oracle, case.prompt_ids, case.tokens[:STEPS]) if e.phase == "decode"]
+        bulk = [e for e in check(engine_model, oracle_model, case.prompt_ids, case.tokens[:STEPS])
+                if e.phase == "decode"]
     finally:
         gemv.BULK_MIN_BYTES = threshold
     for e in bulk:
         e.phase = "decode bulk"
-    folded = [e for e in check(cuda, oracle, case.prompt_ids, case.tokens[:STEPS], folded=True)
+    folded = [e for e in check(engine_model, oracle_model, case.prompt_ids, case.tokens[:STEPS], folded=True)
               if e.phase == "decode"]
     for e in folded:
         e.phase = "decode folded"
-    return errors + bulk + folded
+    return errors + bulk + folded + check_deep(engine_model, oracle_model)
+
+
+def deep_case(model) -> tuple[list[int], list[int]]:
+    """The deep pass's prompt and forced tokens: the deep set's text
+    (catalog.deep_prompts, ~4.8k tokens) through the model's own tokenizer
+    (engine/tokenizer.py, as `anvil generate --prompt` tokenizes), cut at
+    DEEP_PROMPT_TOKENS; the STEPS tokens after the cut are forced."""
+    from engine.errors import AnvilError
+    from engine.tokenizer import Tokenizer
+
+    from . import catalog
+
+    ids = Tokenizer.from_gguf(model.gguf).encode(catalog.deep_prompts()[0])
+    end = DEEP_PROMPT_TOKENS + STEPS
+    if len(ids) < end or model.n_ctx < end:
+        raise AnvilError(f"{model.path}: the ops check's deep pass needs {end} tokens of the deep prompt in the "
+                         f"context (the text gives {len(ids)}, the context holds {model.n_ctx})")
+    return ids[:DEEP_PROMPT_TOKENS], ids[DEEP_PROMPT_TOKENS:end]
+
+
+def check_deep(engine_model, oracle_model) -> list[OpError]:
+    """The deep pass (phase "decode deep"): STEPS decode steps at positions
+    DEEP_PROMPT_TOKENS on (deep_case), each op against the oracle's, where
+    the decode attention merges many splits. Only the decode steps are
+    checked: the prompt runs unchecked (``check(prefill=False)``). Its
+    check would cost the oracle a NumPy prefill of 2108 tokens, the whole
+    pass's CPU time on the CUDA host (54 s for smollm2-135m, 27 s for
+    gemma3-270m on one core of a slow CPU, against ~1-4 s for the decode
+    steps), to judge what the other passes' long prompt already judges: the
+    same prefill kernels, over up to 1655 positions. Every op checked is a
+    decode step's, so all are kept (the embedding too, whose rows rule in
+    _compare says "prefill": its one 2-D argument is the table). RoPE's
+    bound grows with the position its rotation turns, read from the
+    rotation itself (_compare): 1e-5 + 2111 x 2^-22 = 5.1e-4 at the last
+    step, where fast-math's angle error is that large."""
+    prompt, forced = deep_case(engine_model)
+    errors = check(engine_model, oracle_model, prompt, forced, prefill=False)
+    for e in errors:
+        e.phase = "decode deep"
+    return errors
 
 
 def worst(errors: list[OpError]) -> dict[str, list[float]]:

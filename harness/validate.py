@@ -22,10 +22,11 @@ when every step of every prompt passes every check of its gate
   replayed back to back, as tg and generate run), the tokens are those of a
   step at a time, which the checks above judge;
 - **ops** (the CUDA engine, with its oracle set): every operator of a
-  prefill and a few decode steps of each prompt against the rounding-faithful
-  NumPy oracle's on the same inputs (harness/anchored.py), within its
-  per-op budget (``gates.op_budget``): the sharp check, which a model's
-  whole output cannot be (its roundings amplify fp32 noise).
+  prefill and a few decode steps of each prompt, and of a few decode steps
+  past position 2048 (the deep pass), against the rounding-faithful NumPy
+  oracle's on the same inputs (harness/anchored.py), within its per-op
+  budget (``gates.op_budget``): the sharp check, which a model's whole
+  output cannot be (its roundings amplify fp32 noise).
 
 Thresholds come from measurements that exclude the engine under test
 (``harness reference --variation``: llama.cpp against its own references
