@@ -43,9 +43,13 @@ TIERS = ("cpu", "gpu")
 #   oracle: the NumPy engine on the model file, on llama.cpp's prompt ids: the
 #         CUDA engine's reference, free of llama.cpp's noise (made on the CPU)
 #   deep: as gpu, on one prompt of ~4.8k tokens (deep_prompts) in a context of 8192
-REFERENCE_SETS = {"cpu": "cpu", "twin": "cpu", "gpu": "gpu", "oracle": "cpu", "deep": "gpu"}
+#   f16kv: as cpu, with an F16 KV cache: the engines' f16 KV store (and the CUDA
+#         engine's tensor-core prefill attention, which reads it) on the tiny models
+REFERENCE_SETS = {"cpu": "cpu", "twin": "cpu", "gpu": "gpu", "oracle": "cpu", "deep": "gpu", "f16kv": "cpu"}
 SET_PROMPTS = {"deep": deep_prompts}  # sets with prompts of their own (others: the model's)
-SET_N_CTX = {"deep": 8192}  # sets whose llama.cpp context is not the tier's
+# sets whose llama.cpp settings are not their tier's (reference.CPU_SETTINGS / GPU_SETTINGS) in these;
+# the engines load with the KV type a reference states (validate.Loaded)
+SET_SETTINGS = {"deep": {"n_ctx": 8192}, "f16kv": {"type_k": "f16", "type_v": "f16"}}
 ENGINE_SETS = ("oracle",)  # made by the NumPy engine, not llama.cpp
 BACKENDS = ("numpy", "cuda")
 

@@ -10,7 +10,9 @@ the reference set:
 - **cpu on a quantised file**: ``f32-twin``, llama.cpp on the model's F32
   twin (the same weights, no 8-bit activation rounding), is the exact size
   of llama.cpp's activation rounding, which the engine does not do; and
-  ``ubatch-1`` (the prompt fed one token at a time: other kernels).
+  ``ubatch-1`` (the prompt fed one token at a time: other kernels). The
+  f16kv set's are the same, both with its F16 KV cache (a variant changes
+  only its own settings).
 - **fp32** (the twin set, and the cpu set of an F32 model): ``ubatch-1``
   and ``threads-1``; both sides compute in fp32, so the spread is tiny and
   the stated fp32 budget below sets the bound. Flash attention is not noise

@@ -232,11 +232,12 @@ class Loaded:
 
     def get(self, entry: catalog.Entry, ref: refs.Reference):
         """(model, runs) for ``entry`` loaded as ``ref`` was made (the KV cache
-        type llama.cpp used: F32 on the CPU, F16 with CUDA)."""
+        type llama.cpp used: F32 on the CPU, F16 with CUDA and in the f16kv
+        set; either engine, catalog.SET_SETTINGS)."""
         import engine
 
-        options = {"kv_f16": ref.settings.get("type_k") != "f32"} if self.backend == "cuda" else {}
-        if ref.settings.get("n_ctx", 0) > DEFAULT_N_CTX:  # a deep set's context (catalog.SET_N_CTX)
+        options = {"kv_f16": ref.settings.get("type_k") != "f32"}
+        if ref.settings.get("n_ctx", 0) > DEFAULT_N_CTX:  # a deep set's context (catalog.SET_SETTINGS)
             options["n_ctx"] = ref.settings["n_ctx"]
         key = (entry.name, tuple(sorted(options.items())))
         if key != self.key:

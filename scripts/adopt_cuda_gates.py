@@ -1,4 +1,4 @@
-"""Write every gate.<cpu|twin|oracle>-cuda of references/catalog.toml from the
+"""Write every gate.<cpu|twin|oracle|f16kv>-cuda of references/catalog.toml from the
 committed faithful-oracle measurements (`harness reference --variation
 --faithful --save`): gates.propose_faithful over every realisation with the
 headroom they measure themselves (gates.faithful_headroom), the measurement
@@ -32,7 +32,7 @@ def main() -> None:
         m = re.match(r"\[models\.([\w.-]+)\]", line)
         if m:
             section = m.group(1)
-        g = re.match(r"gate\.(cpu|twin|oracle)-cuda = ", line)
+        g = re.match(r"gate\.(cpu|twin|oracle|f16kv)-cuda = ", line)
         if g and section in cat:
             rset, e = g.group(1), cat[section]
             spread = measured[(section, rset)]

@@ -348,6 +348,7 @@ def test_validate_catalog_as_ray_tasks_on_a_local_instance(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     entries = json.loads(p.stdout)
     assert [(e["model"], e["tier"]) for e in entries] == [("tiny-llama", "cpu"), ("tiny-llama", "twin"),
-                                                         ("tiny-qwen2", "cpu"), ("tiny-qwen2", "twin")]
+                                                         ("tiny-llama", "f16kv"), ("tiny-qwen2", "cpu"),
+                                                         ("tiny-qwen2", "twin")]
     assert all(e["passed"] and e["steps"] == 128 and e["host"] and e["gpu_index"] is None for e in entries)
     assert "2 unit(s) on Ray (auto)" in p.stderr

@@ -1,5 +1,5 @@
 """The NumPy engine against llama.cpp on the CPU (flash attention off, F32
-KV), on every cpu-tier catalog model and each of its reference sets, from
+KV; F16 KV in the f16kv set, the engine loaded with it), on every cpu-tier catalog model and each of its reference sets, from
 the committed references: exactly what `harness validate-catalog` judges.
 
 Thresholds live in the catalog beside each model (``gate.<set>``) with the
@@ -31,13 +31,16 @@ def test_numpy_engine_matches_llamacpp(name, loaded_model):
     serves every set (compare.compare_case's ``runs``) and only the
     teacher-forced runs are per set."""
     e, runs = CAT[name], {}
+    loaded = validate.Loaded(CAT, "numpy", quiet=True)  # a set with another KV type: the engine loaded with it
     for rset in [s for n, s in PAIRS if n == name]:
         ref = refs.for_entry(e, rset)
-        assert ref.settings["flash_attn"] is False and ref.settings["type_k"] == "f32" and \
+        kv = catalog.SET_SETTINGS.get(rset, {}).get("type_k", "f32")
+        assert ref.settings["flash_attn"] is False and ref.settings["type_k"] == ref.settings["type_v"] == kv and \
             ref.settings["n_gpu_layers"] == 0
         gate = e.gate("numpy", rset)
         assert gate is not None and gate.logit and gate.kl, f"catalog: {name} needs gate.{rset} with margin, logit and kl"
-        r = validate.validate_model(loaded_model(name), e, ref, "numpy", tier=rset, runs=runs)
+        model, set_runs = (loaded_model(name), runs) if kv == "f32" else loaded.get(e, ref)
+        r = validate.validate_model(model, e, ref, "numpy", tier=rset, runs=set_runs)
         assert r.passed, validate.format_failures([r])
         if gates.is_fp32(e, rset):  # no near-ties at this precision: every token must match
             assert r.mode == "exact" and r.matched == r.steps, (name, rset)

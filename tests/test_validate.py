@@ -230,6 +230,36 @@ def test_llama_cpp_variation_is_measured_like_the_engine(tmp_path, monkeypatch, 
     assert "| tiny-llama-f32 | gate.cpu.logit |" in out and "| 0.001 | 0.001 | same |" in out
 
 
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                    reason="llama-cpp-python not installed (scripts/llamacpp-python.sh)")
+def test_the_f16kv_set_is_made_and_judged_with_an_f16_kv_cache(tmp_path, monkeypatch):
+    """`harness reference --tier f16kv`: llama.cpp on the CPU with the set's
+    own settings (catalog.SET_SETTINGS: an F16 KV cache), the cpu set's
+    otherwise; validate-catalog loads either engine with the KV type a
+    reference states (validate.Loaded): F16 against this set, F32 against cpu."""
+    import engine
+    from harness import cli
+
+    e = catalog.entry("tiny-llama")
+    cpu = refs.for_entry(e, "cpu")
+    committed = refs.for_entry(e, "f16kv")
+    assert committed.settings == {**cpu.settings, "type_k": "f16", "type_v": "f16"}
+    monkeypatch.setattr(refs, "REFERENCES_DIR", tmp_path)
+    assert cli.main(["reference", "--tier", "f16kv", "--model", e.name]) == 0
+    made = refs.load(refs.reference_path(e.name, "f16kv"))
+    assert made.settings == committed.settings
+    assert [c.prompt_ids for c in made.cases] == [c.prompt_ids for c in cpu.cases]
+
+    loaded = validate.Loaded(catalog.load(), "numpy", quiet=True)
+    assert loaded.get(e, made)[0].backend.kv_f16 is True
+    assert loaded.get(e, cpu)[0].backend.kv_f16 is False
+    asked = []
+    monkeypatch.setattr(engine, "load", lambda path, **kw: asked.append(kw) or types.SimpleNamespace())
+    for ref in (made, cpu):
+        validate.Loaded(catalog.load(), "cuda", quiet=True).get(e, ref)
+    assert [kw["kv_f16"] for kw in asked] == [True, False] and {kw["backend"] for kw in asked} == {"cuda"}
+
+
 def test_variation_refuses_a_reference_of_another_file(monkeypatch, capsys):
     """llama.cpp run on a new file against outputs of an old one would pass
     for its own spread: refused, as validate-catalog refuses it."""

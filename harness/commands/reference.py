@@ -12,10 +12,10 @@ from engine.errors import AnvilError
 def add(sub) -> None:
     r = sub.add_parser("reference", help="regenerate llama.cpp reference outputs")
     r.add_argument("--model", help="one catalog model (default: every model of the tier)")
-    r.add_argument("--tier", choices=["cpu", "twin", "gpu", "oracle", "deep"], default="cpu",
+    r.add_argument("--tier", choices=["cpu", "twin", "gpu", "oracle", "deep", "f16kv"], default="cpu",
                    help="reference set: cpu (llama.cpp CPU on the file), twin (the same on its F32 twin), "
                         "gpu (llama.cpp CUDA), oracle (the NumPy engine: the CUDA engine's reference), "
-                        "deep (llama.cpp CUDA on a ~4.8k-token prompt)")
+                        "deep (llama.cpp CUDA on a ~4.8k-token prompt), f16kv (as cpu, with an F16 KV cache)")
     r.add_argument("--force", action="store_true", help="replace a reference made from a different model file")
     r.add_argument("--variation", action="store_true",
                    help="instead: measure llama.cpp against its existing references under other settings "
@@ -65,7 +65,7 @@ def run(args) -> int:
         print(f"{name}: running llama.cpp on {run.name} ({len(prompts)} prompts x {e.n_steps} steps)...",
               file=sys.stderr)
         ref = make_reference(name, run, e.sha256, list(prompts), e.n_steps,
-                             settings={**settings, "n_ctx": catalog.SET_N_CTX.get(rset, settings["n_ctx"])})
+                             settings={**settings, **catalog.SET_SETTINGS.get(rset, {})})
         if rset == "twin":  # judged against the engine on the original file
             from ..fetch import sha256_file
 
@@ -90,7 +90,7 @@ def _reference_variation(cat, names: list[str], rset: str, save: bool, faithful:
     from ..reference import CPU_SETTINGS, GPU_SETTINGS, device_description
 
     if faithful and catalog.REFERENCE_SETS[rset] != "cpu":
-        raise AnvilError(f"--faithful measures CPU-made sets (cpu, twin, oracle), not '{rset}'")
+        raise AnvilError(f"--faithful measures CPU-made sets (cpu, twin, oracle, f16kv), not '{rset}'")
     measured = (gates.measure_faithful if faithful else gates.measure)(cat, names, rset)
     if not measured:
         raise AnvilError(f"no catalog model among {', '.join(names)} has '{rset}' references")
