@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Runs on the GPU host: the speed-regression tools on real builds. A scratch git
-# repository of this tree gets four commits on top of it ("base"):
-#   c1  a comment in an engine kernel (another engine build, the same speed);
-#   c2  a README line (the same engine build as c1);
-#   c3  a planted slowdown: the argmax kernels, once a decode step, spin on
-#       %globaltimer for PLANT (default 0.02) of the step time the base build
-#       measures here first (engine bench, tg128);
-#   c4  a harness line (the same engine build as c3).
-# Then on MODEL (default qwen3-8b), tg128 only (-p 0), -r 2, ROUNDS rounds (default 6):
+# repository of this tree gets nine commits on top of it ("base"), the planted
+# regression in the middle; engine edits that move nothing make new builds
+# around it, the other edits keep the build:
+#   c1 a comment in norm.cu   c2 README   c3 harness   c4 a comment in rope.cu
+#   c5 a planted slowdown: the argmax kernels, once a decode step, spin on
+#      %globaltimer for PLANT (default 0.02) of the step time the base build
+#      measures here first (engine bench, tg128)
+#   c6 README   c7 a comment in gemv.cu   c8 harness   c9 README
+# Then on MODEL (default qwen3-8b), tg128 only (-p 0), -r 2, ROUNDS rounds (default 4):
 #   1. harness ab --aa base          (the noise band every later verdict takes)
-#   2. harness ab base c3, 3 times   (each must say "slower" and exit 1)
-#   3. harness bisect base c4        (must name c3)
-#   4. harness ab old base           (OLD: a wheel from before `python -m engine info`,
+#   2. harness ab base c5, 3 times   (each must say "slower" and exit 1)
+#   3. harness ab old base           (OLD: a wheel from before `python -m engine info`,
 #                                     carried in .gpu/wheels/old with its commit.json)
+#   4. harness bisect base c9        (must name c5)
 # Each step stops at LIMIT seconds (default 560) all told. The records come back in
 # $OUT/results.tgz, every step's log in $OUT/logs.tgz (a call brings back 8 files at
 # most); the summary last.
@@ -23,7 +24,7 @@ mark=$(mktemp /tmp/rc-start.XXXXXX)
 LOG=/tmp/rc-logs; rm -rf $LOG; mkdir -p $LOG
 deadline=$(( $(date +%s) + ${LIMIT:-560} ))
 left() { echo $(( deadline - $(date +%s) )); }
-M=${MODEL:-qwen3-8b}; R=${ROUNDS:-6}; PLANT=${PLANT:-0.02}
+M=${MODEL:-qwen3-8b}; R=${ROUNDS:-4}; PLANT=${PLANT:-0.02}
 export ANVIL_WHEELS_DIR=/tmp/wheels
 STORE=$ROOT/reports/results
 SETTINGS="--model $M -p 0 -n 128 -r 2 --rounds $R"
@@ -37,8 +38,11 @@ cd $S
 git init -q && git config user.email regression@anvil && git config user.name regression-check
 commit() { git add -A && git commit -qm "$1" && git rev-parse HEAD; }
 base=$(commit "base: this tree")
-echo "// one more line, no code" >> engine/kernels/norm.cu; c1=$(commit "c1: a comment in norm.cu")
-echo >> README.md; c2=$(commit "c2: a README line")
+note() { echo "$1" >> "$2"; commit "$3"; }
+c1=$(note "// one more line, no code" engine/kernels/norm.cu "c1: a comment in norm.cu")
+c2=$(note "" README.md "c2: a README line")
+c3=$(note "# one more line" harness/__init__.py "c3: a harness line")
+c4=$(note "// one more line, no code" engine/kernels/rope.cu "c4: a comment in rope.cu")
 cd $ROOT
 step_s=$(python3 -m engine bench "$gguf" --backend cuda --json -p 0 -n 128 -r 3 2> $LOG/calibrate.err \
   | python3 -c "import json,sys; r=json.load(sys.stdin)['results']; print(1.0 / next(x for x in r if x['test'] == 'tg128')['tok_s_mean'])")
@@ -61,9 +65,12 @@ s, n = re.subn(r"(\n    answer\((?:finite|all_finite), bi, out, token, pos, hist
 assert n == 2, n
 p.write_text(s)
 EOF
-c3=$(commit "c3: planted slowdown (argmax spins)")
-echo "# one more line" >> harness/__init__.py; c4=$(commit "c4: a harness line")
-for rev in $base $c1 $c3; do PYTHONPATH=/tmp/site:$S python3 -m harness.cli wheel $rev > /dev/null 2>> $LOG/wheels.err; done
+c5=$(commit "c5: planted slowdown (argmax spins)")
+c6=$(note "" README.md "c6: a README line")
+c7=$(note "// one more line, no code" engine/kernels/gemv.cu "c7: a comment in gemv.cu")
+c8=$(note "# one more line" harness/__init__.py "c8: a harness line")
+c9=$(note "" README.md "c9: a README line")
+for rev in $base $c5; do PYTHONPATH=/tmp/site:$S python3 -m harness.cli wheel $rev > /dev/null 2>> $LOG/wheels.err; done
 whl() { ls $ANVIL_WHEELS_DIR/$1/anvil-*.whl; }
 cd $ROOT
 
@@ -76,15 +83,15 @@ run() {  # name, command...: logged, its exit status kept
 }
 run aa python3 -m harness.cli ab --aa "$(whl $base)" $SETTINGS --save --results-dir $STORE
 for k in 1 2 3; do
-  run plant-$k python3 -m harness.cli ab "$(whl $base)" "$(whl $c3)" $SETTINGS --save --results-dir $STORE
+  run plant-$k python3 -m harness.cli ab "$(whl $base)" "$(whl $c5)" $SETTINGS --save --results-dir $STORE
 done
-cd $S
-run bisect env PYTHONPATH=/tmp/site:$S python3 -m harness.cli bisect $base $c4 --test tg128 --model $M -r 2 \
-  --rounds $R --save --results-dir $STORE
-cd $ROOT
 run old python3 -m harness.cli ab .gpu/wheels/old/anvil-*.whl "$(whl $base)" $SETTINGS --allow-token-diff \
   --allow-slower --save --results-dir $STORE
-echo "commits: base ${base:0:12}, c1 ${c1:0:12}, c2 ${c2:0:12}, c3 ${c3:0:12} (planted), c4 ${c4:0:12}" | tee -a $LOG/summary.txt
+cd $S
+run bisect env PYTHONPATH=/tmp/site:$S python3 -m harness.cli bisect $base $c9 --test tg128 --model $M -r 2 \
+  --rounds $R --save --results-dir $STORE
+cd $ROOT
+echo "commits: base ${base:0:12}, planted c5 ${c5:0:12}, BAD c9 ${c9:0:12}" | tee -a $LOG/summary.txt
 find reports/results -newer "$mark" -name '*.json' | xargs -r tar czf "$OUT/results.tgz"
 tar czf $OUT/logs.tgz -C /tmp rc-logs
 cat $LOG/summary.txt
