@@ -228,12 +228,11 @@ def faithful_headroom(cat, measured: dict) -> dict[str, float]:
         if name not in cat or len(spread) < 2:
             continue
         floor = budget(cat[name], rset) or catalog.Gate(MIN_MARGIN, 0.0, 0.0)
+        spread_sets = [c for c in CHECKS if min(_measure(r, c) for r in spread) > getattr(floor, c)]
         for i, held in enumerate(spread):
             others = spread[:i] + spread[i + 1:]
-            for check in CHECKS:
-                values = [_measure(r, check) for r in spread]
-                if min(values) > getattr(floor, check):
-                    need[check] = max(need[check], _measure(held, check) / max(_measure(r, check) for r in others))
+            for check in spread_sets:
+                need[check] = max(need[check], _measure(held, check) / max(_measure(r, check) for r in others))
             for k, (n, _) in enumerate(_most_flips(held)):
                 need["flips"] = max(need["flips"], n - max(_most_flips(r)[k][0] for r in others))
     return {c: ceil2(v) for c, v in need.items()}
