@@ -174,14 +174,19 @@ class _HostFolded:
             p["y"][...] = self.inner.rms_norm(p["x"], p["w"], p["eps"])
 
 
-def test_faithful_norm_fold_is_the_norm_then_the_glu():
-    """The fold rounds x·w to int8 and scales the sums by 1/rms after: the
-    same product as RMSNorm then the GEMV, up to fp32 rounding."""
-    rng = np.random.default_rng(4)
-    ops = faithful.FaithfulOps(True)
+def _fold_inputs(seed: int):
+    """A decode row, an RMSNorm weight and Q4_K gate/up weights for the fold tests."""
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((1, 256)).astype(np.float32) * 3
     w = (1 + 0.3 * rng.standard_normal(256)).astype(np.float32)
     wg, wu = (faithful.Weight(rng.standard_normal((64, 256)).astype(np.float32), QType.Q4_K) for _ in range(2))
+    return rng, faithful.FaithfulOps(True), x, w, wg, wu
+
+
+def test_faithful_norm_fold_is_the_norm_then_the_glu():
+    """The fold rounds x·w to int8 and scales the sums by 1/rms after: the
+    same product as RMSNorm then the GEMV, up to fp32 rounding."""
+    _, ops, x, w, wg, wu = _fold_inputs(4)
     folded = ops.glu(x, wg, wu, "silu", norm=(w, 1e-6))
     assert anchored.rel_error(folded, ops.glu(ops.rms_norm(x, w, 1e-6), wg, wu, "silu")) < 1e-6
     assert anchored.rel_error(ops.glu(x, wg, wu, "silu", norm=(w, 1e-2)), folded) > 1e-4
@@ -205,11 +210,7 @@ def test_the_faithful_decode_folds_the_norm_the_next_glu_reads():
     """As CUDA's Folded: a decode RMSNorm read by the very next op, a glu, is
     folded into it; any op between settles it (the glu then reads the norm's
     output); prefill rows and ``unfolded`` never fold."""
-    rng = np.random.default_rng(5)
-    ops = faithful.FaithfulOps(True)
-    x = rng.standard_normal((1, 256)).astype(np.float32) * 3
-    w = (1 + 0.3 * rng.standard_normal(256)).astype(np.float32)
-    wg, wu = (faithful.Weight(rng.standard_normal((64, 256)).astype(np.float32), QType.Q4_K) for _ in range(2))
+    rng, ops, x, w, wg, wu = _fold_inputs(5)
     folded = ops.glu(x, wg, wu, "silu", norm=(w, 1e-6))
     plain = ops.unfolded.glu(ops.unfolded.rms_norm(x, w, 1e-6), wg, wu, "silu")
     assert not np.array_equal(folded, plain)  # the same product, rounded another way
