@@ -33,7 +33,8 @@ The CUDA engine's gates against the CPU-made sets come from the
 rounding-faithful oracle instead (``measure_faithful``, ``propose_faithful``):
 four realisations of what its roundings cost, and a headroom per check that
 holding each realisation out measures (``faithful_headroom``), not a factor
-chosen: 1.25 over the largest of four failed one sound realisation in ten.
+chosen: 1.25 over the largest of four failed 27 of 196 sound realisations
+held out (reports/notes/cuda-gate-2026-12-04.md §9-10).
 """
 
 from __future__ import annotations
