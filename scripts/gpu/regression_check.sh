@@ -14,7 +14,9 @@
 #   3. harness ab old base           (OLD: a wheel from before `python -m engine info`,
 #                                     carried in .gpu/wheels/old with its commit.json)
 #   4. harness bisect base c9        (must name c5)
-# Each step stops at LIMIT seconds (default 560) all told. The records come back in
+# STEPS (default "aa plant old bisect") picks the steps; SPIN_NS sets the plant's
+# spin in ns instead of measuring the base build first (a later call keeps the
+# plant of an earlier one). Each step stops at LIMIT seconds (default 560) all told. The records come back in
 # $OUT/results.tgz, every step's log in $OUT/logs.tgz (a call brings back 8 files at
 # most); the summary last.
 set -uo pipefail
@@ -44,10 +46,14 @@ c2=$(note "" README.md "c2: a README line")
 c3=$(note "# one more line" harness/__init__.py "c3: a harness line")
 c4=$(note "// one more line, no code" engine/kernels/rope.cu "c4: a comment in rope.cu")
 cd $ROOT
+want() { [[ " ${STEPS:-aa plant old bisect} " == *" $1 "* ]]; }
+if [ -n "${SPIN_NS:-}" ]; then spin_ns=$SPIN_NS; echo "the plant spins $spin_ns ns a step (SPIN_NS)" | tee $LOG/plant.txt
+else
 step_s=$(python3 -m engine bench "$gguf" --backend cuda --json -p 0 -n 128 -r 3 2> $LOG/calibrate.err \
   | python3 -c "import json,sys; r=json.load(sys.stdin)['results']; print(1.0 / next(x for x in r if x['test'] == 'tg128')['tok_s_mean'])")
 spin_ns=$(python3 -c "print(int($PLANT * $step_s * 1e9))")
 echo "base tg128 step $(python3 -c "print(f'{$step_s * 1e3:.3f}')") ms: the plant spins $spin_ns ns a step" | tee $LOG/plant.txt
+fi
 cd $S
 python3 - "$spin_ns" <<'EOF'
 import re, sys
@@ -70,7 +76,7 @@ c6=$(note "" README.md "c6: a README line")
 c7=$(note "// one more line, no code" engine/kernels/gemv.cu "c7: a comment in gemv.cu")
 c8=$(note "# one more line" harness/__init__.py "c8: a harness line")
 c9=$(note "" README.md "c9: a README line")
-for rev in $base $c5; do PYTHONPATH=/tmp/site:$S python3 -m harness.cli wheel $rev > /dev/null 2>> $LOG/wheels.err; done
+want aa || want plant || want old && for rev in $base $c5; do PYTHONPATH=/tmp/site:$S python3 -m harness.cli wheel $rev > /dev/null 2>> $LOG/wheels.err; done
 whl() { ls $ANVIL_WHEELS_DIR/$1/anvil-*.whl; }
 cd $ROOT
 
@@ -81,14 +87,14 @@ run() {  # name, command...: logged, its exit status kept
   echo "$name: exit $? $(grep -E '^(verdict|first slower|the first)|slower|faster|same' $LOG/$name.txt | tail -1 | cut -c1-160)" \
     | tee -a $LOG/summary.txt
 }
-run aa python3 -m harness.cli ab --aa "$(whl $base)" $SETTINGS --save --results-dir $STORE
-for k in 1 2 3; do
+want aa && run aa python3 -m harness.cli ab --aa "$(whl $base)" $SETTINGS --save --results-dir $STORE
+want plant && for k in 1 2 3; do
   run plant-$k python3 -m harness.cli ab "$(whl $base)" "$(whl $c5)" $SETTINGS --save --results-dir $STORE
 done
-run old python3 -m harness.cli ab .gpu/wheels/old/anvil-*.whl "$(whl $base)" $SETTINGS --allow-token-diff \
+want old && run old python3 -m harness.cli ab .gpu/wheels/old/anvil-*.whl "$(whl $base)" $SETTINGS --allow-token-diff \
   --allow-slower --save --results-dir $STORE
 cd $S
-run bisect env PYTHONPATH=/tmp/site:$S python3 -m harness.cli bisect $base $c9 --test tg128 --model $M -r 2 \
+want bisect && run bisect env PYTHONPATH=/tmp/site:$S python3 -m harness.cli bisect $base $c9 --test tg128 --model $M -r 2 \
   --rounds $R --save --results-dir $STORE
 cd $ROOT
 echo "commits: base ${base:0:12}, planted c5 ${c5:0:12}, BAD c9 ${c9:0:12}" | tee -a $LOG/summary.txt
