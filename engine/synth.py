@@ -86,6 +86,17 @@ class Preset:
     # the weight sits on the first few experts, as in trained routers, and a swap at the k-th
     # place moves the output little
     router_gain: float = 1.0
+    # A routing code (real-shape MoE): the last route_code dims of the residual stream carry each
+    # token's choice of experts and nothing else, so every engine routes a token alike. The
+    # embedding writes ROUTE_CODE_AMP into the dims of n_expert_used experts picked per token
+    # (0 in the rest of the code dims); no layer writes the code dims (their rows of every
+    # residual-writing matrix are 0; the norms carry 1 there); each router reads its own
+    # expert's code dim with weight ROUTE_CODE_GAIN beside its random weights on the other dims.
+    # The chosen experts then lead the rest by a set number of logits at every layer, and
+    # the random part still weighs them by context. At router gain 1 the k-th and (k+1)-th
+    # of 128 experts part by 0.0008 logits or less on 1% of tokens, and rounding re-routes
+    # them (reports/notes/cuda-gate-2026-12-04.md §13).
+    route_code: int = 0
     n_rot: int = 0                  # rotated dims per head (0: all); qwen35 rotates a quarter
     ssm_d_conv: int = 0             # Gated DeltaNet (qwen35): conv taps, key / value heads, head width
     ssm_k_heads: int = 0
@@ -111,6 +122,18 @@ _TINY = dict(n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512
 # expert carries most of the weight, a swap at the second place moves little, and they part by
 # 1.5, 2.4 and 0.7 (the dense tiny models: 0.5-0.9; reports/notes/cuda-gate-2026-12-04.md).
 TINY_ROUTER_GAIN = 8.0
+# The routing code (Preset.route_code): the code's value in a chosen expert's dim of the embedding
+# (the embedding's other dims have RMS 1), and the router's weight on it, sized so the chosen
+# experts lead by ROUTE_CODE_LEAD logits where the residual stream's RMS is ROUTE_CODE_RMS (the
+# real-shape MoE presets' residual grows to RMS 4.3-6.4 by their last layer; at the first, the
+# lead is ~8x larger). The random rest of a router logit has std ~1, so the chosen set never
+# changes by less than ROUTE_CODE_LEAD - 2*2.7 (the extremes of 128-256 Gaussians) ~ 6.6 logits.
+ROUTE_CODE_AMP = 2.0
+ROUTE_CODE_RMS = 8.0
+ROUTE_CODE_LEAD = 12.0
+ROUTE_CODE_GAIN = ROUTE_CODE_LEAD * ROUTE_CODE_RMS / ROUTE_CODE_AMP
+# the matrices whose output is added to the residual stream: their rows in the code dims are 0
+_RESIDUAL_WRITERS = ("attn_output", "ffn_down", "ffn_down_exps", "ffn_down_shexp", "ssm_out")
 
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("tiny-llama", "llama", **_TINY, context_length=131072, rope_freq_base=500000.0,
@@ -203,7 +226,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("qwen36-35b-a3b", "qwen35moe", n_embd=2048, n_layer=40, n_head=16, n_head_kv=2, head_dim=256,
            n_ff=512, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6, vocab="qwen35", n_rot=64,
            ssm_d_conv=4, ssm_k_heads=16, ssm_v_heads=32, ssm_head=128, full_attention_interval=4,
-           n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512,
+           n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512, route_code=256,
            mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
     Preset("qwen3-8b", "qwen3", n_embd=4096, n_layer=36, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=12288, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2",
@@ -211,7 +234,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     # The real Qwen3-30B-A3B shape: 128 experts of width 768, 8 per token, on all 48 layers.
     Preset("qwen3moe-30b-a3b", "qwen3moe", n_embd=2048, n_layer=48, n_head=32, n_head_kv=4, head_dim=128,
            n_ff=6144, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2", n_expert=128,
-           n_expert_used=8, n_ff_exp=768, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
+           n_expert_used=8, n_ff_exp=768, route_code=256, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M,
+           logit_std=17.0),
     # Gemma 4 31B (50 sliding layers of 32 heads of 256 over 16 KV heads, window 1024; 10 full
     # ones of 32 heads of 512 over 4, RoPE on 128 of 512 dims; FFN 21504) and 26B-A4B (25 + 5
     # layers, 16 heads over 8 / 2 KV heads, a dense MLP of 2112 beside 128 experts of 704, 8 per
@@ -348,8 +372,10 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
     embd_std = EMBD_STD / cfg.embd_scale  # gemma3 scales x0 by sqrt(n_embd)
     head_std = embd_std if p.tied else _logit_std(p, n_vocab) / (math.sqrt(E) * rms_g)
     out_gain = _logit_std(p, n_vocab) / (embd_std * math.sqrt(E) * rms_g) if p.tied else 1.0
+    if p.route_code:
+        _check_route_code(p, qtype("token_embd"))
     out = [("token_embd.weight", ne(GLOBAL["token_embd"].shape(cfg)), qtype("token_embd"),
-            "head" if p.tied else "weight", embd_std)]
+            "head" if p.tied else "embd_code" if p.route_code else "weight", embd_std)]
     if GLOBAL["rope_freqs"].required(cfg):
         out.append(("rope_freqs.weight", ne(GLOBAL["rope_freqs"].shape(cfg)), T.F32, "rope_freqs", 0.0))
     for il in range(cfg.n_layer):
@@ -378,7 +404,11 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
                     std *= math.sqrt(cfg.n_embd)
                 if name.endswith("ffn_gate_inp.weight"):
                     std *= p.router_gain
-                out.append((name, ne(shape), qtype(name.split(".")[2], il, shape[-1]), "weight", std))
+                role = name.split(".")[2]
+                kind = "weight"
+                if p.route_code:
+                    kind = "router_code" if role == "ffn_gate_inp" else "writer" if role in _RESIDUAL_WRITERS else kind
+                out.append((name, ne(shape), qtype(role, il, shape[-1]), kind, std))
     out.append(("output_norm.weight", ne(GLOBAL["output_norm"].shape(cfg)), T.F32,
                 "norm_signed" if p.tied else "norm", out_gain))
     if not p.tied:
@@ -537,7 +567,10 @@ def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float
     if kind.startswith("norm"):  # ~1 (gemma's stored 1+w included), times the gain (output_norm only)
         raw = _raw(seed, name, 0, n=n_el)
         x = (_float_values(raw, n_el, NORM_JITTER, T.F32) + np.float32(1.0)) * np.float32(std or 1.0)
-        yield (np.where(raw & np.uint64(1), -x, x) if kind == "norm_signed" else x).tobytes()
+        x = np.where(raw & np.uint64(1), -x, x) if kind == "norm_signed" else x
+        if p.route_code and ne == (p.n_embd,):
+            x[p.n_embd - p.route_code:] = 1.0  # the code reaches every router as the embedding wrote it
+        yield x.tobytes()
         return
     if kind == "bias":
         yield _float_values(_raw(seed, name, 0, n=n_el), n_el, std, T.F32).tobytes()
@@ -557,12 +590,78 @@ def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float
         nb = (r1 - r0) * bpr
         if qt in (T.F32, T.F16, T.BF16):
             n = nb * blk_el
-            yield _float_values(_raw(seed, name, 0, ci, n=n), n, np.repeat(rscale[r0:r1], ne[0]), qt).tobytes()
-            continue
-        raw = _raw(seed, name, 0, ci, n=(nb * blk_bytes + 7) // 8).view(np.uint8)
-        blk = raw[:nb * blk_bytes].reshape(nb, blk_bytes)
-        fill_blocks(qt, blk, np.repeat(rscale[r0:r1], bpr))
-        yield blk.reshape(-1)
+            rows_x = _float_values(_raw(seed, name, 0, ci, n=n), n, np.repeat(rscale[r0:r1], ne[0]), qt)
+            rows_x = rows_x.reshape(r1 - r0, ne[0])
+        else:
+            raw = _raw(seed, name, 0, ci, n=(nb * blk_bytes + 7) // 8).view(np.uint8)
+            rows_x = raw[:nb * blk_bytes].reshape(nb, blk_bytes)
+            fill_blocks(qt, rows_x, np.repeat(rscale[r0:r1], bpr))
+            rows_x = rows_x.reshape(r1 - r0, row_bytes)
+        if kind != "weight" and kind != "head":
+            _route_code(rows_x, r0, ne, qt, kind, seed, name, ci, p)
+        yield rows_x.reshape(-1)
+
+
+def _check_route_code(p: Preset, embd_type: T) -> None:
+    blk = GGML_QUANT_SIZES[embd_type][0]
+    if p.tied or not p.n_expert or not p.n_expert <= p.route_code < p.n_embd or p.route_code % blk:
+        raise ValueError(f"preset {p.name}: route_code {p.route_code} needs an untied MoE model, n_expert "
+                         f"({p.n_expert}) <= route_code < n_embd ({p.n_embd}), whole {embd_type.name} blocks")
+
+
+def _code_blocks(qt: T, v: np.ndarray) -> np.ndarray:
+    """Blocks of type ``qt`` that dequantise to ``v`` ([rows, n], values 0 or one amplitude a),
+    as ``[rows, n // block, type_size]`` bytes: a's level the type's top one, 0 exact."""
+    rows, n = v.shape
+    blk_el, blk_bytes = GGML_QUANT_SIZES[qt]
+    a = np.float32(v.max())
+    vb = v.reshape(rows, n // blk_el, blk_el)
+    out = np.zeros((rows, n // blk_el, blk_bytes), np.uint8)
+    flat = out.reshape(-1, blk_bytes)
+    if qt == T.Q8_0:                       # d·q, q int8
+        d = _f16(np.float32(a / 127))
+        q = np.where(vb > 0, 127, 0).astype(np.int8).reshape(-1, blk_el)
+        _put(flat, 0, np.full(len(flat), d))
+        flat[:, 2:] = q.view(np.uint8)
+    elif qt == T.Q4_0:                     # d·(q - 8), q 4-bit: a at 15, 0 at 8
+        d = _f16(np.float32(a / 7))
+        q = np.where(vb > 0, 15, 8).astype(np.uint8).reshape(-1, blk_el)
+        _put(flat, 0, np.full(len(flat), d))
+        flat[:, 2:] = q[:, :16] | (q[:, 16:] << 4)
+    elif qt == T.Q4_K:                     # d·sc·q - dmin·m with every sc 1, m 0, dmin 0: a at q 15
+        d = _f16(np.float32(a / 15))
+        _put(flat, 0, np.full(len(flat), d))
+        flat[:, 4:16] = np.array([1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1], np.uint8)  # get_scale_min_k4's layout
+        q = np.where(vb > 0, 15, 0).astype(np.uint8).reshape(-1, 4, 2, 32)  # 64-value chunks: low, high nibbles
+        flat[:, 16:] = (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(-1, 128)
+    else:
+        raise ValueError(f"no routing-code block recipe for {qt.name}")
+    return out
+
+
+def _route_code(rows_x: np.ndarray, r0: int, ne: tuple, qt: T, kind: str, seed: int, name: str, ci: int,
+                p: Preset) -> None:
+    """Write the routing code (Preset.route_code) into rows r0.. of a tensor, in place: ``rows_x``
+    is [rows, values] (float types) or [rows, row bytes] (block types)."""
+    rows, C, E = rows_x.shape[0], p.route_code, p.n_embd
+    if kind == "writer":      # rows (ne1 = the residual dim, any expert) in the code dims: all 0
+        out_dim = (r0 + np.arange(rows)) % ne[1]
+        rows_x[out_dim >= E - C] = 0
+    elif kind == "router_code":  # F32 [n_expert, n_embd]: expert e reads code dim e alone there
+        rows_x[:, E - C:] = 0
+        rows_x[np.arange(rows), E - C + r0 + np.arange(rows)] = np.float32(ROUTE_CODE_GAIN)
+    elif kind == "embd_code":  # token rows: n_expert_used experts picked by the largest of n_expert draws
+        draws = _raw(seed, name, 2, ci, n=rows * p.n_expert).reshape(rows, p.n_expert)
+        chosen = np.argsort(draws, axis=1, kind="stable")[:, -p.n_expert_used:]
+        v = np.zeros((rows, C), np.float32)
+        np.put_along_axis(v, chosen, np.float32(ROUTE_CODE_AMP), axis=1)
+        if qt in (T.F32, T.F16):
+            rows_x[:, E - C:] = v.astype(rows_x.dtype)
+        else:
+            blk_el, blk_bytes = GGML_QUANT_SIZES[qt]
+            rows_x[:, (E - C) // blk_el * blk_bytes:] = _code_blocks(qt, v).reshape(rows, -1)
+    else:
+        raise ValueError(kind)
 
 
 # ------------------------------------------------------------- GGUF plumbing

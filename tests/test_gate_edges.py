@@ -331,6 +331,10 @@ def test_degenerate_runs_are_named_with_their_tokens():
     loop = t(9, 8, *[1, 2] * 6)
     assert _degenerate(t(5), loop, calm, eos=None) == "repetition loop of period 2 ([1, 2]) where llama.cpp has none"
     assert _degenerate(t(5), loop, loop, eos=None) is None
+    broken = t(9, 8, *[1, 2] * 3, 7, 2, *[1, 2] * 2)  # llama.cpp left its loop at one step
+    assert _degenerate(t(5), loop, broken, eos=None) is None
+    twice = t(9, 8, *[1, 2] * 3, 7, 2, 1, 7, 1, 2)
+    assert _degenerate(t(5), loop, twice, eos=None) == "repetition loop of period 2 ([1, 2]) where llama.cpp has none"
 
 
 def _realisation(margin, logit, kl, flips_per_prompt, variant="v", n_steps=32):

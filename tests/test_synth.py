@@ -325,3 +325,88 @@ def test_router_gain_scales_only_the_router():
     # logits have the std of its weights, 3
     (std,) = {s for n, _, _, _, s in gained if n == "blk.0.ffn_gate_inp.weight"}
     assert std == pytest.approx(3.0)
+
+
+# A routing-code preset small enough for the NumPy engine: qwen3moe's Q4_K_M file with the real
+# presets' code of 256 dims beside 256 random ones, 16 experts, 4 a token.
+def _route_code_preset():
+    from dataclasses import replace
+
+    return replace(PRESETS["qwen3moe-30b-a3b"], name="route-code", n_embd=512, n_layer=4, n_head=4, n_head_kv=2,
+                   head_dim=64, n_ff=512, n_expert=16, n_expert_used=4, n_ff_exp=256, vocab="smollm2")
+
+
+@pytest.mark.parametrize("qt", [T.Q4_K, T.Q4_0, T.Q8_0])
+def test_route_code_blocks_dequantise_exactly(qt):
+    """The embedding's code blocks hold the amplitude in the chosen dims and an exact 0 elsewhere."""
+    rng = np.random.default_rng(0)
+    v = np.where(rng.random((3, 512)) < 0.05, np.float32(synth.ROUTE_CODE_AMP), np.float32(0)).astype(np.float32)
+    got = dequantize(synth._code_blocks(qt, v).reshape(3, -1), qt).reshape(3, 512)
+    a = got.max()
+    assert abs(a - synth.ROUTE_CODE_AMP) < 2e-3 * synth.ROUTE_CODE_AMP
+    assert np.array_equal(got, np.where(v > 0, a, 0))
+
+
+def test_route_code_layout(small_vocab, tmp_path):
+    """Which tensors carry the routing code: the embedding's code dims hold n_expert_used
+    amplitudes per token, every residual-writing matrix has zero rows there, the norms 1, and
+    router row e reads code dim e alone among the code dims."""
+    p = _route_code_preset()
+    path = write_synthetic(p, tmp_path / "m.gguf", vocab_gguf=small_vocab)["path"]
+    t = {x.name: x for x in GGUFReader(path).tensors}
+    E, C, c0 = p.n_embd, p.route_code, p.n_embd - p.route_code
+
+    def deq(name):
+        x = t[name]
+        return dequantize(x.data, x.tensor_type).reshape([int(n) for n in reversed(x.shape)])
+
+    code = deq("token_embd.weight")[:, c0:]
+    assert ((code > 0).sum(axis=1) == p.n_expert_used).all() and (code[:, p.n_expert:] == 0).all()
+    assert len({tuple(np.flatnonzero(r)) for r in code}) > 100  # the choice depends on the token
+    for il in range(p.n_layer):
+        for name in ("attn_output", "ffn_down_exps"):
+            w = deq(f"blk.{il}.{name}.weight")
+            assert (w[..., c0:, :] == 0).all() and np.abs(w[..., :c0, :]).max() > 0, name
+        for name in ("attn_norm", "ffn_norm"):
+            assert (deq(f"blk.{il}.{name}.weight")[c0:] == 1).all()
+        r = deq(f"blk.{il}.ffn_gate_inp.weight")
+        assert np.array_equal(r[:, c0:], np.eye(p.n_expert, C, dtype=np.float32) * np.float32(synth.ROUTE_CODE_GAIN))
+    with pytest.raises(ValueError, match="route_code 256 needs an untied MoE model"):
+        from dataclasses import replace
+        tensor_plan(replace(p, tied=True), 512)
+
+
+def test_route_code_routes_each_token_decisively(smollm2_path, tmp_path):
+    """In the NumPy engine every routing decision of a prompt and its greedy continuation picks
+    the experts the token's code names, ahead of the next expert by more than half the
+    designed lead (a router at gain 1 parts them by thousandths of a logit)."""
+    from engine.backends.numpy import ops as nops
+    from engine.model import Model
+
+    p = _route_code_preset()
+    path = write_synthetic(p, tmp_path / "m.gguf", vocab_gguf=smollm2_path)["path"]
+    gaps, picks = [], []
+    route = nops.route
+
+    def spy(logits, k, norm):
+        s = np.sort(logits, axis=-1)
+        gaps.append(s[:, -k] - s[:, -k - 1])
+        ids, w = route(logits, k, norm)
+        picks.append(np.sort(ids, axis=-1))
+        return ids, w
+
+    m = Model(path, backend="numpy", n_ctx=128)
+    tokens = [1, 504, 1019, 8892, 33, 7, 4410, 219]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nops, "route", spy)
+        m.forward(tokens[:-1])
+        nxt = [m.decode_next(tokens[-1])]
+        for _ in range(5):
+            nxt.append(m.decode_next(nxt[-1]))
+    assert min(g.min() for g in gaps) > synth.ROUTE_CODE_LEAD / 2
+    fed = tokens + nxt[:-1]
+    x = next(x for x in GGUFReader(path).tensors if x.name == "token_embd.weight")
+    embd = dequantize(x.data, x.tensor_type).reshape(-1, p.n_embd)[fed, p.n_embd - p.route_code:]
+    want = np.sort(np.argsort(-embd, axis=1, kind="stable")[:, :p.n_expert_used], axis=1)
+    for il in range(p.n_layer):  # the prompt's rows, then one a decode step, layer by layer
+        assert np.array_equal(np.concatenate(picks[il::p.n_layer]), want), il
