@@ -86,12 +86,12 @@ class Preset:
     # the weight sits on the first few experts, as in trained routers, and a swap at the k-th
     # place moves the output little
     router_gain: float = 1.0
-    # A routing code (real-shape MoE): the last route_code dims of the residual stream carry each
+    # A routing code (the untied MoE presets): the last route_code dims of the residual stream carry each
     # token's choice of experts and nothing else, so every engine routes a token alike. The
     # embedding writes ROUTE_CODE_AMP into the dims of n_expert_used experts picked per token
     # (0 in the rest of the code dims); no layer writes the code dims (their rows of every
     # residual-writing matrix are 0; the norms carry 1 there); each router reads its own
-    # expert's code dim with weight ROUTE_CODE_GAIN beside its random weights on the other dims.
+    # expert's code dim (route_code_gain) beside its random weights on the other dims.
     # The chosen experts then lead the rest by a set number of logits at every layer, and
     # the random part still weighs them by context. At router gain 1 the k-th and (k+1)-th
     # of 128 experts part by 0.0008 logits or less on 1% of tokens, and rounding re-routes
@@ -115,23 +115,31 @@ class Preset:
 
 
 _TINY = dict(n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512)
-# The tiny MoE models' routers (8 experts, 2 a token): at gain 1 the second and third experts
-# near-tie somewhere in every prompt, and a rounding-sized difference re-routes a token: the
-# exact and the rounding-faithful NumPy engines parted by 19.7 (qwen3moe), 12.4 (qwen35moe) and
-# 6.3 (gemma4moe) logits over three prompts, a gate that only a crash fails. At 8 the first
-# expert carries most of the weight, a swap at the second place moves little, and they part by
-# 1.5, 2.4 and 0.7 (the dense tiny models: 0.5-0.9; reports/notes/cuda-gate-2026-12-04.md).
+# tiny-gemma4moe's router (8 experts, 2 a token; its embedding is tied, so no routing code): at
+# gain 1 the second and third experts near-tie somewhere in every prompt, and a rounding-sized
+# difference re-routes a token (the exact and the rounding-faithful NumPy engines parted by 6.3
+# logits over three prompts). At 8 the first expert carries most of the weight, a swap at the
+# second place moves little, and they part by 0.7 (reports/notes/cuda-gate-2026-12-04.md). The
+# untied tiny MoE models route by a code instead (Preset.route_code).
 TINY_ROUTER_GAIN = 8.0
 # The routing code (Preset.route_code): the code's value in a chosen expert's dim of the embedding
-# (the embedding's other dims have RMS 1), and the router's weight on it, sized so the chosen
-# experts lead by ROUTE_CODE_LEAD logits where the residual stream's RMS is ROUTE_CODE_RMS (the
-# real-shape MoE presets' residual grows to RMS 4.3-6.4 by their last layer; at the first, the
-# lead is ~8x larger). The random rest of a router logit has std ~1, so the chosen set never
-# changes by less than ROUTE_CODE_LEAD - 2*2.7 (the extremes of 128-256 Gaussians) ~ 6.6 logits.
+# (the embedding's other dims have RMS 1), and the chosen experts' lead in router logits at every
+# layer. The router reads the code through an RMSNorm, so its weight on the code grows with depth
+# as the residual stream's RMS does in these files: RMS² ~ 1.2 + 0.5·layer (fits to the NumPy
+# engine's residual: 1.06-1.40 + 0.39-0.69·layer over the tiny and real-shape MoE presets), which
+# keeps the lead within ~20% of ROUTE_CODE_LEAD. The routers' random part has std 0.5 (their
+# router_gain): the chosen set then parts from the rest by ~2-3 logits at the worst of 128-256
+# experts (rounding moves a router logit by hundredths to tenths), and the experts left out keep
+# 2-10% of the softmax's weight, as in trained routers, so the top-k renormalisation still shows.
 ROUTE_CODE_AMP = 2.0
-ROUTE_CODE_RMS = 8.0
-ROUTE_CODE_LEAD = 12.0
-ROUTE_CODE_GAIN = ROUTE_CODE_LEAD * ROUTE_CODE_RMS / ROUTE_CODE_AMP
+ROUTE_CODE_LEAD = 5.0
+
+
+def route_code_gain(il: int) -> float:
+    """The router's weight on its expert's code dim in layer ``il``."""
+    return ROUTE_CODE_LEAD * math.sqrt(1.2 + 0.5 * il) / ROUTE_CODE_AMP
+
+
 # the matrices whose output is added to the residual stream: their rows in the code dims are 0
 _RESIDUAL_WRITERS = ("attn_output", "ffn_down", "ffn_down_exps", "ffn_down_shexp", "ssm_out")
 
@@ -182,9 +190,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     # logit std 17 puts them near 2.5, above the decisive 2.
     # Mixture of experts: 8 SwiGLU experts of width 256, 2 per token, on every layer.
     Preset("tiny-qwen3moe", "qwen3moe", **_TINY, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6,
-           vocab="qwen2", n_expert=8, n_expert_used=2, n_ff_exp=256, router_gain=TINY_ROUTER_GAIN,
+           vocab="qwen2", n_expert=8, n_expert_used=2, n_ff_exp=256, route_code=32, router_gain=0.5,
            file_type=FT.MOSTLY_Q4_K_M,
-           mix=(("token_embd", "Q4_K"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
+           mix=(("token_embd", "Q8_0"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
                 ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("ffn_gate_exps", "Q4_K"),
                 ("ffn_up_exps", "Q4_K"), ("ffn_down_exps", "Q6_K"))),
     # Gated DeltaNet hybrid: layers 0-2 recurrent (2 key / 4 value heads of 32, conv 4), layer 3
@@ -200,9 +208,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("tiny-qwen35moe", "qwen35moe", **_TINY, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6,
            vocab="qwen2", n_rot=16, ssm_d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=32,
            full_attention_interval=4, n_expert=8, n_expert_used=2, n_ff_exp=256, n_ff_shexp=256,
-           router_gain=TINY_ROUTER_GAIN,
+           route_code=32, router_gain=0.5,
            file_type=FT.MOSTLY_Q4_K_M,
-           mix=(("token_embd", "Q4_K"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
+           mix=(("token_embd", "Q8_0"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
                 ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("attn_qkv", "Q5_K"), ("attn_gate", "Q4_K"),
                 ("ssm_beta", "Q8_0"), ("ssm_alpha", "F32"), ("ssm_conv1d", "F32"), ("ssm_out", "Q8_0"),
                 ("ffn_gate_exps", "Q4_K"), ("ffn_up_exps", "Q4_K"), ("ffn_down_exps", "Q6_K"),
@@ -226,7 +234,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("qwen36-35b-a3b", "qwen35moe", n_embd=2048, n_layer=40, n_head=16, n_head_kv=2, head_dim=256,
            n_ff=512, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6, vocab="qwen35", n_rot=64,
            ssm_d_conv=4, ssm_k_heads=16, ssm_v_heads=32, ssm_head=128, full_attention_interval=4,
-           n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512, route_code=256,
+           n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512,
            mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
     Preset("qwen3-8b", "qwen3", n_embd=4096, n_layer=36, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=12288, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2",
@@ -234,8 +242,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     # The real Qwen3-30B-A3B shape: 128 experts of width 768, 8 per token, on all 48 layers.
     Preset("qwen3moe-30b-a3b", "qwen3moe", n_embd=2048, n_layer=48, n_head=32, n_head_kv=4, head_dim=128,
            n_ff=6144, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2", n_expert=128,
-           n_expert_used=8, n_ff_exp=768, route_code=256, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M,
-           logit_std=17.0),
+           n_expert_used=8, n_ff_exp=768, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
     # Gemma 4 31B (50 sliding layers of 32 heads of 256 over 16 KV heads, window 1024; 10 full
     # ones of 32 heads of 512 over 4, RoPE on 128 of 512 dims; FFN 21504) and 26B-A4B (25 + 5
     # layers, 16 heads over 8 / 2 KV heads, a dense MLP of 2112 beside 128 experts of 704, 8 per
@@ -649,7 +656,7 @@ def _route_code(rows_x: np.ndarray, r0: int, ne: tuple, qt: T, kind: str, seed: 
         rows_x[out_dim >= E - C] = 0
     elif kind == "router_code":  # F32 [n_expert, n_embd]: expert e reads code dim e alone there
         rows_x[:, E - C:] = 0
-        rows_x[np.arange(rows), E - C + r0 + np.arange(rows)] = np.float32(ROUTE_CODE_GAIN)
+        rows_x[np.arange(rows), E - C + r0 + np.arange(rows)] = np.float32(route_code_gain(int(name.split(".")[1])))
     elif kind == "embd_code":  # token rows: n_expert_used experts picked by the largest of n_expert draws
         draws = _raw(seed, name, 2, ci, n=rows * p.n_expert).reshape(rows, p.n_expert)
         chosen = np.argsort(draws, axis=1, kind="stable")[:, -p.n_expert_used:]
