@@ -197,7 +197,10 @@ def test_ctrl_c_stops_every_worker_and_their_children_and_exits_130(tmp_path):
         err = p.communicate(timeout=60)[1]
     finally:
         p.kill()
-    assert p.returncode == 130 and err.strip().splitlines()[-1] == "interrupted"
+    # multiprocessing's resource tracker (its own process) may warn after the command's last line,
+    # about the semaphores of the workers the command killed
+    ours = [x for x in err.strip().splitlines() if "resource_tracker" not in x and "leaked semaphore" not in x]
+    assert p.returncode == 130 and ours[-1] == "interrupted", err
     deadline = time.monotonic() + 10
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
