@@ -348,14 +348,24 @@ def measure_faithful(cat, names: list[str], reference_set: str, variants=tuple(F
     return out
 
 
-def faithful_records(results_dir) -> dict[tuple[str, str], list]:
+def of_catalog_file(result: dict, cat) -> bool:
+    """Whether a saved measurement (a variation record's result) is of the file
+    the catalog names for its model now: a model's file can be made anew, and
+    a measurement of the old one must not set the new one's gate. A result
+    saved before results named their file's sha256 counts as of it."""
+    e = cat.get(result["model"])
+    return e is None or result.get("model_sha256", e.sha256) == e.sha256
+
+
+def faithful_records(results_dir, cat=None) -> dict[tuple[str, str], list]:
     """The committed measurements of the faithful oracle (``harness reference
     --variation --faithful --save``): (model, set) -> its results, the newest
-    of each variant, as objects ``propose`` reads."""
+    of each variant of the catalog's file, as objects ``propose`` reads."""
     import json
     from pathlib import Path
     from types import SimpleNamespace
 
+    cat = catalog.load() if cat is None else cat
     newest: dict[tuple[str, str, str], tuple[str, dict]] = {}
     for f in sorted(Path(results_dir).glob("variation-*.json")):
         rec = json.loads(f.read_text())
@@ -363,6 +373,8 @@ def faithful_records(results_dir) -> dict[tuple[str, str], list]:
             continue
         for r in rec["results"]:
             if r["variant"] not in FAITHFUL_VARIANTS:  # a realisation measured once, not one the gates take
+                continue
+            if not of_catalog_file(r, cat):
                 continue
             key = (r["model"], r["tier"], r["variant"])
             if key not in newest or rec["date"] >= newest[key][0]:

@@ -134,13 +134,13 @@ def test_every_catalog_flip_share_is_the_one_its_variation_record_supports():
     engine that variation measures; a gate with no such record has none."""
     from harness import results
 
-    runs = {}
+    runs, cat = {}, catalog.load()
     for rec in results.load_all(kind="variation"):  # oldest first: a later record of a set replaces the earlier
         if rec.get("engine") != "llama.cpp":  # the faithful oracle's: the CUDA gates of CPU-made sets (test_anchored)
             continue
-        for key in {(r["model"], r["tier"]) for r in rec["results"]}:
-            runs[key] = [r for r in rec["results"] if (r["model"], r["tier"]) == key]
-    cat = catalog.load()
+        of_file = [r for r in rec["results"] if gates.of_catalog_file(r, cat)]  # not a file made anew since
+        for key in {(r["model"], r["tier"]) for r in of_file}:
+            runs[key] = [r for r in of_file if (r["model"], r["tier"]) == key]
     for name, e in cat.items():
         for s in e.reference_sets:
             for backend in catalog.BACKENDS:
@@ -363,6 +363,27 @@ def test_the_faithful_gate_covers_its_own_realisations_flips():
     assert g.flips == gates.ceil2(3 / 32)  # prompt 0: two flips at most, one more
     # judged as validate judges: neither realisation fails the gate it is part of
     assert gates.held_out_failures({"m": e}, {("m", "cpu"): spread + spread}, h) == []
+
+
+def test_a_measurement_of_a_file_made_anew_sets_no_gate(tmp_path):
+    """A faithful-oracle record of a model's earlier file (another sha256) is
+    passed over, however new; one saved before results named their file counts."""
+    import json
+    from types import SimpleNamespace
+
+    cat = {"m": SimpleNamespace(sha256="new")}
+
+    def save(name, date, **extra):
+        r = {"model": "m", "tier": "cpu", "variant": "faithful", "max_logit_diff": 1.0, "cases": [], **extra}
+        (tmp_path / f"variation-{name}.json").write_text(json.dumps(
+            {"engine": "anvil faithful oracle", "date": date, "results": [r]}))
+
+    save("a", "2026-12-01T00:00:00Z")                      # before results named their file
+    assert gates.faithful_records(tmp_path, cat)[("m", "cpu")][0].max_logit_diff == 1.0
+    save("b", "2026-12-02T00:00:00Z", model_sha256="new", max_logit_diff=2.0)
+    save("c", "2026-12-03T00:00:00Z", model_sha256="old", max_logit_diff=3.0)  # newest, of the old file
+    (got,) = gates.faithful_records(tmp_path, cat)[("m", "cpu")]
+    assert got.max_logit_diff == 2.0
 
 
 def test_the_headroom_is_the_largest_held_out_ratio_where_no_budget_binds():

@@ -104,6 +104,7 @@ def _reference_variation(cat, names: list[str], rset: str, save: bool, faithful:
         rec = {"engine": "anvil faithful oracle" if faithful else "llama.cpp", "build": build_hash(),
                "backend": "numpy (rounding cuda)" if faithful else "llama.cpp", "tiers": [rset],
                "device": device, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "results": [{**r.to_json(), "variant": v, "settings": st} for _, v, st, r in measured]}
+               "results": [{**r.to_json(), "variant": v, "settings": st, "model_sha256": cat[m].sha256}
+                           for m, v, st, r in measured]}
         print(f"saved {store.save(rec, 'variation')}", file=sys.stderr)
     return 0
