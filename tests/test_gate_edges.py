@@ -369,7 +369,6 @@ def test_a_measurement_of_a_file_made_anew_sets_no_gate(tmp_path):
     """A faithful-oracle record of a model's earlier file (another sha256) is
     passed over, however new; one saved before results named their file counts."""
     import json
-    from types import SimpleNamespace
 
     cat = {"m": SimpleNamespace(sha256="new")}
 
