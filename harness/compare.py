@@ -117,7 +117,7 @@ def _degenerate(free, judged, case: Case, eos) -> str | None:
     # after a legitimate near-tie (random-weight models have such attractors).
     # llama.cpp's own tail counts as that loop where it follows it but for one token: it broke
     # its loop once at a near-tie, which its own other settings do not (flash attention on
-    # qwen3moe-30b-a3b, reports/results/variation-20261204T202432Z-e93bdf5a.json)
+    # qwen3moe-30b-a3b, reports/notes/cuda-gate-2026-12-04.md §13)
     p = repetition_loop(judged.tokens)
     tail = slice(-LOOP_MIN_SPAN, None)
     if p and not repetition_loop(case.tokens) and sum(

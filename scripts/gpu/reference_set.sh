@@ -6,8 +6,9 @@
 # (flash attention on, one-token batches: `reference --variation --save`), the
 # gate that spread proposes (gates.propose) replaces the model's
 # gate.TIER-cuda in the host's catalog copy (the line to commit is printed);
-# then, every model's spread measured, the CUDA engine is validated on each. Back in $OUT: the references and
-# records (results.tgz), the gate lines (gates.txt), the logs (logs.tgz).
+# then, every model's spread measured, the CUDA engine is validated on each.
+# Back in $OUT: the references and records (results.tgz), the gate lines
+# (gates.txt), the logs (logs.tgz).
 # Carry: .gpu/whl, .gpu/vocab.tar.xz, .gpu/llamacpp.
 set -uo pipefail
 source scripts/gpu/host-env.sh

@@ -16,9 +16,9 @@
 #   4. harness bisect base c9        (must name c5)
 # STEPS (default "aa plant old bisect") picks the steps; SPIN_NS sets the plant's
 # spin in ns instead of measuring the base build first (a later call keeps the
-# plant of an earlier one). Each step stops at LIMIT seconds (default 560) all told. The records come back in
-# $OUT/results.tgz, every step's log in $OUT/logs.tgz (a call brings back 8 files at
-# most); the summary last.
+# plant of an earlier one). Each step stops at LIMIT seconds (default 560) all
+# told. The records come back in $OUT/results.tgz, every step's log in
+# $OUT/logs.tgz (a call brings back 8 files at most); the summary last.
 set -uo pipefail
 source scripts/gpu/host-env.sh
 ROOT=$PWD
