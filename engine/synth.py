@@ -97,6 +97,16 @@ class Preset:
     # of 128 experts part by 0.0008 logits or less on 1% of tokens, and rounding re-routes
     # them (reports/notes/cuda-gate-2026-12-04.md §13).
     route_code: int = 0
+    # A bias region (the hybrids): the bias_dims dims before the routing code hold BIAS_AMP in
+    # every token's embedding and nothing else (no layer writes them; like the "massive
+    # activations" of trained models, a constant the layers read as a bias). Only the DeltaNet
+    # layers' attn_norm passes them (1 there, 0 in every other norm), and their in-projection
+    # reads them as biases: the queries and keys get a shared positive direction (so every key
+    # meets a query at a steady angle) and the output gate SiLU(z) a positive offset (a gate that
+    # passes, as trained ones mostly do). Random DeltaNet weights otherwise amplify rounding
+    # noise 2.5-4x past a dense stack's: q·k of random unit vectors is ~0 and the RMSNorm of
+    # Sᵀq scales that near-cancellation back up (reports/notes/cuda-gate-2026-12-04.md §16).
+    bias_dims: int = 0
     n_rot: int = 0                  # rotated dims per head (0: all); qwen35 rotates a quarter
     ssm_d_conv: int = 0             # Gated DeltaNet (qwen35): conv taps, key / value heads, head width
     ssm_k_heads: int = 0
@@ -140,8 +150,31 @@ def route_code_gain(il: int) -> float:
     return ROUTE_CODE_LEAD * math.sqrt(1.2 + 0.5 * il) / ROUTE_CODE_AMP
 
 
+# The bias region (Preset.bias_dims): its value in the embedding; the biases it gives the DeltaNet
+# in-projection in units of the random part's std (1): BIAS_QK·(0.5..1.5 per head dim) on the
+# queries and keys alike, signed by their conv channel's tap sum so that both are positive after
+# the conv, and BIAS_Z on the output gate; and the gain of ssm_norm, which keeps the layer's
+# write (now ~4·RMSNorm(o) through SiLU(z)) near twice the random layer's. Measured on narrow
+# proxies of qwen35-9b and qwen36-27b against the exact NumPy engine (§16): the spread of the
+# rounding-faithful engine fell from 2.5x and 3.9x the dense proxy's to 0.95x and 1.07x.
+BIAS_AMP = 1.0
+BIAS_QK = 4.0
+BIAS_Z = 4.0
+BIAS_DN_GAIN = 0.3
+
+
+def bias_rms(il: int) -> float:
+    """The residual stream's RMS entering layer ``il`` of a file with a bias region (its readers'
+    weights grow with it, as route_code_gain's do): RMS² grows by ~1 a layer there, the DeltaNet
+    layers writing ~1.2 (fits to the NumPy engine's residual over tiny-qwen35 and proxies of
+    qwen35-9b and qwen36-27b: 0.98-1.04 a layer past the first)."""
+    return math.sqrt(1.0 + il)
+
+
 # the matrices whose output is added to the residual stream: their rows in the code dims are 0
 _RESIDUAL_WRITERS = ("attn_output", "ffn_down", "ffn_down_exps", "ffn_down_shexp", "ssm_out")
+# the DeltaNet in-projection's parts and what each reads in the bias region (_regions)
+_BIAS_READERS = {"attn_qkv": "bias_qkv", "attn_gate": "bias_gate", "ssm_beta": "bias_zero", "ssm_alpha": "bias_zero"}
 
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("tiny-llama", "llama", **_TINY, context_length=131072, rope_freq_base=500000.0,
@@ -199,19 +232,19 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     # gated attention rotating 16 of its 64 dims.
     Preset("tiny-qwen35", "qwen35", **_TINY, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6,
            vocab="qwen2", n_rot=16, ssm_d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=32,
-           full_attention_interval=4, file_type=FT.MOSTLY_Q4_K_M,
-           mix=(("token_embd", "Q4_K"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
-                ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("attn_qkv", "Q5_K"), ("attn_gate", "Q4_K"),
+           full_attention_interval=4, bias_dims=32, file_type=FT.MOSTLY_Q4_K_M,
+           mix=(("token_embd", "Q8_0"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
+                ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("attn_qkv", "Q5_0"), ("attn_gate", "Q4_0"),
                 ("ssm_beta", "Q8_0"), ("ssm_alpha", "F32"), ("ssm_conv1d", "F32"), ("ssm_out", "Q8_0"),
                 ("ffn_gate", "Q4_K"), ("ffn_up", "Q4_K"), ("ffn_down", "Q6_K"))),
     # ...with routed experts (8 of width 256, 2 per token) and a gated shared expert of width 256.
     Preset("tiny-qwen35moe", "qwen35moe", **_TINY, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6,
            vocab="qwen2", n_rot=16, ssm_d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=32,
            full_attention_interval=4, n_expert=8, n_expert_used=2, n_ff_exp=256, n_ff_shexp=256,
-           route_code=32, router_gain=0.5,
+           route_code=32, router_gain=0.5, bias_dims=32,
            file_type=FT.MOSTLY_Q4_K_M,
            mix=(("token_embd", "Q8_0"), ("output", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"),
-                ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("attn_qkv", "Q5_K"), ("attn_gate", "Q4_K"),
+                ("attn_v", "Q6_K"), ("attn_output", "Q4_K"), ("attn_qkv", "Q5_0"), ("attn_gate", "Q4_0"),
                 ("ssm_beta", "Q8_0"), ("ssm_alpha", "F32"), ("ssm_conv1d", "F32"), ("ssm_out", "Q8_0"),
                 ("ffn_gate_exps", "Q4_K"), ("ffn_up_exps", "Q4_K"), ("ffn_down_exps", "Q6_K"),
                 ("ffn_gate_shexp", "Q5_K"), ("ffn_up_shexp", "Q5_K"), ("ffn_down_shexp", "Q8_0"))),
@@ -379,10 +412,11 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
     embd_std = EMBD_STD / cfg.embd_scale  # gemma3 scales x0 by sqrt(n_embd)
     head_std = embd_std if p.tied else _logit_std(p, n_vocab) / (math.sqrt(E) * rms_g)
     out_gain = _logit_std(p, n_vocab) / (embd_std * math.sqrt(E) * rms_g) if p.tied else 1.0
-    if p.route_code:
-        _check_route_code(p, qtype("token_embd"))
+    regions = p.route_code or p.bias_dims
+    if regions:
+        _check_regions(p, [qtype(r) for r in ("token_embd", "attn_qkv", "attn_gate") if r == "token_embd" or p.ssm_d_conv])
     out = [("token_embd.weight", ne(GLOBAL["token_embd"].shape(cfg)), qtype("token_embd"),
-            "head" if p.tied else "embd_code" if p.route_code else "weight", embd_std)]
+            "head" if p.tied else "embd_code" if regions else "weight", embd_std)]
     if GLOBAL["rope_freqs"].required(cfg):
         out.append(("rope_freqs.weight", ne(GLOBAL["rope_freqs"].shape(cfg)), T.F32, "rope_freqs", 0.0))
     for il in range(cfg.n_layer):
@@ -395,7 +429,9 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
                     out.append((name, ne(shape), T.F32, "bias", GAIN / math.sqrt(shape[0])))
                     continue
                 kind = "bias" if bias else "decay" if name.endswith(".ssm_a") else "norm"
-                gain = 0.0
+                if p.bias_dims and cfg.recurrent[il] and name.endswith("attn_norm.weight"):
+                    kind = "norm_bias"  # the one norm that passes the bias region
+                gain = BIAS_DN_GAIN if p.bias_dims and name.endswith("ssm_norm.weight") else 0.0
                 if cfg.attn_scale == 1.0 and name.endswith(("attn_q_norm.weight", "attn_k_norm.weight")):
                     # no 1/sqrt(d) on q·k (gemma4): the Q and K norms carry d^-1/4 each, so
                     # attention logits have unit std instead of sqrt(d) (a near-argmax softmax
@@ -412,9 +448,11 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
                 if name.endswith("ffn_gate_inp.weight"):
                     std *= p.router_gain
                 role = name.split(".")[2]
-                kind = "weight"
-                if p.route_code:
-                    kind = "router_code" if role == "ffn_gate_inp" else "writer" if role in _RESIDUAL_WRITERS else kind
+                kind = "writer" if regions and role in _RESIDUAL_WRITERS else "weight"
+                if p.route_code and role == "ffn_gate_inp":
+                    kind = "router_code"
+                if p.bias_dims:
+                    kind = _BIAS_READERS.get(role, kind)
                 out.append((name, ne(shape), qtype(role, il, shape[-1]), kind, std))
     out.append(("output_norm.weight", ne(GLOBAL["output_norm"].shape(cfg)), T.F32,
                 "norm_signed" if p.tied else "norm", out_gain))
@@ -575,8 +613,10 @@ def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float
         raw = _raw(seed, name, 0, n=n_el)
         x = (_float_values(raw, n_el, NORM_JITTER, T.F32) + np.float32(1.0)) * np.float32(std or 1.0)
         x = np.where(raw & np.uint64(1), -x, x) if kind == "norm_signed" else x
-        if p.route_code and ne == (p.n_embd,):
-            x[p.n_embd - p.route_code:] = 1.0  # the code reaches every router as the embedding wrote it
+        if ne == (p.n_embd,):
+            lo, code = p.n_embd - p.route_code - p.bias_dims, p.n_embd - p.route_code
+            x[lo:code] = 1.0 if kind == "norm_bias" else 0.0  # the bias region reaches the DeltaNet alone
+            x[code:] = 1.0  # the code reaches every router as the embedding wrote it
         yield x.tobytes()
         return
     if kind == "bias":
@@ -605,68 +645,121 @@ def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float
             fill_blocks(qt, rows_x, np.repeat(rscale[r0:r1], bpr))
             rows_x = rows_x.reshape(r1 - r0, row_bytes)
         if kind != "weight" and kind != "head":
-            _route_code(rows_x, r0, ne, qt, kind, seed, name, ci, p)
+            _regions(rows_x, r0, ne, qt, kind, seed, name, ci, p)
         yield rows_x.reshape(-1)
 
 
-def _check_route_code(p: Preset, embd_type: T) -> None:
-    blk = GGML_QUANT_SIZES[embd_type][0]
-    if p.tied or not p.n_expert or not p.n_expert <= p.route_code < p.n_embd or p.route_code % blk:
-        raise ValueError(f"preset {p.name}: route_code {p.route_code} needs an untied MoE model, n_expert "
-                         f"({p.n_expert}) <= route_code < n_embd ({p.n_embd}), whole {embd_type.name} blocks")
+def _check_regions(p: Preset, types: list[T]) -> None:
+    """The routing code and the bias region: whole blocks of every type that carries them, in an
+    untied file (the head would read them otherwise); the code needs experts, the bias DeltaNet."""
+    blk = max(GGML_QUANT_SIZES[t][0] for t in types)
+    C, R = p.route_code, p.bias_dims
+    if p.tied or C % blk or R % blk or not C + R < p.n_embd:
+        raise ValueError(f"preset {p.name}: route_code {C} and bias_dims {R} need an untied model and whole "
+                         f"blocks of {', '.join(t.name for t in types)} within n_embd ({p.n_embd})")
+    if C and not p.n_expert <= C:
+        raise ValueError(f"preset {p.name}: route_code {C} needs an MoE model of at most {C} experts")
+    if R and not p.ssm_d_conv:
+        raise ValueError(f"preset {p.name}: bias_dims {R} needs a Gated DeltaNet hybrid")
 
 
 def _code_blocks(qt: T, v: np.ndarray) -> np.ndarray:
-    """Blocks of type ``qt`` that dequantise to ``v`` ([rows, n], values 0 or one amplitude a),
-    as ``[rows, n // block, type_size]`` bytes: a's level the type's top one, 0 exact."""
+    """Blocks of type ``qt`` that dequantise to ``v`` ([rows, n]; in each block the values are 0
+    or one amplitude a, of either sign), as ``[rows, n // block, type_size]`` bytes: a at the
+    type's top level (d = a / top, d signed), 0 exact."""
     rows, n = v.shape
     blk_el, blk_bytes = GGML_QUANT_SIZES[qt]
-    a = np.float32(v.max())
-    vb = v.reshape(rows, n // blk_el, blk_el)
-    out = np.zeros((rows, n // blk_el, blk_bytes), np.uint8)
-    flat = out.reshape(-1, blk_bytes)
+    vb = v.reshape(-1, blk_el)
+    a = vb[np.arange(len(vb)), np.abs(vb).argmax(axis=1)].astype(np.float32)  # each block's amplitude
+    on = vb != 0
+    out = np.zeros((len(vb), blk_bytes), np.uint8)
+
+    def nibbles(q):  # element j low nibble of byte j, element j + half the high one
+        h = q.shape[1] // 2
+        return (q[:, :h] | (q[:, h:] << 4)).astype(np.uint8)
+
     if qt == T.Q8_0:                       # d·q, q int8
-        d = _f16(np.float32(a / 127))
-        q = np.where(vb > 0, 127, 0).astype(np.int8).reshape(-1, blk_el)
-        _put(flat, 0, np.full(len(flat), d))
-        flat[:, 2:] = q.view(np.uint8)
-    elif qt == T.Q4_0:                     # d·(q - 8), q 4-bit: a at 15, 0 at 8
-        d = _f16(np.float32(a / 7))
-        q = np.where(vb > 0, 15, 8).astype(np.uint8).reshape(-1, blk_el)
-        _put(flat, 0, np.full(len(flat), d))
-        flat[:, 2:] = q[:, :16] | (q[:, 16:] << 4)
-    elif qt == T.Q4_K:                     # d·sc·q - dmin·m with every sc 1, m 0, dmin 0: a at q 15
-        d = _f16(np.float32(a / 15))
-        _put(flat, 0, np.full(len(flat), d))
-        flat[:, 4:16] = np.array([1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1], np.uint8)  # get_scale_min_k4's layout
-        q = np.where(vb > 0, 15, 0).astype(np.uint8).reshape(-1, 4, 2, 32)  # 64-value chunks: low, high nibbles
-        flat[:, 16:] = (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(-1, 128)
+        _put(out, 0, _f16(a / np.float32(127)))
+        out[:, 2:] = np.where(on, 127, 0).astype(np.int8).view(np.uint8)
+    elif qt in (T.Q4_0, T.Q5_0):           # d·(q - 8) / d·(q - 16): a at the top code, 0 at the middle
+        mid = 8 if qt == T.Q4_0 else 16
+        _put(out, 0, _f16(a / np.float32(mid - 1)))
+        q = np.where(on, 2 * mid - 1, mid).astype(np.uint32)
+        if qt == T.Q5_0:                   # element j's 5th bit is bit j of qh
+            qh = ((q >> 4) << np.arange(32, dtype=np.uint32)).sum(axis=1, dtype=np.uint32)
+            out[:, 2:6] = qh.astype("<u4").view(np.uint8).reshape(-1, 4)
+        out[:, 6 if qt == T.Q5_0 else 2:] = nibbles(q & 15)
+    elif qt in (T.Q4_K, T.Q5_K):           # d·sc·q - dmin·m with every sc 1, m 0, dmin 0
+        top = 15 if qt == T.Q4_K else 31
+        _put(out, 0, _f16(a / np.float32(top)))
+        out[:, 4:16] = np.array([1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1], np.uint8)  # get_scale_min_k4's layout
+        q = np.where(on, top, 0).astype(np.uint8).reshape(-1, 4, 2, 32)  # 64-value chunks: low, high nibbles
+        out[:, -128:] = ((q[:, :, 0] & 15) | ((q[:, :, 1] & 15) << 4)).reshape(-1, 128)
+        if qt == T.Q5_K:                   # qh[l]: bit 2j for value 64j + l, bit 2j+1 for 64j + 32 + l
+            hi = (q >> 4).astype(np.uint8)
+            sh = np.arange(4, dtype=np.uint8)[None, :, None] * 2
+            out[:, 16:48] = ((hi[:, :, 0] << sh) | (hi[:, :, 1] << (sh + 1))).sum(axis=1, dtype=np.uint8)
     else:
-        raise ValueError(f"no routing-code block recipe for {qt.name}")
-    return out
+        raise ValueError(f"no code block recipe for {qt.name}")
+    return out.reshape(rows, n // blk_el, blk_bytes)
 
 
-def _route_code(rows_x: np.ndarray, r0: int, ne: tuple, qt: T, kind: str, seed: int, name: str, ci: int,
-                p: Preset) -> None:
-    """Write the routing code (Preset.route_code) into rows r0.. of a tensor, in place: ``rows_x``
-    is [rows, values] (float types) or [rows, row bytes] (block types)."""
-    rows, C, E = rows_x.shape[0], p.route_code, p.n_embd
-    if kind == "writer":      # rows (ne1 = the residual dim, any expert) in the code dims: all 0
+def _put_cols(rows_x: np.ndarray, col0: int, v: np.ndarray, qt: T) -> None:
+    """Write values ``v`` ([rows, n]) into columns col0.. of rows [rows, values or row bytes]."""
+    if qt in (T.F32, T.F16):
+        rows_x[:, col0:col0 + v.shape[1]] = v.astype(rows_x.dtype)
+    else:
+        blk_el, blk_bytes = GGML_QUANT_SIZES[qt]
+        b0 = col0 // blk_el * blk_bytes
+        rows_x[:, b0:b0 + v.shape[1] // blk_el * blk_bytes] = _code_blocks(qt, v).reshape(len(v), -1)
+
+
+def _uniform(seed: int, name: str, *extra: int, n: int) -> np.ndarray:
+    return ((_raw(seed, name, *extra, n=n) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53).astype(np.float32)
+
+
+def _conv_tap_sign(seed: int, il: int, p: Preset) -> np.ndarray:
+    """The sign of each conv channel's tap sum in layer ``il`` (the conv's own values, F32)."""
+    name = f"blk.{il}.ssm_conv1d.weight"
+    conv_dim = 2 * p.ssm_k_heads * p.ssm_head + p.ssm_v_heads * p.ssm_head
+    w = np.concatenate([np.frombuffer(c, np.float32) for c in
+                        _tensor_chunks(seed, name, (p.ssm_d_conv, conv_dim), T.F32, "weight", 1.0, p)])
+    return np.where(w.reshape(conv_dim, p.ssm_d_conv).sum(axis=1) < 0, np.float32(-1), np.float32(1))
+
+
+def _regions(rows_x: np.ndarray, r0: int, ne: tuple, qt: T, kind: str, seed: int, name: str, ci: int,
+             p: Preset) -> None:
+    """Write the routing code (Preset.route_code) and the bias region (Preset.bias_dims) into rows
+    r0.. of a tensor, in place: ``rows_x`` is [rows, values] (float types) or [rows, row bytes]."""
+    rows, C, R, E = rows_x.shape[0], p.route_code, p.bias_dims, p.n_embd
+    lo = E - C - R                              # the bias region, then the code
+    if kind == "writer":      # rows (ne1 = the residual dim, any expert) in either region: all 0
         out_dim = (r0 + np.arange(rows)) % ne[1]
-        rows_x[out_dim >= E - C] = 0
+        rows_x[out_dim >= lo] = 0
     elif kind == "router_code":  # F32 [n_expert, n_embd]: expert e reads code dim e alone there
         rows_x[:, E - C:] = 0
         rows_x[np.arange(rows), E - C + r0 + np.arange(rows)] = np.float32(route_code_gain(int(name.split(".")[1])))
-    elif kind == "embd_code":  # token rows: n_expert_used experts picked by the largest of n_expert draws
-        draws = _raw(seed, name, 2, ci, n=rows * p.n_expert).reshape(rows, p.n_expert)
-        chosen = np.argsort(draws, axis=1, kind="stable")[:, -p.n_expert_used:]
-        v = np.zeros((rows, C), np.float32)
-        np.put_along_axis(v, chosen, np.float32(ROUTE_CODE_AMP), axis=1)
-        if qt in (T.F32, T.F16):
-            rows_x[:, E - C:] = v.astype(rows_x.dtype)
-        else:
-            blk_el, blk_bytes = GGML_QUANT_SIZES[qt]
-            rows_x[:, (E - C) // blk_el * blk_bytes:] = _code_blocks(qt, v).reshape(rows, -1)
+    elif kind == "embd_code":  # token rows: BIAS_AMP in the bias region; n_expert_used experts picked
+        v = np.zeros((rows, R + C), np.float32)  # by the largest of n_expert draws in the code
+        v[:, :R] = np.float32(BIAS_AMP)
+        if C:
+            draws = _raw(seed, name, 2, ci, n=rows * p.n_expert).reshape(rows, p.n_expert)
+            chosen = np.argsort(draws, axis=1, kind="stable")[:, -p.n_expert_used:]
+            np.put_along_axis(v[:, R:], chosen, np.float32(ROUTE_CODE_AMP), axis=1)
+        _put_cols(rows_x, lo, v, qt)
+    elif kind.startswith("bias_"):  # the DeltaNet in-projection: one value per row across the region
+        il = int(name.split(".")[1])
+        unit = np.float32(bias_rms(il) / (R * BIAS_AMP))  # a weight giving a bias of 1 through RMSNorm
+        r = r0 + np.arange(rows)
+        c = np.zeros(rows, np.float32)
+        if kind == "bias_qkv":                  # rows [q | k | v]: q and k alike per head dim, v none
+            kd = p.ssm_k_heads * p.ssm_head
+            qk = r < 2 * kd
+            mag = np.float32(0.5) + _uniform(seed, f"blk.{il}.bias_qk", n=kd)
+            c[qk] = np.float32(BIAS_QK) * mag[r[qk] % kd] * _conv_tap_sign(seed, il, p)[r[qk]]
+        elif kind == "bias_gate":
+            c[:] = np.float32(BIAS_Z)
+        _put_cols(rows_x, lo, np.repeat((c * unit)[:, None], R, axis=1), qt)
     else:
         raise ValueError(kind)
 
