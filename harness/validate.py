@@ -70,6 +70,7 @@ class ModelResult:
     seconds: float = 0.0
     ops: dict[str, list[float]] | None = None  # the ops check, where it ran: "phase op" -> [worst error, its bound]
     placement: dict | None = None  # where it ran under --gpus/--ray (harness/distribute.py): gpu_index, gpu, host
+    model_sha256: str = ""  # the file judged (its references' file): a model's file can be made anew
 
     @property
     def near_tie(self) -> float:
@@ -137,7 +138,8 @@ class ModelResult:
                            "max_logit_diff": c.max_logit_diff, "max_kl": c.max_kl,
                            "max_margin_shift": c.max_margin_shift, "degenerate": c.degenerate,
                            "queued": c.queued and c.queued[1]}
-                          for c in self.cases], **(self.placement or {})}
+                          for c in self.cases], **({"model_sha256": self.model_sha256} if self.model_sha256 else {}),
+                **(self.placement or {})}
 
 
 def plan(cat, backend: str, tiers: list[str], models: list[str] | None = None):
@@ -208,7 +210,7 @@ def validate_model(model, entry: catalog.Entry, ref: refs.Reference, backend: st
     gate = gate or entry.gate(backend, tier)
     if gate is None:
         raise catalog.AnvilError(f"catalog: {entry.name} has no gate.{entry.gate_key(backend, tier)} thresholds")
-    out = ModelResult(entry.name, tier, backend, gate)
+    out = ModelResult(entry.name, tier, backend, gate, model_sha256=ref.model_sha256)
     for i, case in enumerate(ref.cases):
         r = compare_case(model, case, runs)
         out.cases.append(r)

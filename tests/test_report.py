@@ -657,9 +657,9 @@ def test_the_committed_scoreboard_is_what_harness_report_renders():
     depends on matplotlib's version, and test_deterministic_self_contained_html
     checks it). The page is all there is: no figure files beside it."""
     from harness import results
-    from harness.report import DEFAULT_OUT, build_report, html
+    from harness.report import DEFAULT_OUT, build_report, catalog_files, html
 
-    rep = dataclasses.replace(build_report(results.load_all()), records_href="results")  # the store beside the page
+    rep = dataclasses.replace(build_report(results.load_all(), catalog_files()), records_href="results")  # the store beside the page
     fresh = html.render_html(rep, draw=lambda f: f"<svg><!-- {f.name} --></svg>")
     committed = html.FIGURE_RE.sub(lambda m: f"{m[1]}<svg><!-- {m[2]} --></svg>{m[3]}", DEFAULT_OUT.read_text())
     assert fresh == committed, "reports/index.html is stale: run `harness report` and commit reports/"

@@ -33,6 +33,7 @@ def _validate(model):
 def test_unperturbed_engine_passes(fresh_model):
     r = _validate(fresh_model)
     assert r.passed and r.mode == "exact"
+    assert r.to_json()["model_sha256"] == catalog.entry(MODEL).sha256  # the file judged, for the scoreboard
 
 
 def test_wrong_rope_base_fails(fresh_model):

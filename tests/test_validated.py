@@ -148,3 +148,29 @@ def test_the_gpu_test_suite_runs_on_the_scoreboard(tmp_path):
     assert 'id="gpu-tests"' in html and "1 failed, 0 errors" in html and "ANVIL_REQUIRE_GPU=1 python3 -m pytest" in html
     assert "| 2026-12-05 10:00 | pass | 250 | 0 | 0 | 3 | 301 s | b1 | NVIDIA H200, driver 580.159.04, vm |" in \
         render_md(rep)
+
+
+def test_a_validation_of_an_earlier_file_is_not_the_current_files():
+    """A model's file made anew (the catalog pins a new sha256), or its references, is not judged
+    by validations of the old ones: by the file a validation names, or, for records from before
+    validations named it, by coming before the first record that names the current file or before
+    the reference set was made."""
+    def val(date, name, **e):
+        return validation(date, "b1", {**entry(), **e}, name=name)
+
+    variation = {"kind": "variation", "date": "2026-12-04T05:00:00Z", "_path": "/store/variation-x.json",
+                 "results": [{"model": "qwen3-8b", "tier": "cpu", "variant": "f32-twin", "model_sha256": "new"}]}
+    files = {"qwen3-8b": {"sha256": "new", "refs": {"gpu": "2026-12-04T04:00:00Z"}}}
+
+    def status(*recs, files=files):
+        (p,) = build_report([*recs, variation], files).parity
+        return p.ok, p.status
+
+    stale = (False, "STALE: judged an earlier file or references of this model (made anew since)")
+    assert status(val("2026-12-04T04:40:00Z", "old")) == stale  # no sha, before the new file's first record
+    assert status(val("2026-12-04T05:10:00Z", "after")) == (True, "exact")  # no sha, after it
+    assert status(val("2026-12-04T05:10:00Z", "named-old", model_sha256="old")) == stale
+    assert status(val("2026-12-04T04:40:00Z", "named", model_sha256="new")) == (True, "exact")
+    remade = {"qwen3-8b": {"sha256": "new", "refs": {"gpu": "2026-12-04T05:20:00Z"}}}  # its gpu references
+    assert status(val("2026-12-04T05:10:00Z", "after"), files=remade) == stale
+    assert build_report([val("2026-12-04T04:40:00Z", "old"), variation]).parity[0].ok  # no catalog given

@@ -546,8 +546,37 @@ def _llama_spread(records: list[dict]) -> dict[tuple[str, str], str]:
     return {k: ", ".join(f"{v} {x:.3g}" for v, x in sorted(by.items())) for k, by in latest.items()}
 
 
-def _parity(records: list[dict], variation: list[dict] = ()) -> list[Parity]:
+def _first_seen(records: list[dict], files: dict[str, dict]) -> dict[str, str]:
+    """model -> the date of the first record (validate or variation) that names the file the
+    catalog pins for it now."""
+    first: dict[str, str] = {}
+    for rec in sorted(records, key=_order):
+        for e in validate_entries(rec):
+            m = model_name({"model_name": e["model"]})
+            if m not in first and e.get("model_sha256") and e["model_sha256"] == files.get(m, {}).get("sha256"):
+                first[m] = _date(rec) or ""
+    return first
+
+
+def _stale(e: dict, date: str, model: str, files: dict[str, dict], first: dict[str, str]) -> bool:
+    """Whether a validation entry judged another file of the model than the catalog's now, or
+    other references: by the file it names, or, for records from before validations named it,
+    by coming before the first record of the current file or before its reference set was made."""
+    now = files.get(model)
+    if not now:
+        return False
+    if e.get("model_sha256"):
+        return e["model_sha256"] != now.get("sha256")
+    made = now.get("refs", {}).get(str(e.get("tier")), "")
+    return date < max(first.get(model, ""), made)
+
+
+def _parity(records: list[dict], variation: list[dict] = (), files: dict[str, dict] | None = None) -> list[Parity]:
+    """The newest validation of each (model, reference set, backend). ``files`` (catalog_files):
+    a validation of another file of the model, or against earlier references, shows as stale."""
     spread = _llama_spread(list(variation))
+    files = files or {}
+    first = _first_seen(list(records) + list(variation), files)
     latest: dict[tuple, Parity] = {}
     for rec in sorted(records, key=_order):
         for e in validate_entries(rec):
@@ -564,6 +593,8 @@ def _parity(records: list[dict], variation: list[dict] = ()) -> list[Parity]:
                 status = f"teacher-forced: {near} near-tie flip{'s' if near != 1 else ''}"
             g = lambda k: e.get(k, rec.get(k))  # noqa: E731  (entry first, then its record)
             model = model_name({"model_name": e["model"]})
+            if _stale(e, _date(rec), model, files, first):
+                status, passed = "STALE: judged an earlier file or references of this model (made anew since)", False
             where = (f"{g('gpu')}, driver {g('driver') or '?'}" if g("gpu") else
                      "GPU not recorded" if g("backend") == "cuda" else "CPU run")
             prov = f"{where}, {_date(rec) or '?'}, build {_build(rec)}; {_file(rec)}"
@@ -805,8 +836,26 @@ def _summary(rows: list[Row]) -> list[SummaryRow]:
             for (model, gpu), cells in sorted(by.items()) if any(t in cells for t in SUMMARY_TESTS)]
 
 
-def build_report(records: list[dict]) -> Report:
-    """The whole page's content from result records (as results.load_all returns)."""
+def catalog_files() -> dict[str, dict]:
+    """What the catalog pins for each model now: its file's sha256 and when each of its reference
+    sets was made (``{"sha256": ..., "refs": {set: created}}``), from references/."""
+    from .. import catalog, refs
+    out = {}
+    for name, e in catalog.load().items():
+        made = {}
+        for s in e.reference_sets:
+            try:
+                made[s] = json.loads(refs.reference_path(name, s).read_text()).get("created") or ""
+            except (OSError, ValueError):
+                continue
+        out[name] = {"sha256": e.sha256, "refs": made}
+    return out
+
+
+def build_report(records: list[dict], files: dict[str, dict] | None = None) -> Report:
+    """The whole page's content from result records (as results.load_all returns). ``files``:
+    what the catalog pins now (catalog_files), which tells a validation of the current file and
+    references from one of a file or references since made anew."""
     records = sorted(records, key=_order)
     kind = lambda r: r.get("kind", "bench")  # noqa: E731
     bench = [r for r in records if kind(r) == "bench"]
@@ -816,7 +865,7 @@ def build_report(records: list[dict]) -> Report:
     validations = [r for r in records if kind(r) == "validate"]
     measures = [rm for rec in bench for rm in _bench_measures(rec, facts, traces, validations, rooflines)]
     rows, hist = _rows_and_history(measures)
-    parity = _parity(validations, [r for r in records if kind(r) == "variation"])
+    parity = _parity(validations, [r for r in records if kind(r) == "variation"], files)
     ab_tests, ab_runs = _ab([r for r in records if kind(r) == "ab"], facts, rooflines)
     marks = _ab_marks([r for r in records if kind(r) == "ab"])
 
@@ -894,7 +943,7 @@ def main_report(args) -> int:
     for path, why in skipped:
         print(f"skipped {path}: {why}", file=sys.stderr)
     say(f"read {len(records)} record(s) from {', '.join(map(str, rdirs)) or results.DEFAULT_DIR}")
-    rep = dataclasses.replace(build_report(records), skipped=tuple(skipped))
+    rep = dataclasses.replace(build_report(records, catalog_files()), skipped=tuple(skipped))
     say(f"built the scoreboard: {len(rep.rows)} row(s), {len(rep.figures)} figure(s) to draw")
     out = getattr(args, "out", None)
     if fmt == "md":
