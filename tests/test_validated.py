@@ -49,6 +49,7 @@ def test_a_passing_validation_of_the_build_in_the_sitting_backs_the_figure():
     assert backing(anvil(), "qwen3-8b", [validation(at(SITTING_S))]).ok
     assert not backing(anvil(), "qwen3-8b", [validation(at(SITTING_S + 1))]).ok
     assert not backing(anvil(), "qwen3-8b", [validation(at(-SITTING_S - 1))]).ok
+    assert backing(anvil(), "qwen3-8b", [validation("2026-12-04T04:40:00Z", "b1", {**entry(), "model_sha256": "sha-qwen3-8b"})]).ok
 
 
 @pytest.mark.parametrize("validations, why", [
@@ -56,6 +57,8 @@ def test_a_passing_validation_of_the_build_in_the_sitting_backs_the_figure():
     ([validation(build="b0")], "build b1 was never validated on qwen3-8b"),  # another build
     ([validation("2026-12-04T04:40:00Z", "b1", entry(model="llama3-8b"))], "build b1 was never validated on qwen3-8b"),
     ([validation(gpu="NVIDIA A100")], "build b1 was validated on qwen3-8b only on another GPU or host"),
+    ([validation("2026-12-04T04:40:00Z", "b1", {**entry(), "model_sha256": "earlier"})],
+     "build b1 was validated on qwen3-8b only on another file"),
     ([validation(host="other-host")], "build b1 was validated on qwen3-8b only on another GPU or host"),
     ([validation("2026-12-04T04:07:00Z")], "build b1 was validated on qwen3-8b only in another sitting (40 min away)"),
     ([validation("2026-12-03T04:47:00Z")], "build b1 was validated on qwen3-8b only in another sitting (24.0 h away)"),

@@ -14,7 +14,7 @@ validate-catalog --save``) when, from what the two records hold:
   and ``scripts/gpu/scoreboard.sh`` validates a model right before it
   benchmarks it (in the committed records a model's validation and its
   benchmark lie up to 15 minutes apart);
-- V judged B's model against its ``gpu`` reference set (llama.cpp with CUDA
+- V judged B's model file (its sha256, where both records name it) against its ``gpu`` reference set (llama.cpp with CUDA
   on the same file, the run the speed figure is compared with) and passed;
 - and no validate record of that build, GPU, host and sitting failed the
   model against any reference set: a failed gate is not outweighed by a pass.
@@ -84,6 +84,12 @@ def backing(bench: dict, model: str, validations: list[dict]) -> Backing:
             judged.append((abs((tv - t).total_seconds()), v, entries))
     if not judged:
         return Backing(None, f"not validated: build {build[:8] or '?'} was never validated on {model}")
+    sha = bench.get("model_sha256")  # where both name the file: the one benchmarked
+    judged = [(gap, v, [e for e in entries if not sha or e.get("model_sha256", sha) == sha])
+              for gap, v, entries in judged]
+    judged = [j for j in judged if j[2]]
+    if not judged:
+        return Backing(None, f"not validated: build {build[:8]} was validated on {model} only on another file")
 
     def same_place(v: dict, e: dict) -> bool:  # an entry's own GPU and host (harness --gpus/--ray), else its record's
         gpu, host = e.get("gpu", v.get("gpu")), e.get("host", v.get("host"))
