@@ -657,7 +657,7 @@ def _check_regions(p: Preset, types: list[T]) -> None:
     if p.tied or C % blk or R % blk or not C + R < p.n_embd:
         raise ValueError(f"preset {p.name}: route_code {C} and bias_dims {R} need an untied model and whole "
                          f"blocks of {', '.join(t.name for t in types)} within n_embd ({p.n_embd})")
-    if C and not p.n_expert <= C:
+    if C and not 0 < p.n_expert <= C:
         raise ValueError(f"preset {p.name}: route_code {C} needs an MoE model of at most {C} experts")
     if R and not p.ssm_d_conv:
         raise ValueError(f"preset {p.name}: bias_dims {R} needs a Gated DeltaNet hybrid")

@@ -469,9 +469,13 @@ def test_bias_region_layout(small_vocab, tmp_path):
             assert (deq(f"blk.{il}.{name}.weight")[:, lo:code] == 0).all(), name
         norm = deq(f"blk.{il}.ssm_norm.weight")
         assert np.abs(norm / synth.BIAS_DN_GAIN - 1).max() < 0.2
+    from dataclasses import replace
     with pytest.raises(ValueError, match="bias_dims 32 needs a Gated DeltaNet hybrid"):
-        from dataclasses import replace
         tensor_plan(replace(PRESETS["tiny-qwen3moe"], bias_dims=32), 512)
+    with pytest.raises(ValueError, match="route_code 32 needs an MoE model"):
+        tensor_plan(replace(PRESETS["tiny-qwen35"], route_code=32), 512)
+    with pytest.raises(ValueError, match="whole blocks of Q8_0, Q5_0, Q4_0"):
+        tensor_plan(replace(PRESETS["tiny-qwen35"], bias_dims=48), 512)
 
 
 def test_bias_region_steadies_the_deltanet(smollm2_path, tmp_path):
