@@ -351,7 +351,7 @@ def test_a_monotonic_change_fails_on_logits_not_tokens():
     e = catalog.Entry("m", "synth", "cpu", "", "llama")
     gate = catalog.Gate(margin=0.1, logit=0.05, kl=1e-4)
     case = _case(_ref_logits)
-    ref = types.SimpleNamespace(cases=[case])
+    ref = types.SimpleNamespace(cases=[case], model_sha256="")
     ok = validate.validate_model(_Scripted(_ref_logits), e, ref, "numpy", gate=gate)
     assert ok.passed and ok.mode == "exact"
     squashed = _Scripted(lambda pos: 3.0 * np.tanh(_ref_logits(pos) / 3.0))
@@ -365,7 +365,7 @@ def test_a_monotonic_change_fails_on_logits_not_tokens():
 def test_degenerate_output_fails_with_its_own_message():
     e = catalog.Entry("m", "synth", "cpu", "", "llama")
     gate = catalog.Gate(margin=100.0, logit=100.0, kl=100.0)  # only the degenerate check can fail
-    ref = types.SimpleNamespace(cases=[_case(_ref_logits)])
+    ref = types.SimpleNamespace(cases=[_case(_ref_logits)], model_sha256="")
     nan = _Scripted(lambda pos: np.full(8, np.nan))
     stop = _Scripted(lambda pos: np.eye(8)[7] * 5)
     loop = _Scripted(lambda pos: _ref_logits(pos) if pos < 5 else np.eye(8)[pos % 2] * 5)
@@ -379,7 +379,7 @@ def test_first_failure_stops_after_the_first_failing_prompt():
     the same verdict, the prompts after it not run; a passing run is judged whole."""
     e = catalog.Entry("m", "synth", "cpu", "", "llama")
     gate = catalog.Gate(margin=0.1, logit=0.05, kl=1e-4)
-    ref = types.SimpleNamespace(cases=[_case(_ref_logits)] * 3)
+    ref = types.SimpleNamespace(cases=[_case(_ref_logits)] * 3, model_sha256="")
     squashed = lambda pos: 3.0 * np.tanh(_ref_logits(pos) / 3.0)  # noqa: E731 (fails every prompt)
     whole = validate.validate_model(_Scripted(squashed), e, ref, "numpy", gate=gate)
     first = validate.validate_model(_Scripted(squashed), e, ref, "numpy", gate=gate, first_failure=True)
@@ -435,7 +435,7 @@ def test_queued_steps_that_differ_from_a_step_at_a_time_fail():
     asked."""
     e = catalog.Entry("m", "synth", "cpu", "", "llama")
     gate = catalog.Gate(margin=0.1, logit=0.05, kl=1e-4)
-    ref = types.SimpleNamespace(cases=[_case(_ref_logits)])
+    ref = types.SimpleNamespace(cases=[_case(_ref_logits)], model_sha256="")
 
     class Queued(_Scripted):
         queues_steps = True
