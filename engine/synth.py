@@ -719,8 +719,10 @@ def _uniform(seed: int, name: str, *extra: int, n: int) -> np.ndarray:
     return ((_raw(seed, name, *extra, n=n) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53).astype(np.float32)
 
 
+@lru_cache(maxsize=4)
 def _conv_tap_sign(seed: int, il: int, p: Preset) -> np.ndarray:
-    """The sign of each conv channel's tap sum in layer ``il`` (the conv's own values, F32)."""
+    """The sign of each conv channel's tap sum in layer ``il`` (the conv's own values, F32; every
+    chunk of attn_qkv's rows asks)."""
     name = f"blk.{il}.ssm_conv1d.weight"
     conv_dim = 2 * p.ssm_k_heads * p.ssm_head + p.ssm_v_heads * p.ssm_head
     w = np.concatenate([np.frombuffer(c, np.float32) for c in

@@ -1,8 +1,10 @@
 """``harness report``: the scoreboard of prefill and decode, one
 self-contained HTML page (figures inline as SVG) or GitHub markdown, built
-from the results store alone.
+from the results store and, to tell a validation of a model's current file
+from one of a file since made anew, what the catalog pins now
+(``catalog_files``, passed in: ``build_report`` opens no file).
 
-    rep = build_report(results.load_all())  # pure: same records -> same Report
+    rep = build_report(results.load_all(), catalog_files())  # pure: same input -> same Report
     write_html(rep, "reports")              # reports/index.html, nothing beside it
     print(render_md(rep))
 

@@ -14,8 +14,9 @@ validate-catalog --save``) when, from what the two records hold:
   and ``scripts/gpu/scoreboard.sh`` validates a model right before it
   benchmarks it (in the committed records a model's validation and its
   benchmark lie up to 15 minutes apart);
-- V judged B's model file (its sha256, where both records name it) against its ``gpu`` reference set (llama.cpp with CUDA
-  on the same file, the run the speed figure is compared with) and passed;
+- V judged B's model file (its sha256, where both records name it) against
+  its ``gpu`` reference set (llama.cpp with CUDA on the same file, the run
+  the speed figure is compared with) and passed;
 - and no validate record of that build, GPU, host and sitting failed the
   model against any reference set: a failed gate is not outweighed by a pass.
 
