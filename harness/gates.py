@@ -128,14 +128,15 @@ def budget(entry: catalog.Entry, reference_set: str) -> catalog.Gate | None:
 
 
 def propose(entry: catalog.Entry, reference_set: str, spread: list) -> catalog.Gate:
-    """Thresholds from llama.cpp's spread (ModelResults of its variants)."""
+    """Thresholds from llama.cpp's spread (ModelResults of its variants; a
+    spread saved before KL was measured sets no KL bound)."""
     floor = budget(entry, reference_set) or catalog.Gate(MIN_MARGIN, 0.0, 0.0)
     margin = max(r.max_margin_shift for r in spread)
     logit = max(r.max_logit_diff for r in spread)
-    kl = max(r.max_kl for r in spread)
+    kl = None if any(r.max_kl is None for r in spread) else max(r.max_kl for r in spread)
     return catalog.Gate(margin=round2(max(floor.margin, HEADROOM * margin)),
                         logit=round2(max(floor.logit, HEADROOM * logit)),
-                        kl=round2(max(floor.kl, HEADROOM ** 2 * kl)),
+                        kl=None if kl is None else round2(max(floor.kl, HEADROOM ** 2 * kl)),
                         flips=propose_flips((len(c.flips), c.n_steps) for r in spread for c in r.cases))
 
 
@@ -185,6 +186,7 @@ def measure(cat, names: list[str], reference_set: str):
 # logits, so one realisation's largest spread is itself noisy (±50% between
 # two); the CUDA engine is one more, and its gate the largest of these times a
 # headroom that the realisations measure themselves (``faithful_headroom``).
+FAITHFUL_ENGINE = "anvil faithful oracle"  # a variation record's "engine"
 FAITHFUL_VARIANTS = {"faithful": "fp32", "faithful-f64": "fp64", "faithful-rope32": "fp32",
                      "faithful-rope-fast": "fp32"}
 CHECKS = {"margin": "max_margin_shift", "logit": "max_logit_diff", "kl": "max_kl"}
@@ -357,10 +359,14 @@ def of_catalog_file(result: dict, cat) -> bool:
     return e is None or result.get("model_sha256", e.sha256) == e.sha256
 
 
-def faithful_records(results_dir, cat=None) -> dict[tuple[str, str], list]:
-    """The committed measurements of the faithful oracle (``harness reference
-    --variation --faithful --save``): (model, set) -> its results, the newest
-    of each variant of the catalog's file, as objects ``propose`` reads."""
+def variation_records(results_dir, engine: str, cat=None) -> dict[tuple[str, str], list]:
+    """The committed measurements of ``engine``'s variants (``harness reference
+    --variation [--faithful] --save``: "llama.cpp" or "anvil faithful oracle"):
+    (model, set) -> its results, the newest of each variant of the catalog's
+    file, as objects ``propose`` reads. Only the variants the gates take now
+    count (``variants``: flash attention on the CPU was measured once and is
+    no longer noise there; FAITHFUL_VARIANTS). A llama.cpp record made before
+    KL was measured has ``max_kl`` None."""
     import json
     from pathlib import Path
     from types import SimpleNamespace
@@ -369,12 +375,14 @@ def faithful_records(results_dir, cat=None) -> dict[tuple[str, str], list]:
     newest: dict[tuple[str, str, str], tuple[str, dict]] = {}
     for f in sorted(Path(results_dir).glob("variation-*.json")):
         rec = json.loads(f.read_text())
-        if rec.get("engine") != "anvil faithful oracle":
+        if rec.get("engine") != engine:
             continue
         for r in rec["results"]:
-            if r["variant"] not in FAITHFUL_VARIANTS:  # a realisation measured once, not one the gates take
-                continue
             if not of_catalog_file(r, cat):
+                continue
+            taken = FAITHFUL_VARIANTS if engine == FAITHFUL_ENGINE else (
+                variants(cat[r["model"]], r["tier"]) if r["model"] in cat else {})
+            if r["variant"] not in taken:
                 continue
             key = (r["model"], r["tier"], r["variant"])
             if key not in newest or rec["date"] >= newest[key][0]:
@@ -382,9 +390,15 @@ def faithful_records(results_dir, cat=None) -> dict[tuple[str, str], list]:
     out: dict[tuple[str, str], list] = {}
     for (model, rset, _), (_, r) in sorted(newest.items()):
         out.setdefault((model, rset), []).append(
-            SimpleNamespace(**{**r, "cases": [SimpleNamespace(**{**c, "flips": [SimpleNamespace(**f) for f in c["flips"]]})
-                                              for c in r["cases"]]}))
+            SimpleNamespace(**{"max_kl": None, **r,
+                               "cases": [SimpleNamespace(**{**c, "flips": [SimpleNamespace(**f) for f in c["flips"]]})
+                                         for c in r["cases"]]}))
     return out
+
+
+def faithful_records(results_dir, cat=None) -> dict[tuple[str, str], list]:
+    """The faithful oracle's committed realisations (``variation_records``)."""
+    return variation_records(results_dir, FAITHFUL_ENGINE, cat)
 
 
 def _spread(r, check: str) -> str:

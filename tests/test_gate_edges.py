@@ -128,29 +128,30 @@ def test_proposed_thresholds_are_one_and_a_quarter_times_llama_cpps_spread():
     assert gates.propose_flips([(30, 32)]) == 1.0  # at most every step
 
 
-def test_every_catalog_flip_share_is_the_one_its_variation_record_supports():
-    """gate.<set>.flips is re-derived from the latest committed llama.cpp
-    variation record of that model and set (gates.propose_flips), for the
-    engine that variation measures; a gate with no such record has none."""
+def test_every_gate_from_llama_cpps_spread_is_the_one_its_variation_record_supports():
+    """Every gate llama.cpp's own spread sets (the NumPy engine's against the
+    CPU-made sets, the CUDA engine's against llama.cpp's CUDA references) is
+    re-derived whole, margin, logit, KL and flip share, from the newest
+    committed llama.cpp variation record of that model's file and set
+    (gates.propose); a record made before KL was measured sets no KL bound,
+    and a gate with no record is not one llama.cpp measured."""
     from harness import results
 
-    runs, cat = {}, catalog.load()
-    for rec in results.load_all(kind="variation"):  # oldest first: a later record of a set replaces the earlier
-        if rec.get("engine") != "llama.cpp":  # the faithful oracle's: the CUDA gates of CPU-made sets (test_anchored)
-            continue
-        of_file = [r for r in rec["results"] if gates.of_catalog_file(r, cat)]  # not a file made anew since
-        for key in {(r["model"], r["tier"]) for r in of_file}:
-            runs[key] = [r for r in of_file if (r["model"], r["tier"]) == key]
+    cat = catalog.load()
+    runs = gates.variation_records(results.DEFAULT_DIR, "llama.cpp", cat)
+    judged = 0
     for name, e in cat.items():
         for s in e.reference_sets:
             for backend in catalog.BACKENDS:
                 gate = e.gate(backend, s)
-                if gate is None or (backend == "cuda" and catalog.REFERENCE_SETS[s] == "cpu"):
-                    continue
-                spread = runs.get((name, s)) if backend == gates.judged_backend(s) else None
-                want = None if spread is None else gates.propose_flips(
-                    (len(c["flips"]), c["n_steps"]) for r in spread for c in r["cases"])
-                assert gate.flips == want, f"{name}: gate.{e.gate_key(backend, s)}.flips"
+                if gate is None or backend != gates.judged_backend(s):
+                    continue  # the CUDA gates of CPU-made sets: the faithful oracle's (test_anchored)
+                spread = runs.get((name, s))
+                assert spread, f"{name}: gate.{e.gate_key(backend, s)} has no llama.cpp variation record"
+                want = gates.propose(e, s, spread)
+                assert gate == want, f"{name}: gate.{e.gate_key(backend, s)} {gate} where its record supports {want}"
+                judged += 1
+    assert judged >= 40
     assert cat["qwen3-8b"].gate("cuda").flips == 0.21  # 1.25 x llama.cpp's 11 flips in a prompt's 64 steps
 
 

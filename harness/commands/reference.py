@@ -101,7 +101,7 @@ def _reference_variation(cat, names: list[str], rset: str, save: bool, faithful:
           f"budget, whichever is larger; nothing is written, edit references/catalog.toml to adopt:")
     print(gates.format_proposals(cat, measured, rset))
     if save:
-        rec = {"engine": "anvil faithful oracle" if faithful else "llama.cpp", "build": build_hash(),
+        rec = {"engine": gates.FAITHFUL_ENGINE if faithful else "llama.cpp", "build": build_hash(),
                "backend": "numpy (rounding cuda)" if faithful else "llama.cpp", "tiers": [rset],
                "device": device, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "results": [{**r.to_json(), "variant": v, "settings": st, "model_sha256": cat[m].sha256}
