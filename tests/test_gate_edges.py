@@ -155,6 +155,35 @@ def test_every_gate_from_llama_cpps_spread_is_the_one_its_variation_record_suppo
     assert cat["qwen3-8b"].gate("cuda").flips == 0.21  # 1.25 x llama.cpp's 11 flips in a prompt's 64 steps
 
 
+def test_every_gate_names_measurements_of_its_models_current_file():
+    """Each gate line of the catalog names the variation records it was
+    derived from: they are committed, they measured that model, and of the
+    file the catalog pins now (a record of a file made anew since cannot back
+    the gate of the new one)."""
+    import json
+    import re
+
+    from harness import fetch, results
+
+    cat, model, named = catalog.load(), None, 0
+    for line in fetch.CATALOG.read_text().splitlines():
+        if m := re.match(r"\[models\.(.+)\]", line):
+            model = m.group(1)
+        if not line.startswith("gate."):
+            continue
+        key = line.split("=")[0].strip()
+        records = re.findall(r"variation-\d{8}T\d{6}Z-[0-9a-f]+\.json", line)
+        assert records, f"{model}: {key} names no variation record"
+        for name in records:
+            path = results.DEFAULT_DIR / name
+            assert path.exists(), f"{model}: {key} names {name}, which is not in {results.DEFAULT_DIR}"
+            measured = [r for r in json.loads(path.read_text())["results"] if r["model"] == model]
+            assert measured, f"{model}: {key} names {name}, which does not measure {model}"
+            assert all(gates.of_catalog_file(r, cat) for r in measured), f"{model}: {key}: {name} is of another file"
+            named += 1
+    assert named >= 100
+
+
 def test_a_speed_verdict_needs_both_beyond_the_factor_and_p_below_alpha():
     a = [100.0, 100.5, 99.5, 100.2, 99.8, 100.1, 99.9, 100.3]
     b = [x * 1.05 for x in a]  # exactly the factor (and p ~ 2e-4): not beyond it
