@@ -363,10 +363,11 @@ def variation_records(results_dir, engine: str, cat=None) -> dict[tuple[str, str
     """The committed measurements of ``engine``'s variants (``harness reference
     --variation [--faithful] --save``: "llama.cpp" or "anvil faithful oracle"):
     (model, set) -> its results, the newest of each variant of the catalog's
-    file, as objects ``propose`` reads. Only the variants the gates take now
-    count (``variants``: flash attention on the CPU was measured once and is
-    no longer noise there; FAITHFUL_VARIANTS). A llama.cpp record made before
-    KL was measured has ``max_kl`` None."""
+    file, as objects ``propose`` reads (``record``: the file it came from).
+    Only the variants the gates take now count (``variants``: flash attention
+    on the CPU was measured once and is no longer noise there;
+    FAITHFUL_VARIANTS). A llama.cpp record made before KL was measured has
+    ``max_kl`` None."""
     import json
     from pathlib import Path
     from types import SimpleNamespace
@@ -386,7 +387,7 @@ def variation_records(results_dir, engine: str, cat=None) -> dict[tuple[str, str
                 continue
             key = (r["model"], r["tier"], r["variant"])
             if key not in newest or rec["date"] >= newest[key][0]:
-                newest[key] = (rec["date"], r)
+                newest[key] = (rec["date"], {**r, "record": f.name})
     out: dict[tuple[str, str], list] = {}
     for (model, rset, _), (_, r) in sorted(newest.items()):
         out.setdefault((model, rset), []).append(

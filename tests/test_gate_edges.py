@@ -444,3 +444,38 @@ def test_the_committed_cuda_gate_rule_fails_no_held_out_realisation_where_the_sp
         others = [r for r in measured[(name, rset)] if r.variant != variant]
         assert floor and all(getattr(r, gates.CHECKS[c]) <= getattr(floor, c) for r in others for c in checks
                              if c in gates.CHECKS), (name, rset, variant, checks)
+
+
+def _adopt_gates():
+    import importlib.util
+
+    from harness import project
+
+    spec = importlib.util.spec_from_file_location("adopt_gates", project.ROOT / "scripts" / "adopt_gates.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_adopt_gates_writes_the_catalog_the_records_support():
+    """scripts/adopt_gates.py derives the same gates as the tests above: on the
+    committed records it leaves the catalog as it is (the faithful CUDA gates
+    word for word, llama.cpp's wherever values and records stand); a changed
+    measurement replaces its line, a new set's gate goes after the model's
+    last gate line."""
+    from harness import fetch
+
+    adopt, cat, text = _adopt_gates(), catalog.load(), fetch.CATALOG.read_text()
+    assert adopt.rewrite(text, adopt.faithful_lines(cat)) == text
+    assert adopt.rewrite(text, adopt.llama_cpp_lines(cat, list(cat))) == text
+
+    lines = adopt.llama_cpp_lines(cat, ["llama3-8b"])
+    (key,) = [k for _, k in lines]
+    assert key == "gpu-cuda"
+    moved = lines[("llama3-8b", key)].replace("margin = 2.8", "margin = 2.9")
+    out = adopt.rewrite(text, {("llama3-8b", key): moved, ("llama3-8b", "deep-cuda"): "gate.deep-cuda = {...}\n"})
+    body = out.split("[models.llama3-8b]")[1].split("[models.")[0].splitlines()
+    assert body.index(moved.rstrip("\n")) + 1 == body.index("gate.deep-cuda = {...}")
+    assert out.count("margin = 2.9, logit = 2.8") == 1 and len(out.splitlines()) == len(text.splitlines()) + 1
+    with pytest.raises(SystemExit, match="no llama.cpp variation record of the catalog's file for not-measured"):
+        adopt.llama_cpp_lines(cat, ["qwen3-8b", "not-measured"])

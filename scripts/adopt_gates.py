@@ -1,0 +1,145 @@
+"""Write gates of references/catalog.toml from the committed variation records,
+by the rules of harness/gates.py (the tests re-derive every value the same
+way: tests/test_gate_edges.py, tests/test_anchored.py).
+
+    python scripts/adopt_gates.py                   every gate.<cpu|twin|oracle|f16kv>-cuda: the faithful
+                                                    oracle's realisations (`harness reference --variation
+                                                    --faithful --save`), gates.propose_faithful with the
+                                                    headroom they measure themselves
+    python scripts/adopt_gates.py --llama-cpp M...  the gates llama.cpp's own spread sets for models M
+                                                    (`harness reference --variation --save`): gate.<set> of
+                                                    the NumPy engine against CPU-made sets, gate.gpu-cuda and
+                                                    gate.deep-cuda of the CUDA engine, gates.propose
+
+Each line names the measurement and its records in its comment. A gate line
+is replaced where it stands (kept as it is where its values and records
+are those derived); a new one goes after the model's last gate line
+(or its n_steps). The catalog is written atomically."""
+import argparse
+import re
+import tomllib
+
+from engine.atomic import atomic_open
+from engine.errors import AnvilError
+from harness import catalog, fetch, gates, results
+
+
+RECORD = re.compile(r"variation-\d{8}T\d{6}Z-[0-9a-f]+\.json")
+
+
+def fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3g}"
+
+
+def num(x: float) -> str:
+    return re.sub(r"e([+-])0(\d)", r"e\1\2", f"{x:g}")  # 1e-6, as the catalog writes it
+
+
+def gate_line(key: str, g: catalog.Gate, comment: str) -> str:
+    values = [f"{c} = {num(getattr(g, c))}" for c in ("margin", "logit", "kl", "flips") if getattr(g, c) is not None]
+    return f"gate.{key} = {{ {', '.join(values)} }}  # {comment}\n"
+
+
+def same(old: str, new: str) -> bool:
+    """Whether two gate lines hold the same values and name the same records
+    (a line whose measurement did not change keeps its words)."""
+    def parse(line):
+        return tomllib.loads("g = " + line.split("=", 1)[1].split("#", 1)[0])["g"], set(RECORD.findall(line))
+    return parse(old) == parse(new)
+
+
+def records(spread) -> str:
+    return ", ".join(sorted({r.record for r in spread}))
+
+
+def faithful_lines(cat) -> dict[tuple[str, str], str]:
+    """(model, gate key) -> line, for every CUDA gate of a CPU-made set."""
+    measured = gates.faithful_records(results.DEFAULT_DIR, cat)
+    headroom = gates.faithful_headroom(cat, measured)
+    order = list(gates.FAITHFUL_VARIANTS)
+    out = {}
+    for (name, rset), spread in measured.items():
+        e = cat[name]
+        b = gates.budget(e, rset)
+        floor = "" if b is None else "; at least the gemma fp32 budget" if b == gates.GELU_F16_BUDGET else \
+            "; at least the fp32 budget"
+        each = ", ".join(f"{r.variant} {fmt(r.max_margin_shift)} / {fmt(r.max_logit_diff)} / {fmt(r.max_kl)}"
+                         for r in sorted(spread, key=lambda r: order.index(r.variant)))
+        key = e.gate_key("cuda", rset)
+        out[(name, key)] = gate_line(key, gates.propose_faithful(e, rset, spread, headroom),
+                                     f"faithful oracle {each}{floor} ({records(spread)})")
+    return out
+
+
+def llama_cpp_lines(cat, names: list[str]) -> dict[tuple[str, str], str]:
+    """(model, gate key) -> line, for every set of ``names`` llama.cpp's own spread was measured on."""
+    measured = gates.variation_records(results.DEFAULT_DIR, "llama.cpp", cat)
+    out = {}
+    for (name, rset), spread in measured.items():
+        if name not in names:
+            continue
+        e = cat[name]
+        backend = gates.judged_backend(rset)
+        cuda = " CUDA" if backend == "cuda" else ""
+        b = gates.budget(e, rset)
+        floor = "" if b is None else "gemma3 fp32 budget (llama.cpp's f16 GELU table); " \
+            if b == gates.GELU_F16_BUDGET else "fp32 budget; "
+        each = ", ".join(f"{r.variant} {fmt(r.max_margin_shift)} / {fmt(r.max_logit_diff)} / {fmt(r.max_kl)}"
+                         for r in spread)
+        flips = ", ".join(f"{r.variant} {gates._spread(r, 'flips')}" for r in spread)
+        key = e.gate_key(backend, rset)
+        out[(name, key)] = gate_line(key, gates.propose(e, rset, spread),
+                                     f"{floor}llama.cpp{cuda} {each}; flips {flips} ({records(spread)})")
+    missing = sorted(set(names) - {n for n, _ in out})
+    if missing:
+        raise SystemExit(f"adopt_gates: no llama.cpp variation record of the catalog's file for {', '.join(missing)}")
+    return out
+
+
+def rewrite(text: str, lines: dict[tuple[str, str], str]) -> str:
+    """``text`` with each (model, key)'s gate line replaced, or added to the model's section."""
+    out, section, pending, last = [], None, {}, None
+
+    def flush():  # the section's new gate lines go after its last gate line (or n_steps)
+        if pending and last is not None:
+            out[last + 1:last + 1] = list(pending.values())
+        pending.clear()
+
+    for line in text.splitlines(keepends=True):
+        m = re.match(r"\[models\.([\w.-]+)\]", line)
+        if m:
+            flush()
+            section, last = m.group(1), None
+            pending = {k: v for (s, k), v in lines.items() if s == section}
+        g = re.match(r"gate\.([\w-]+) = ", line)
+        if g and section is not None and g.group(1) in pending:
+            new = pending.pop(g.group(1))
+            line = line if same(line, new) else new
+        if section is not None and (g or line.startswith("n_steps = ")):
+            last = len(out)
+        out.append(line)
+    flush()
+    return "".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--llama-cpp", nargs="+", metavar="MODEL",
+                    help="the gates llama.cpp's spread sets, for these models (default: the faithful CUDA gates)")
+    args = ap.parse_args()
+    cat = catalog.load()
+    try:
+        for name in args.llama_cpp or ():
+            catalog.entry(name, cat)
+    except AnvilError as e:
+        raise SystemExit(f"adopt_gates: {e}") from None
+    lines = llama_cpp_lines(cat, args.llama_cpp) if args.llama_cpp else faithful_lines(cat)
+    text = rewrite(fetch.CATALOG.read_text(), lines)
+    with atomic_open(fetch.CATALOG, "w") as f:
+        f.write(text)
+    for (name, _), line in sorted(lines.items()):
+        print(f"{name}: {line}", end="")
+
+
+if __name__ == "__main__":
+    main()
