@@ -25,6 +25,15 @@ FAKE_PYTHON = textwrap.dedent('''\
     case "$*" in
       "-m pip "*|scripts/gpu/join_parts.py*|"-c import llama_cpp"*|*"harness.cli models"*|*"harness.cli bench"*|*"harness.cli roofline"*)
         exit 0 ;;
+      *"harness.cli reference --variation"*)
+        model=$(echo "$*" | sed -n 's/.*--model \\([^ ]*\\).*/\\1/p')
+        case " $FAKE_FAIL " in *" variation-$model "*) echo "llama.cpp failed"; exit 1 ;; esac
+        cp "$FAKE_VARIATION/$model.json" "reports/results/variation-29991231T000000Z-$model.json"  # what --save leaves
+        exit 0 ;;
+      *"harness.cli reference "*)
+        tier=$(echo "$*" | sed -n 's/.*--tier \\([^ ]*\\).*/\\1/p'); model=$(echo "$*" | sed -n 's/.*--model \\([^ ]*\\).*/\\1/p')
+        mkdir -p "references/$tier" && echo "{}" > "references/$tier/$model.json"
+        exit 0 ;;
       *"harness.cli validate-catalog"*)
         model=$(echo "$*" | sed -n 's/.*--model \\([^ ]*\\).*/\\1/p')
         echo "{}" > "reports/results/validate-fake-$model.json"  # what --save leaves, passed or not
@@ -59,6 +68,7 @@ def host(tmp_path):
     ``host.run(script, *args, **env)`` returns (exit status, output, the python3 calls)."""
     root = tmp_path / "checkout"
     shutil.copytree(REPO / "scripts" / "gpu", root / "scripts" / "gpu")
+    shutil.copy(REPO / "scripts" / "adopt_gates.py", root / "scripts" / "adopt_gates.py")
     shutil.copytree(REPO / "references" / "prompts", root / "references" / "prompts")
     shutil.copy(REPO / "references" / "catalog.toml", root / "references" / "catalog.toml")
     (root / "reports" / "results").mkdir(parents=True)
@@ -74,7 +84,7 @@ def host(tmp_path):
         log.write_text("")
         e = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "REAL_PYTHON": sys.executable,
              "FAKE_REPO": str(REPO), "FAKE_LOG": str(log), "OUT": str(out), "ANVIL_MODELS_DIR": str(tmp_path / "m"),
-             "ANVIL_PROJECT": str(root), "FAKE_FAIL": "", "FAKE_JUNIT": "", "FAKE_PYTEST_RC": "0",
+             "ANVIL_PROJECT": str(root), "FAKE_FAIL": "", "FAKE_JUNIT": "", "FAKE_VARIATION": str(tmp_path / "variation"), "FAKE_PYTEST_RC": "0",
              "FAKE_PYTEST_OUT": "", **env}
         e.pop("ANVIL_REQUIRE_GPU", None)
         p = subprocess.run(["bash", f"scripts/gpu/{script}", *args], cwd=root, env=e, capture_output=True,
@@ -163,3 +173,33 @@ def test_scoreboard_stops_at_a_failed_validation(host, failing, benched):
 
     with tarfile.open(host.out / "results.tgz") as t:  # the records so far come back, the failure's included
         assert f"reports/results/validate-fake-{failing}.json" in t.getnames()
+
+
+def test_reference_set_adopts_the_gates_llama_cpps_spread_sets_and_validates_with_them(host):
+    """reference_set.sh on two models, the second's llama.cpp run failing: the
+    first's references made anew, its spread measured (a committed record,
+    twice as wide, standing in for llama.cpp's), its gates written into the
+    catalog by scripts/adopt_gates.py and printed; only it is validated; the
+    references, the record and the catalog come back."""
+    import json
+    import tarfile
+
+    (host.tmp / "variation").mkdir()
+    rec = json.loads((results.DEFAULT_DIR / "variation-20261130T093110Z-f0aa1be7.json").read_text())
+    for r in rec["results"]:
+        r["max_margin_shift"], r["max_logit_diff"], r["max_kl"] = (2 * r[k] for k in
+                                                                   ("max_margin_shift", "max_logit_diff", "max_kl"))
+    rec["date"] = "2999-12-31T00:00:00Z"
+    (host.tmp / "variation" / "llama3-8b.json").write_text(json.dumps(rec))
+    rc, out, calls = host.run("reference_set.sh", MODELS="llama3-8b qwen3-8b", TIER="gpu",
+                              FAKE_FAIL="variation-qwen3-8b")
+    assert rc == 0, out
+    assert "qwen3-8b: variation failed" in out and "validate qwen3-8b: not run" in out
+    assert harness_calls(calls, "validate-catalog") == ["llama3-8b"]
+    want = "gate.gpu-cuda = { margin = 5.6, logit = 5.6, kl = 1.8, flips = 0.16 }"  # 1.25 x 2 x 2.26; 1.5625 x 2 x 0.562
+    assert (host.out / "gates.txt").read_text().startswith(f"llama3-8b: {want}  # llama.cpp CUDA flash-attn 4.52")
+    catalog_text = (host.root / "references" / "catalog.toml").read_text()
+    assert want in catalog_text and "variation-29991231T000000Z-llama3-8b.json" in catalog_text
+    with tarfile.open(host.out / "results.tgz") as t:
+        assert {"references/catalog.toml", "references/gpu/llama3-8b.json",
+                "reports/results/variation-29991231T000000Z-llama3-8b.json"} <= set(t.getnames())
