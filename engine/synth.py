@@ -125,19 +125,14 @@ class Preset:
 
 
 _TINY = dict(n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512)
-# tiny-gemma4moe's router (8 experts, 2 a token; its embedding is tied, so no routing code): at
-# gain 1 the second and third experts near-tie somewhere in every prompt, and a rounding-sized
-# difference re-routes a token (the exact and the rounding-faithful NumPy engines parted by 6.3
-# logits over three prompts). At 8 the first expert carries most of the weight, a swap at the
-# second place moves little, and they part by 0.7 (reports/notes/cuda-gate-2026-12-04.md). The
-# untied tiny MoE models route by a code instead (Preset.route_code).
-TINY_ROUTER_GAIN = 8.0
+# The tiny MoE models route by a code (Preset.route_code): with random routers of std 1 the second
+# and third of 8 experts near-tie somewhere in every prompt, and a rounding-sized difference
+# re-routes a token (reports/notes/cuda-gate-2026-12-04.md §3, §13, §15).
 # The routing code (Preset.route_code): the code's value in a chosen expert's dim of the embedding
 # (the embedding's other dims have RMS 1), and the chosen experts' lead in router logits at every
 # layer. The router reads the code through an RMSNorm, so its weight on the code grows with depth
-# as the residual stream's RMS does in these files: RMS² ~ 1.2 + 0.5·layer (fits to the NumPy
-# engine's residual: 1.06-1.40 + 0.39-0.69·layer over the tiny and real-shape MoE presets), which
-# keeps the lead within ~20% of ROUTE_CODE_LEAD. The routers' random part has std 0.5 (their
+# as the residual stream's RMS does in these files (residual_rms2), which keeps the lead within
+# ~20% of ROUTE_CODE_LEAD. The routers' random part has std 0.5 (their
 # router_gain): the chosen set then parts from the rest by ~2-3 logits at the worst of 128-256
 # experts (rounding moves a router logit by hundredths to tenths), and the experts left out keep
 # 2-10% of the softmax's weight, as in trained routers, so the top-k renormalisation still shows.
@@ -145,9 +140,25 @@ ROUTE_CODE_AMP = 2.0
 ROUTE_CODE_LEAD = 5.0
 
 
-def route_code_gain(il: int) -> float:
-    """The router's weight on its expert's code dim in layer ``il``."""
-    return ROUTE_CODE_LEAD * math.sqrt(1.2 + 0.5 * il) / ROUTE_CODE_AMP
+def residual_rms2(p: "Preset", il: int) -> float:
+    """The residual stream's RMS² where layer ``il``'s router reads it. Fits to the NumPy engine's
+    residual: 1.2 + 0.5·layer where the sublayers add their raw outputs (1.06-1.40 +
+    0.39-0.69·layer over the tiny and real-shape qwen MoE presets); 1.75 + 2.4·layer in gemma4,
+    whose post-norms add each sublayer's output at RMS ~1, two a layer (tiny-gemma4moe:
+    1.75, 3.9, 6.0, 9.0 over its four layers)."""
+    return 1.75 + 2.4 * il if p.arch == "gemma4" else 1.2 + 0.5 * il
+
+
+def route_code_gain(p: "Preset", il: int) -> float:
+    """The router's weight on its expert's code dim in layer ``il`` (times ``router_input_gain``)."""
+    return ROUTE_CODE_LEAD * math.sqrt(residual_rms2(p, il)) / ROUTE_CODE_AMP
+
+
+def router_input_gain(p: "Preset") -> float:
+    """What the router's weights carry beyond a plain GEMV's: gemma4's router reads its input
+    scaled by 1/sqrt(n_embd), so its weights carry sqrt(n_embd) back (or its logits, of std
+    1/sqrt(n_embd), near-tie everywhere and any rounding re-routes tokens)."""
+    return math.sqrt(p.n_embd) if p.arch == "gemma4" else 1.0
 
 
 # The bias region (Preset.bias_dims): its value in the embedding; the biases it gives the DeltaNet
@@ -214,9 +225,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            n_ff=256, context_length=262144, rope_freq_base=1e6, rms_eps=1e-6, vocab="gemma-4",
            tied=True, sliding_window=16, rope_freq_base_swa=10000.0, softcap=30.0, rope_freqs=True,
            head_dim_swa=64, n_head_kv_swa=2, swa_period=2, rope_partial=0.25, out_scale=True,
-           n_expert=8, n_expert_used=2, n_ff_exp=256, router_gain=TINY_ROUTER_GAIN,
+           n_expert=8, n_expert_used=2, n_ff_exp=256, route_code=32, router_gain=0.5,
            logit_std=3.5, head_row_sigma=0.3, file_type=FT.MOSTLY_Q4_K_M,
-           mix=(("token_embd", "Q6_K"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"), ("attn_v", "Q6_K"),
+           mix=(("token_embd", "Q8_0"), ("attn_q", "Q4_K"), ("attn_k", "Q4_K"), ("attn_v", "Q6_K"),
                 ("attn_output", "Q5_K"), ("ffn_gate", "Q4_K"), ("ffn_up", "Q4_K"), ("ffn_down", "Q6_K"),
                 ("ffn_gate_exps", "Q4_K"), ("ffn_up_exps", "Q5_K"), ("ffn_down_exps", "Q8_0"))),
     # The 8B shapes' head is scaled past the napkin target: at its median 1.5
@@ -417,7 +428,7 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
     if regions:
         _check_regions(p, [qtype(r) for r in ("token_embd", "attn_qkv", "attn_gate") if r == "token_embd" or p.ssm_d_conv])
     out = [("token_embd.weight", ne(GLOBAL["token_embd"].shape(cfg)), qtype("token_embd"),
-            "head" if p.tied else "embd_code" if regions else "weight", embd_std)]
+            ("head_code" if regions else "head") if p.tied else "embd_code" if regions else "weight", embd_std)]
     if GLOBAL["rope_freqs"].required(cfg):
         out.append(("rope_freqs.weight", ne(GLOBAL["rope_freqs"].shape(cfg)), T.F32, "rope_freqs", 0.0))
     for il in range(cfg.n_layer):
@@ -441,12 +452,8 @@ def tensor_plan(p: Preset, n_vocab: int) -> list[tuple[str, tuple[int, ...], T, 
                 out.append((name, ne(shape), T.F32, kind, BIAS_STD if bias else gain))
             else:  # role: "attn_q" of blk.N.attn_q.weight; unit-RMS inputs give O(1) outputs
                 std = GAIN / math.sqrt(shape[-1])
-                if cfg.arch == "gemma4" and name.endswith("ffn_gate_inp.weight"):
-                    # gemma4's router reads its input scaled by 1/sqrt(n_embd): its weights carry
-                    # sqrt(n_embd) back, or the router logits (std 1/sqrt(n_embd)) near-tie everywhere
-                    # and any rounding re-routes tokens
-                    std *= math.sqrt(cfg.n_embd)
                 if name.endswith("ffn_gate_inp.weight"):
+                    std *= router_input_gain(p)
                     std *= p.router_gain
                 role = name.split(".")[2]
                 kind = "writer" if regions and role in _RESIDUAL_WRITERS else "weight"
@@ -618,6 +625,8 @@ def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float
             lo, code = p.n_embd - p.route_code - p.bias_dims, p.n_embd - p.route_code
             x[lo:code] = 1.0 if kind == "norm_bias" else 0.0  # the bias region reaches the DeltaNet alone
             x[code:] = 1.0  # the code reaches every router as the embedding wrote it
+            if kind == "norm_signed":  # a tied head (the embedding's rows) reads neither region
+                x[lo:] = 0.0
         yield x.tobytes()
         return
     if kind == "bias":
@@ -632,7 +641,7 @@ def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float
     row_bytes = bpr * blk_bytes
     rows = math.prod(ne[1:])
     rows_per_chunk = max(1, CHUNK_BYTES // row_bytes)
-    rscale = _row_scales(seed, name, rows, p.head_row_sigma if kind == "head" else 0.0) * np.float32(std)
+    rscale = _row_scales(seed, name, rows, p.head_row_sigma if kind.startswith("head") else 0.0) * np.float32(std)
     for ci, r0 in enumerate(range(0, rows, rows_per_chunk)):
         r1 = min(rows, r0 + rows_per_chunk)
         nb = (r1 - r0) * bpr
@@ -646,18 +655,18 @@ def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float
             fill_blocks(qt, rows_x, np.repeat(rscale[r0:r1], bpr))
             rows_x = rows_x.reshape(r1 - r0, row_bytes)
         if kind != "weight" and kind != "head":
-            _regions(rows_x, r0, ne, qt, kind, seed, name, ci, p)
+            _regions(rows_x, r0, ne, qt, kind, seed, name, ci, p, std)
         yield rows_x.reshape(-1)
 
 
 def _check_regions(p: Preset, types: list[T]) -> None:
-    """The routing code and the bias region: whole blocks of every type that carries them, in an
-    untied file (the head would read them otherwise); the code needs experts, the bias DeltaNet."""
+    """The routing code and the bias region: whole blocks of every type that carries them (a tied
+    head reads neither: output_norm is 0 there); the code needs experts, the bias DeltaNet."""
     blk = max(GGML_QUANT_SIZES[t][0] for t in types)
     C, R = p.route_code, p.bias_dims
-    if p.tied or C % blk or R % blk or not C + R < p.n_embd:
-        raise ValueError(f"preset {p.name}: route_code {C} and bias_dims {R} need an untied model and whole "
-                         f"blocks of {', '.join(t.name for t in types)} within n_embd ({p.n_embd})")
+    if C % blk or R % blk or not C + R < p.n_embd:
+        raise ValueError(f"preset {p.name}: route_code {C} and bias_dims {R} need whole blocks of "
+                         f"{', '.join(t.name for t in types)} within n_embd ({p.n_embd})")
     if C and not 0 < p.n_expert <= C:
         raise ValueError(f"preset {p.name}: route_code {C} needs an MoE model of at most {C} experts")
     if R and not p.ssm_d_conv:
@@ -731,9 +740,11 @@ def _conv_tap_sign(seed: int, il: int, p: Preset) -> np.ndarray:
 
 
 def _regions(rows_x: np.ndarray, r0: int, ne: tuple, qt: T, kind: str, seed: int, name: str, ci: int,
-             p: Preset) -> None:
+             p: Preset, std: float) -> None:
     """Write the routing code (Preset.route_code) and the bias region (Preset.bias_dims) into rows
-    r0.. of a tensor, in place: ``rows_x`` is [rows, values] (float types) or [rows, row bytes]."""
+    r0.. of a tensor, in place: ``rows_x`` is [rows, values] (float types) or [rows, row bytes].
+    ``std``: the tensor's (the embedding's is EMBD_STD over the scale x0 takes: gemma's sqrt(n_embd),
+    which the regions' values are divided by as well)."""
     rows, C, R, E = rows_x.shape[0], p.route_code, p.bias_dims, p.n_embd
     lo = E - C - R                              # the bias region, then the code
     if kind == "writer":      # rows (ne1 = the residual dim, any expert) in either region: all 0
@@ -741,14 +752,16 @@ def _regions(rows_x: np.ndarray, r0: int, ne: tuple, qt: T, kind: str, seed: int
         rows_x[out_dim >= lo] = 0
     elif kind == "router_code":  # F32 [n_expert, n_embd]: expert e reads code dim e alone there
         rows_x[:, E - C:] = 0
-        rows_x[np.arange(rows), E - C + r0 + np.arange(rows)] = np.float32(route_code_gain(int(name.split(".")[1])))
-    elif kind == "embd_code":  # token rows: BIAS_AMP in the bias region; n_expert_used experts picked
-        v = np.zeros((rows, R + C), np.float32)  # by the largest of n_expert draws in the code
-        v[:, :R] = np.float32(BIAS_AMP)
+        gain = route_code_gain(p, int(name.split(".")[1])) * router_input_gain(p)
+        rows_x[np.arange(rows), E - C + r0 + np.arange(rows)] = np.float32(gain)
+    elif kind in ("embd_code", "head_code"):  # token rows: BIAS_AMP in the bias region; n_expert_used
+        unit = std / EMBD_STD                 # experts picked by the largest of n_expert draws in the code
+        v = np.zeros((rows, R + C), np.float32)
+        v[:, :R] = np.float32(BIAS_AMP * unit)
         if C:
             draws = _raw(seed, name, 2, ci, n=rows * p.n_expert).reshape(rows, p.n_expert)
             chosen = np.argsort(draws, axis=1, kind="stable")[:, -p.n_expert_used:]
-            np.put_along_axis(v[:, R:], chosen, np.float32(ROUTE_CODE_AMP), axis=1)
+            np.put_along_axis(v[:, R:], chosen, np.float32(ROUTE_CODE_AMP * unit), axis=1)
         _put_cols(rows_x, lo, v, qt)
     elif kind.startswith("bias_"):  # the DeltaNet in-projection: one value per row across the region
         il = int(name.split(".")[1])

@@ -82,7 +82,7 @@ def llama_cpp_lines(cat, names: list[str]) -> dict[tuple[str, str], str]:
         backend = gates.judged_backend(rset)
         cuda = " CUDA" if backend == "cuda" else ""
         b = gates.budget(e, rset)
-        floor = "" if b is None else "gemma3 fp32 budget (llama.cpp's f16 GELU table); " \
+        floor = "" if b is None else "gemma fp32 budget (llama.cpp's f16 GELU table); " \
             if b == gates.GELU_F16_BUDGET else "fp32 budget; "
         each = ", ".join(f"{r.variant} {fmt(r.max_margin_shift)} / {fmt(r.max_logit_diff)} / {fmt(r.max_kl)}"
                          for r in spread)

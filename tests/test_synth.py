@@ -327,11 +327,11 @@ def test_router_gain_scales_only_the_router():
     assert std == pytest.approx(3.0)
 
 
-def _route_code_preset():
-    """tiny-qwen3moe (a code of 32 dims of 256, 8 experts, 2 a token) on the small smollm2 vocabulary."""
+def _route_code_preset(name="tiny-qwen3moe"):
+    """A tiny MoE preset (a code of 32 dims of 256, 8 experts, 2 a token) on the small smollm2 vocabulary."""
     from dataclasses import replace
 
-    return replace(PRESETS["tiny-qwen3moe"], name="route-code", vocab="smollm2")
+    return replace(PRESETS[name], name="route-code", vocab="smollm2")
 
 
 @pytest.mark.parametrize("qt", [T.Q4_K, T.Q5_K, T.Q4_0, T.Q5_0, T.Q8_0])
@@ -371,14 +371,44 @@ def test_route_code_layout(small_vocab, tmp_path):
         for name in ("attn_norm", "ffn_norm"):
             assert (deq(f"blk.{il}.{name}.weight")[c0:] == 1).all()
         r = deq(f"blk.{il}.ffn_gate_inp.weight")
-        gain = np.float32(synth.route_code_gain(il))  # grows with depth as the residual's RMS
+        gain = np.float32(synth.route_code_gain(p, il))  # grows with depth as the residual's RMS
         assert np.array_equal(r[:, c0:], np.eye(p.n_expert, C, dtype=np.float32) * gain)
-    with pytest.raises(ValueError, match="route_code 32 and bias_dims 0 need an untied model"):
+    with pytest.raises(ValueError, match="route_code 48 and bias_dims 0 need whole blocks of Q8_0"):
         from dataclasses import replace
-        tensor_plan(replace(p, tied=True), 512)
+        tensor_plan(replace(p, route_code=48), 512)
 
 
-def test_route_code_routes_each_token_decisively(smollm2_path, tmp_path):
+def test_route_code_in_a_tied_gemma4(small_vocab, tmp_path):
+    """A tied model carries the code too (tiny-gemma4moe): the embedding, which is also the head,
+    holds it over gemma's sqrt(n_embd) (the residual then holds ROUTE_CODE_AMP), the final norm is
+    0 there (the head does not read it), and gemma4's routers, which read their input over
+    sqrt(n_embd), weigh it by that much more."""
+    p = _route_code_preset("tiny-gemma4moe")
+    assert p.tied and p.route_code == 32
+    path = write_synthetic(p, tmp_path / "m.gguf", vocab_gguf=small_vocab)["path"]
+    t = {x.name: x for x in GGUFReader(path).tensors}
+    E, c0 = p.n_embd, p.n_embd - p.route_code
+
+    def deq(name):
+        x = t[name]
+        return dequantize(x.data, x.tensor_type).reshape([int(n) for n in reversed(x.shape)])
+
+    code = deq("token_embd.weight")[:, c0:]
+    on = code[code != 0]
+    assert ((code != 0).sum(axis=1) == p.n_expert_used).all()
+    np.testing.assert_allclose(on, synth.ROUTE_CODE_AMP / math.sqrt(E), rtol=1e-3)  # Q8_0's f16 scale
+    norm = deq("output_norm.weight")
+    assert (norm[c0:] == 0).all() and (norm[:c0] != 0).all()
+    assert (deq("blk.0.ffn_gate_inp.scale")[c0:] == 1).all()  # the router's input scale passes it
+    for il in range(p.n_layer):
+        gain = np.float32(synth.route_code_gain(p, il) * math.sqrt(E))
+        assert np.array_equal(deq(f"blk.{il}.ffn_gate_inp.weight")[:, c0:], np.eye(p.n_expert, 32, dtype=np.float32) * gain)
+        for name in ("attn_output", "ffn_down", "ffn_down_exps"):
+            assert (deq(f"blk.{il}.{name}.weight")[..., c0:, :] == 0).all(), name
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3moe", "tiny-gemma4moe"])
+def test_route_code_routes_each_token_decisively(name, smollm2_path, tmp_path):
     """In the NumPy engine every routing decision of a prompt and its greedy continuation picks
     the experts the token's code names, ahead of the next expert by over a logit at every layer
     (a router at gain 1 parts them by thousandths of a logit), while the experts left out keep
@@ -386,7 +416,7 @@ def test_route_code_routes_each_token_decisively(smollm2_path, tmp_path):
     from engine.backends.numpy import ops as nops
     from engine.model import Model
 
-    p = _route_code_preset()
+    p = _route_code_preset(name)
     path = write_synthetic(p, tmp_path / "m.gguf", vocab_gguf=smollm2_path)["path"]
     gaps, picks, kept = [], [], []
     route = nops.route
