@@ -31,7 +31,8 @@ FAKE_PYTHON = textwrap.dedent('''\
         cp "$FAKE_VARIATION/$model.json" "reports/results/variation-29991231T000000Z-$model.json"  # what --save leaves
         exit 0 ;;
       *"harness.cli reference "*)
-        tier=$(echo "$*" | sed -n 's/.*--tier \\([^ ]*\\).*/\\1/p'); model=$(echo "$*" | sed -n 's/.*--model \\([^ ]*\\).*/\\1/p')
+        tier=$(echo "$*" | sed -n 's/.*--tier \\([^ ]*\\).*/\\1/p')
+        model=$(echo "$*" | sed -n 's/.*--model \\([^ ]*\\).*/\\1/p')
         mkdir -p "references/$tier" && echo "{}" > "references/$tier/$model.json"
         exit 0 ;;
       *"harness.cli validate-catalog"*)
@@ -196,7 +197,8 @@ def test_reference_set_adopts_the_gates_llama_cpps_spread_sets_and_validates_wit
     assert rc == 0, out
     assert "qwen3-8b: variation failed" in out and "validate qwen3-8b: not run" in out
     assert harness_calls(calls, "validate-catalog") == ["llama3-8b"]
-    want = "gate.gpu-cuda = { margin = 5.6, logit = 5.6, kl = 1.8, flips = 0.16 }"  # 1.25 x 2 x 2.26; 1.5625 x 2 x 0.562
+    # 1.25 x 2 x 2.26; 1.5625 x 2 x 0.562
+    want = "gate.gpu-cuda = { margin = 5.6, logit = 5.6, kl = 1.8, flips = 0.16 }"
     assert (host.out / "gates.txt").read_text().startswith(f"llama3-8b: {want}  # llama.cpp CUDA flash-attn 4.52")
     catalog_text = (host.root / "references" / "catalog.toml").read_text()
     assert want in catalog_text and "variation-29991231T000000Z-llama3-8b.json" in catalog_text

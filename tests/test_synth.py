@@ -402,7 +402,8 @@ def test_route_code_in_a_tied_gemma4(small_vocab, tmp_path):
     assert (deq("blk.0.ffn_gate_inp.scale")[c0:] == 1).all()  # the router's input scale passes it
     for il in range(p.n_layer):
         gain = np.float32(synth.route_code_gain(p, il) * math.sqrt(E))
-        assert np.array_equal(deq(f"blk.{il}.ffn_gate_inp.weight")[:, c0:], np.eye(p.n_expert, 32, dtype=np.float32) * gain)
+        router = deq(f"blk.{il}.ffn_gate_inp.weight")
+        assert np.array_equal(router[:, c0:], np.eye(p.n_expert, 32, dtype=np.float32) * gain)
         for name in ("attn_output", "ffn_down", "ffn_down_exps"):
             assert (deq(f"blk.{il}.{name}.weight")[..., c0:, :] == 0).all(), name
 
