@@ -709,6 +709,14 @@ def _code_blocks(qt: T, v: np.ndarray) -> np.ndarray:
             hi = (q >> 4).astype(np.uint8)
             sh = np.arange(4, dtype=np.uint8)[None, :, None] * 2
             out[:, 16:48] = ((hi[:, :, 0] << sh) | (hi[:, :, 1] << (sh + 1))).sum(axis=1, dtype=np.uint8)
+    elif qt == T.Q6_K:                     # d·sc·(q - 32), every sc 1: a at q 63, 0 at q 32
+        _put(out, 208, _f16(a / np.float32(31)))
+        out[:, 192:208] = 1
+        q = np.where(on, 63, 32).astype(np.uint8).reshape(-1, 2, 4, 32)  # element 128n + 32g + l
+        lo, hi = q & 15, q >> 4
+        out[:, :128] = (lo[:, :, :2] | (lo[:, :, 2:] << 4)).reshape(-1, 128)  # ql[64n + 32(g&1) + l]
+        sh = (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]
+        out[:, 128:192] = (hi << sh).sum(axis=2, dtype=np.uint8).reshape(-1, 64)  # qh[32n + l]: bits 2g
     else:
         raise ValueError(f"no code block recipe for {qt.name}")
     return out.reshape(rows, n // blk_el, blk_bytes)

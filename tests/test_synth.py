@@ -334,7 +334,7 @@ def _route_code_preset(name="tiny-qwen3moe"):
     return replace(PRESETS[name], name="route-code", vocab="smollm2")
 
 
-@pytest.mark.parametrize("qt", [T.Q4_K, T.Q5_K, T.Q4_0, T.Q5_0, T.Q8_0])
+@pytest.mark.parametrize("qt", [T.Q4_K, T.Q5_K, T.Q6_K, T.Q4_0, T.Q5_0, T.Q8_0])
 def test_code_blocks_dequantise_exactly(qt):
     """Code blocks (the routing code, the bias region) hold each block's one amplitude, of either
     sign, in the dims it marks and an exact 0 elsewhere; the amplitude as close as d's f16 allows."""
