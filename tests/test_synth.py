@@ -408,7 +408,7 @@ def test_route_code_in_a_tied_gemma4(small_vocab, tmp_path):
             assert (deq(f"blk.{il}.{name}.weight")[..., c0:, :] == 0).all(), name
 
 
-@pytest.mark.parametrize("name", ["tiny-qwen3moe", "tiny-gemma4moe"])
+@pytest.mark.parametrize("name", ["tiny-qwen3moe", "tiny-qwen35moe", "tiny-gemma4moe"])
 def test_route_code_routes_each_token_decisively(name, smollm2_path, tmp_path):
     """In the NumPy engine every routing decision of a prompt and its greedy continuation picks
     the experts the token's code names, ahead of the next expert by over a logit at every layer
