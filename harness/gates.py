@@ -402,12 +402,14 @@ def faithful_records(results_dir, cat=None) -> dict[tuple[str, str], list]:
     return variation_records(results_dir, FAITHFUL_ENGINE, cat)
 
 
-def _spread(r, check: str) -> str:
-    """One variant's measure behind ``check``: for flips, its prompt with the most (flips/steps)."""
+def spread_text(r, check: str) -> str:
+    """One variant's measure behind ``check``, as gate comments write it: for flips, its prompt
+    with the most (flips/steps); "—" where the record has none (KL before it was measured)."""
     if check == "flips":
         most = max(r.cases, key=lambda c: len(c.flips) / max(c.n_steps, 1), default=None)
         return "—" if most is None else f"{len(most.flips)}/{most.n_steps}"
-    return f"{getattr(r, {'margin': 'max_margin_shift', 'logit': 'max_logit_diff', 'kl': 'max_kl'}[check]):.3g}"
+    v = getattr(r, CHECKS[check])
+    return "—" if v is None else f"{v:.3g}"
 
 
 def format_proposals(cat, measured, reference_set: str) -> str:
@@ -433,7 +435,7 @@ def format_proposals(cat, measured, reference_set: str) -> str:
         for check in ("margin", "logit", "kl", "flips"):
             o, n = (getattr(old, check) if old else None), getattr(new, check)
             change = "new" if o is None else "LOOSER" if n > o else "tighter" if n < o else "same"
-            src = ", ".join(f"{v} {_spread(r, check)}" for m, v, _, r in measured if m == name)
+            src = ", ".join(f"{v} {spread_text(r, check)}" for m, v, _, r in measured if m == name)
             b = getattr(budget(e, reference_set), check, None)
             rows.append([name, f"gate.{e.gate_key(backend, reference_set)}.{check}", src,
                          "—" if b is None else f"{b:g}", "—" if o is None else f"{o:g}", f"{n:g}", change])

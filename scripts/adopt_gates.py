@@ -27,10 +27,6 @@ from harness import catalog, fetch, gates, results
 RECORD = re.compile(r"variation-\d{8}T\d{6}Z-[0-9a-f]+\.json")
 
 
-def fmt(x: float | None) -> str:
-    return "—" if x is None else f"{x:.3g}"
-
-
 def num(x: float) -> str:
     return re.sub(r"e([+-])0(\d)", r"e\1\2", f"{x:g}")  # 1e-6, as the catalog writes it
 
@@ -52,6 +48,12 @@ def records(spread) -> str:
     return ", ".join(sorted({r.record for r in spread}))
 
 
+def each(spread) -> str:
+    """Every variant's margin / logit / KL, as the comments give them."""
+    return ", ".join(f"{r.variant} " + " / ".join(gates.spread_text(r, c) for c in ("margin", "logit", "kl"))
+                     for r in spread)
+
+
 def faithful_lines(cat) -> dict[tuple[str, str], str]:
     """(model, gate key) -> line, for every CUDA gate of a CPU-made set."""
     measured = gates.faithful_records(results.DEFAULT_DIR, cat)
@@ -63,11 +65,10 @@ def faithful_lines(cat) -> dict[tuple[str, str], str]:
         b = gates.budget(e, rset)
         floor = "" if b is None else "; at least the gemma fp32 budget" if b == gates.GELU_F16_BUDGET else \
             "; at least the fp32 budget"
-        each = ", ".join(f"{r.variant} {fmt(r.max_margin_shift)} / {fmt(r.max_logit_diff)} / {fmt(r.max_kl)}"
-                         for r in sorted(spread, key=lambda r: order.index(r.variant)))
+        ordered = sorted(spread, key=lambda r: order.index(r.variant))
         key = e.gate_key("cuda", rset)
         out[(name, key)] = gate_line(key, gates.propose_faithful(e, rset, spread, headroom),
-                                     f"faithful oracle {each}{floor} ({records(spread)})")
+                                     f"faithful oracle {each(ordered)}{floor} ({records(spread)})")
     return out
 
 
@@ -84,12 +85,10 @@ def llama_cpp_lines(cat, names: list[str]) -> dict[tuple[str, str], str]:
         b = gates.budget(e, rset)
         floor = "" if b is None else "gemma fp32 budget (llama.cpp's f16 GELU table); " \
             if b == gates.GELU_F16_BUDGET else "fp32 budget; "
-        each = ", ".join(f"{r.variant} {fmt(r.max_margin_shift)} / {fmt(r.max_logit_diff)} / {fmt(r.max_kl)}"
-                         for r in spread)
-        flips = ", ".join(f"{r.variant} {gates._spread(r, 'flips')}" for r in spread)
+        flips = ", ".join(f"{r.variant} {gates.spread_text(r, 'flips')}" for r in spread)
         key = e.gate_key(backend, rset)
         out[(name, key)] = gate_line(key, gates.propose(e, rset, spread),
-                                     f"{floor}llama.cpp{cuda} {each}; flips {flips} ({records(spread)})")
+                                     f"{floor}llama.cpp{cuda} {each(spread)}; flips {flips} ({records(spread)})")
     missing = sorted(set(names) - {n for n, _ in out})
     if missing:
         raise SystemExit(f"adopt_gates: no llama.cpp variation record of the catalog's file for {', '.join(missing)}")
@@ -97,28 +96,38 @@ def llama_cpp_lines(cat, names: list[str]) -> dict[tuple[str, str], str]:
 
 
 def rewrite(text: str, lines: dict[tuple[str, str], str]) -> str:
-    """``text`` with each (model, key)'s gate line replaced, or added to the model's section."""
-    out, section, pending, last = [], None, {}, None
+    """``text`` with each (model, key)'s gate line replaced, or added to the model's section (after
+    its last gate line, else after the last line of its body); a model with no section is an error."""
+    out, section, pending, placed = [], None, {}, set()
+    last_gate = last_body = None
 
-    def flush():  # the section's new gate lines go after its last gate line (or n_steps)
-        if pending and last is not None:
-            out[last + 1:last + 1] = list(pending.values())
+    def flush():
+        at = last_gate if last_gate is not None else last_body
+        if pending and at is not None:
+            out[at + 1:at + 1] = list(pending.values())
+            placed.update((section, k) for k in pending)
         pending.clear()
 
     for line in text.splitlines(keepends=True):
         m = re.match(r"\[models\.([\w.-]+)\]", line)
         if m:
             flush()
-            section, last = m.group(1), None
+            section, last_gate, last_body = m.group(1), None, None
             pending = {k: v for (s, k), v in lines.items() if s == section}
         g = re.match(r"gate\.([\w-]+) = ", line)
-        if g and section is not None and g.group(1) in pending:
-            new = pending.pop(g.group(1))
-            line = line if same(line, new) else new
-        if section is not None and (g or line.startswith("n_steps = ")):
-            last = len(out)
+        if section is not None and g:
+            placed.add((section, g.group(1)))
+            if g.group(1) in pending:
+                new = pending.pop(g.group(1))
+                line = line if same(line, new) else new
+            last_gate = len(out)
+        if section is not None and line.strip() and not line.lstrip().startswith("#"):
+            last_body = len(out)  # a multi-line array's closing bracket too
         out.append(line)
     flush()
+    if missing := sorted(set(lines) - placed):
+        (model, key), *_ = missing
+        raise SystemExit(f"adopt_gates: {fetch.CATALOG} has no [models.{model}] section for gate.{key}")
     return "".join(out)
 
 

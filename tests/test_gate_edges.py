@@ -479,3 +479,18 @@ def test_adopt_gates_writes_the_catalog_the_records_support():
     assert out.count("margin = 2.9, logit = 2.8") == 1 and len(out.splitlines()) == len(text.splitlines()) + 1
     with pytest.raises(SystemExit, match="no llama.cpp variation record of the catalog's file for not-measured"):
         adopt.llama_cpp_lines(cat, ["qwen3-8b", "not-measured"])
+
+
+def test_adopt_gates_places_a_first_gate_in_its_section_and_refuses_an_unknown_model():
+    """A section without gate lines gets the new one after its body (a multi-line array's closing
+    bracket included, never inside it); a model the catalog has no section for is one line."""
+    adopt = _adopt_gates()
+    text = ('[models.a]\nsource = "pypi"\npackages = [\n  "x==1",\n]\n\n# the next one\n[models.b]\n'
+            'tier = "cpu"\ngate.cpu = { margin = 1 }  # old\n')
+    out = adopt.rewrite(text, {("a", "cpu"): "gate.cpu = { margin = 2 }  # new\n"})
+    assert out == text.replace(']\n\n', ']\ngate.cpu = { margin = 2 }  # new\n\n')
+    import tomllib
+
+    assert tomllib.loads(out)["models"]["a"]["gate"]["cpu"]["margin"] == 2
+    with pytest.raises(SystemExit, match=r"has no \[models.c\] section for gate.cpu"):
+        adopt.rewrite(text, {("c", "cpu"): "gate.cpu = { margin = 2 }\n"})
