@@ -165,14 +165,14 @@ def test_every_gate_names_measurements_of_its_models_current_file():
 
     from harness import fetch, results
 
-    cat, model, named = catalog.load(), None, 0
+    cat, model, named, adopt = catalog.load(), None, 0, _adopt_gates()
     for line in fetch.CATALOG.read_text().splitlines():
         if m := re.match(r"\[models\.(.+)\]", line):
             model = m.group(1)
         if not line.startswith("gate."):
             continue
         key = line.split("=")[0].strip()
-        records = re.findall(r"variation-\d{8}T\d{6}Z-[0-9a-f]+\.json", line)
+        records = adopt.RECORD.findall(line)
         assert records, f"{model}: {key} names no variation record"
         for name in records:
             path = results.DEFAULT_DIR / name
