@@ -184,10 +184,14 @@ class _Slot:
         return self.pool
 
     def _exit(self) -> str:
-        # the dead worker's exit status: only the executor holds its process (no public accessor)
+        # the dead worker's exit status: only the executor holds its process (no public accessor).
+        # The executor's own thread reaps it too: where it wins the wait, our join returns at once
+        # with no status until that thread has stored it, so wait for the status itself (a broken
+        # pool's worker is dead or dying; a stop's grace at most)
         procs = list((getattr(self.pool, "_processes", None) or {}).values())
-        for p in procs:
-            p.join(1.0)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while procs and procs[0].exitcode is None and time.monotonic() < deadline:
+            procs[0].join(0.05)
         return _exit_text(procs[0].exitcode if procs else None)
 
     def run(self, unit: Unit, lock: threading.Lock, stop: threading.Event) -> Outcome | None:
