@@ -268,26 +268,27 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("qwen35-9b", "qwen35", n_embd=4096, n_layer=32, n_head=16, n_head_kv=4, head_dim=256,
            n_ff=12288, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6, vocab="qwen35", n_rot=64,
            ssm_d_conv=4, ssm_k_heads=16, ssm_v_heads=32, ssm_head=128, full_attention_interval=4,
-           mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
+           bias_dims=256, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
     # Qwen3.6-27B (dense hybrid: 48 DeltaNet layers of 16 key / 48 value heads, 16 gated attention
     # layers of 24 / 4 heads, FFN 17408) and Qwen3.6-35B-A3B (hybrid MoE: 30 + 10 layers, 256
     # experts of width 512, 8 per token, and a gated shared expert of 512), same vocabulary note.
     Preset("qwen36-27b", "qwen35", n_embd=5120, n_layer=64, n_head=24, n_head_kv=4, head_dim=256,
            n_ff=17408, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6, vocab="qwen35", n_rot=64,
            ssm_d_conv=4, ssm_k_heads=16, ssm_v_heads=48, ssm_head=128, full_attention_interval=4,
-           mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
+           bias_dims=256, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
     Preset("qwen36-35b-a3b", "qwen35moe", n_embd=2048, n_layer=40, n_head=16, n_head_kv=2, head_dim=256,
            n_ff=512, context_length=262144, rope_freq_base=1e7, rms_eps=1e-6, vocab="qwen35", n_rot=64,
            ssm_d_conv=4, ssm_k_heads=16, ssm_v_heads=32, ssm_head=128, full_attention_interval=4,
-           n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512,
-           mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
+           n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512, route_code=256, router_gain=0.5,
+           bias_dims=256, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
     Preset("qwen3-8b", "qwen3", n_embd=4096, n_layer=36, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=12288, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2",
            mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
     # The real Qwen3-30B-A3B shape: 128 experts of width 768, 8 per token, on all 48 layers.
     Preset("qwen3moe-30b-a3b", "qwen3moe", n_embd=2048, n_layer=48, n_head=32, n_head_kv=4, head_dim=128,
            n_ff=6144, context_length=40960, rope_freq_base=1e6, rms_eps=1e-6, vocab="qwen2", n_expert=128,
-           n_expert_used=8, n_ff_exp=768, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M, logit_std=17.0),
+           n_expert_used=8, n_ff_exp=768, route_code=256, router_gain=0.5, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M,
+           logit_std=17.0),
     # Gemma 4 31B (50 sliding layers of 32 heads of 256 over 16 KV heads, window 1024; 10 full
     # ones of 32 heads of 512 over 4, RoPE on 128 of 512 dims; FFN 21504) and 26B-A4B (25 + 5
     # layers, 16 heads over 8 / 2 KV heads, a dense MLP of 2112 beside 128 experts of 704, 8 per
