@@ -303,7 +303,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            n_ff=2112, context_length=262144, rope_freq_base=1e6, rms_eps=1e-6, vocab="gemma-4",
            tied=True, sliding_window=1024, rope_freq_base_swa=10000.0, softcap=30.0, rope_freqs=True,
            head_dim_swa=256, n_head_kv_swa=8, swa_period=6, rope_partial=0.25, out_scale=True,
-           n_expert=128, n_expert_used=8, n_ff_exp=704, router_gain=3.0,
+           n_expert=128, n_expert_used=8, n_ff_exp=704, route_code=256, router_gain=0.5,
            logit_std=3.5, head_row_sigma=0.3, mix="Q4_K_M", file_type=FT.MOSTLY_Q4_K_M),
     Preset("llama3-8b", "llama", n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, head_dim=128,
            n_ff=14336, context_length=131072, rope_freq_base=500000.0, rms_eps=1e-5,
