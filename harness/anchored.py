@@ -403,3 +403,50 @@ def over(errors: list[OpError]) -> list[OpError]:
         if not e.error <= e.bound and (k not in bad or e.error > bad[k].error):
             bad[k] = e
     return list(bad.values())
+
+
+# ---- one op by stages: where a composite op parts from the oracle ---------------------------------
+
+def bf16_bits(a: np.ndarray) -> np.ndarray:
+    """bf16 values stored as their 16 bits (uint16) -> float32."""
+    return (np.asarray(a, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def moe_stage_errors(x, ids, weights, gate_exps, up_exps, down_exps, add, activation, stages, y) -> dict[str, float]:
+    """The CUDA prefill MoE FFN (its stages as cuda Ops ``moe_watch`` sees them) held to the
+    faithful oracle stage by stage, each stage on the engine's own output of
+    the stage before: the bf16 gather of x, the gate and up GEMMs, the GLU
+    and its bf16 hidden, the down GEMM and the weighted combine. ``stages``
+    holds the host copies by stage name (bf16 arrays as their bits),
+    ``weights`` the routing weights the combine read (any expert scale
+    folded in), the expert weights the oracle's (faithful.Weight). Each
+    value is |engine - oracle| / |oracle|: rounded stages agree exactly when
+    their inputs do, the sums to fp32 order (gates.OP_BUDGET_DEFAULT)."""
+    k = ids.shape[1]
+    pair_at = np.asarray(stages["gather"]["pair_at"]).astype(np.int64)
+    expert = np.asarray(ids).reshape(-1)[pair_at]  # each sorted position's expert
+    xs = bf16_bits(stages["gather"]["xs"])
+    g, u = stages["gate_up"]["g"], stages["gate_up"]["u"]
+    h, hs = stages["glu"]["h"], bf16_bits(stages["glu"]["hs"])
+    d = stages["down"]["d"]
+
+    def grouped(a, w):  # the oracle's grouped GEMM on the engine's own (bf16) rows
+        out = np.zeros((a.shape[0], w.shape[1]), np.float32)
+        for e in np.unique(expert):
+            rows = expert == e
+            out[rows] = faithful.grouped(a[rows], faithful.Weight(w.values[e], w.qtype))
+        return out
+
+    act = np_ops.swiglu if activation == "silu" else np_ops.geglu
+    pos_of = np.empty_like(pair_at)
+    pos_of[pair_at] = np.arange(pair_at.size)
+    combined = np.zeros_like(y)
+    for j in range(k):  # in selection order, as moe_combine and the oracle sum
+        combined += d[pos_of[np.arange(y.shape[0]) * k + j]] * weights[:, j:j + 1]
+    return {"gather (bf16 x)": rel_error(xs, faithful.bf16(x[pair_at // k])),
+            "gate GEMM": rel_error(g, grouped(xs, gate_exps)),
+            "up GEMM": rel_error(u, grouped(xs, up_exps)),
+            "GLU": rel_error(h, act(g, u)),
+            "bf16 hidden": rel_error(hs, faithful.bf16(h)),
+            "down GEMM": rel_error(d, grouped(hs, down_exps)),
+            "combine": rel_error(y, combined if add is None else add + combined)}

@@ -223,3 +223,53 @@ def test_the_faithful_decode_folds_the_norm_the_next_glu_reads():
     m8 = ops.rms_norm(x8, w, 1e-6)
     assert np.array_equal(ops.glu(m8, wg, wu, "silu"), ops.unfolded.glu(ops.unfolded.rms_norm(x8, w, 1e-6), wg, wu,
                                                                           "silu"))
+
+
+def _bits(a):
+    return (faithful.bf16(a).view(np.uint32) >> 16).astype(np.uint16)
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu"])
+def test_moe_stages_name_the_stage_that_parts(activation):
+    """anchored.moe_stage_errors on stages made as the oracle makes them:
+    every stage exact; the hidden truncated to bf16 (not rounded) shows in
+    that stage alone, each stage being judged on the stage before as the
+    engine left it."""
+    rng = np.random.default_rng(0)
+    T, k, E, n_embd, n_ff = 9, 2, 4, 64, 32
+    x = rng.standard_normal((T, n_embd)).astype(np.float32)
+    ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int32)
+    weights = rng.uniform(0.1, 1, (T, k)).astype(np.float32)
+    add = rng.standard_normal((T, n_embd)).astype(np.float32)
+    w = {n: faithful.Weight(rng.standard_normal(s).astype(np.float32), QType.F32)
+         for n, s in (("g", (E, n_ff, n_embd)), ("u", (E, n_ff, n_embd)), ("d", (E, n_embd, n_ff)))}
+    pair_at = np.argsort(ids.reshape(-1), kind="stable").astype(np.int32)
+    expert = ids.reshape(-1)[pair_at]
+
+    def grouped(a, wt):
+        out = np.zeros((a.shape[0], wt.shape[1]), np.float32)
+        for e in range(E):
+            out[expert == e] = faithful.grouped(a[expert == e], faithful.Weight(wt.values[e], wt.qtype))
+        return out
+
+    def stages(hidden):
+        xs = faithful.bf16(x[pair_at // k])
+        g, u = grouped(xs, w["g"]), grouped(xs, w["u"])
+        h = (np_ops.swiglu if activation == "silu" else np_ops.geglu)(g, u)
+        hs = hidden(h)
+        d = grouped(hs, w["d"])
+        pos_of = np.argsort(pair_at)
+        y = add + sum(d[pos_of[np.arange(T) * k + j]] * weights[:, j:j + 1] for j in range(k))
+        return {"gather": {"pair_at": pair_at, "xs": _bits(xs)}, "gate_up": {"g": g, "u": u},
+                "glu": {"h": h, "hs": (hs.view(np.uint32) >> 16).astype(np.uint16)}, "down": {"d": d}}, y
+
+    want = faithful.FaithfulOps(kv_f16=True).moe_ffn(x, ids, weights, w["g"], w["u"], w["d"], add=add,
+                                                     activation=activation)
+    got, y = stages(faithful.bf16)
+    assert anchored.rel_error(y, want) < 1e-6  # the stages make the op
+    errors = anchored.moe_stage_errors(x, ids, weights, w["g"], w["u"], w["d"], add, activation, got, y)
+    assert max(errors.values()) == 0.0, errors
+    truncate = lambda a: (np.asarray(a, np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    errors = anchored.moe_stage_errors(x, ids, weights, w["g"], w["u"], w["d"], add, activation, *stages(truncate))
+    assert errors["bf16 hidden"] > 1e-3
+    assert max(v for s, v in errors.items() if s != "bf16 hidden") == 0.0, errors

@@ -599,8 +599,10 @@ def test_mutants_section_shows_one_sitting_never_a_merge(tmp_path):
     whole[1] = {"mutant": suite[1], "bug": "erf GELU", "caught": False, "seconds": 5.0,
                 "tried": ["tiny-gemma3 (twin)", "gemma3-270m (twin)"]}
     prov = {"engine": "anvil", "backend": "cuda", "gpu": H200, "driver": "580.159.04", "tiers": ["cpu", "gpu"]}
+    control = [{"model": "tiny-gemma4moe", "references": "oracle", "first": "FAIL tiny-gemma4moe: ops"}]
     results.save({**prov, "date": "2026-12-05T09:00:00Z", "build": "a1b2c3d4e5f6a7b8", "caught": len(suite) - 1,
-                  "suite": suite, "not_run": [], "partial": False, "mutants": whole}, "mutants", tmp_path)
+                  "suite": suite, "not_run": [], "partial": False, "mutants": whole, "control_failed": control},
+                 "mutants", tmp_path)
     # a later run of one mutant (--mutant) on another build: listed as history, not merged into the table
     results.save({**prov, "date": "2026-12-05T10:00:00Z", "build": "b1b2c3d4e5f6a7b8", "caught": 1,
                   "suite": suite, "not_run": suite[:1] + suite[2:], "partial": True,
@@ -613,9 +615,13 @@ def test_mutants_section_shows_one_sitting_never_a_merge(tmp_path):
     assert m.rows[0][2:] == ("tiny-llama (twin)", "kl, logit", "tiny-llama (twin)")
     assert m.rows[1][2:] == ("NOT CAUGHT", "", "tiny-gemma3 (twin), gemma3-270m (twin)")
     assert [h[1:4] for h in m.history] == [("b1b2c3d4", "caught 1 of 1", f"{len(suite) - 1} not run")]
+    # a pair the build itself failed, where no mutant was tried, is said beside the result
+    assert m.control_failed == (("tiny-gemma4moe (oracle)", "FAIL tiny-gemma4moe: ops"),)
     html, md = render_html(rep), render_md(rep)
     assert f"caught {len(suite) - 1} of {len(suite)}</span>\nat build a1b2c3d4, 2026-12-05" in html
     assert f"cuda engine: caught {len(suite) - 1} of {len(suite)} at build a1b2c3d4, 2026-12-05 (" in md
+    assert "1 pair(s) not tried" in html and "tiny-gemma4moe (oracle) (FAIL tiny-gemma4moe: ops)" in html
+    assert "Not tried where the build itself failed: tiny-gemma4moe (oracle) (FAIL tiny-gemma4moe: ops)." in md
     # with no record of the whole suite (records from before one was kept say nothing), the latest one,
     # partial, with the suite's mutants it has no result for named; a failed child reads NOT JUDGED
     old = tmp_path / "old"

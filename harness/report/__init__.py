@@ -248,6 +248,9 @@ class MutantSuite:
     provenance: str  # where it ran
     partial: bool  # some of the suite not run, or not judged
     not_run: tuple[str, ...] = ()  # the suite's mutants (as it stands) the record has no result for
+    # (model (set), the build's own first failure there): pairs the build itself failed, which no mutant
+    # tried, since a failing pair cannot tell a mutant from the build
+    control_failed: tuple[tuple[str, str], ...] = ()
     history: tuple[tuple[str, str, str, str, str], ...] = ()  # (date, build, result, run, file), newest first
 
 
@@ -809,9 +812,11 @@ def _mutants(records: list[dict]) -> list[MutantSuite]:
                          "whole suite" if _whole_suite(rec) else
                          f"{len(rec['not_run'])} not run" if isinstance(rec.get("not_run"), list) else "not recorded",
                          _file(rec)) for rec in reversed(recs) if rec is not shown)
+        control = tuple((f"{c.get('model')} ({c.get('references')})", str(c.get("first") or ""))
+                        for c in shown.get("control_failed") or [] if isinstance(c, dict))
         out.append(MutantSuite(backend, sum(bool(r.get("caught")) for r in results), len(rows), rows,
                                str(shown.get("build") or "?")[:8], _date(shown), _file(shown), where, partial,
-                               not_run, history))
+                               not_run, control, history))
     return out
 
 

@@ -347,6 +347,9 @@ at build {{ m.build }}, {{ m.date[:10] }}
 {% if m.partial %}<span class="badge bad">partial{% if m.not_run %}: {{ m.not_run|length }} not run{% endif %}</span>{% endif %}
 <small class="prov">{{ m.provenance }}, {% if r.records_href %}<a href="{{ r.records_href }}/{{ m.file }}">{{ m.file }}</a>{% else %}{{ m.file }}{% endif %}</small></h3>
 {% if m.not_run %}<p class="muted">Not in this record: {{ m.not_run|join(', ') }}.</p>{% endif %}
+{% if m.control_failed %}<p><span class="badge bad">{{ m.control_failed|length }} pair(s) not tried</span> the build itself
+failed {% for c in m.control_failed %}{{ c[0] }} ({{ c[1] }}){{ '; ' if not loop.last else '' }}{% endfor %}: no mutant was
+tried there.</p>{% endif %}
 <table><thead><tr><th>mutant</th><th>bug</th><th>caught by</th><th>checks that failed</th><th>models tried</th></tr></thead><tbody>
 {% for row in m.rows %}<tr><td>{{ row[0] }}</td><td>{{ row[1] }}</td><td>{{ row[2] }}</td><td>{{ row[3] }}</td><td class="prov">{{ row[4] }}</td></tr>{% endfor %}
 </tbody></table>
@@ -572,6 +575,9 @@ def render_md(report) -> str:
                   f"{', partial' if m.partial else ''} ({m.provenance}, {m.file})", ""]
         if m.not_run:
             lines += [f"Not in this record: {', '.join(m.not_run)}.", ""]
+        if m.control_failed:
+            lines += [f"Not tried where the build itself failed: {'; '.join(f'{c[0]} ({c[1]})' for c in m.control_failed)}.",
+                      ""]
         lines += _md_table(["mutant", "bug", "caught by", "checks that failed", "models tried"],
                            [list(x) for x in m.rows], "")
         lines += [""]

@@ -346,6 +346,9 @@ class Ops:
         self.b, self.dev = backend, backend.dev
         self._scratch: DArray | None = None
         self._bf16: dict[int, tuple[DArray, DArray]] = {}  # id(y) -> (y, y in bf16): this layer's
+        # moe_watch(stage, arrays), when set, sees the prefill MoE FFN's device arrays as each stage makes
+        # them, before the next overwrites any (scripts/gpu/moe_stages.py: which stage parts from the oracle)
+        self.moe_watch = None
 
     def _empty(self, shape, dtype=np.float32) -> DArray:
         return self.b.workspace.empty(shape, dtype)
@@ -719,17 +722,22 @@ class Ops:
             launchers.moe.down(self.dev, down_exps.data, down_exps.qtype, ids, weights, h, y, add, n_ff, n_embd,
                                n_expert)
             return y
+        watch = self.moe_watch or (lambda stage, arrays: None)
         grouping = launchers.moe_gemm.Grouping.empty(self._empty, T * k, n_expert)
         launchers.moe_gemm.sort(self.dev, ids, grouping)
         xs = self._empty((T * k, n_embd), np.uint16)  # bf16 bits, in expert order
         launchers.moe_gemm.gather_bf16(self.dev, x, grouping, k, xs)
+        watch("gather", {"pair_at": grouping.pair_at, "xs": xs, "weights": weights})
         g, u = self._empty((T * k, n_ff)), self._empty((T * k, n_ff))
         launchers.moe_gemm.gemm(self.dev, gate_exps.data, gate_exps.qtype, xs, grouping, g, n_embd, n_ff)
         launchers.moe_gemm.gemm(self.dev, up_exps.data, up_exps.qtype, xs, grouping, u, n_embd, n_ff)
+        watch("gate_up", {"g": g, "u": u})
         hs = self._empty((T * k, n_ff), np.uint16)
         glu(self.dev, g, u, g, hs)  # hs: the hidden in bf16, the down GEMM's input
+        watch("glu", {"h": g, "hs": hs})
         d = self._empty((T * k, n_embd))
         launchers.moe_gemm.gemm(self.dev, down_exps.data, down_exps.qtype, hs, grouping, d, n_ff, n_embd)
+        watch("down", {"d": d})
         launchers.moe_gemm.combine(self.dev, d, grouping, weights, add, y)
         return y
 
