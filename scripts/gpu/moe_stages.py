@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import engine  # noqa: E402
 from engine.backends import cuda  # noqa: E402
+from engine.errors import AnvilError  # noqa: E402
 from harness import anchored, catalog, refs  # noqa: E402
 from harness.table import show  # noqa: E402
 
@@ -30,7 +31,10 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("--set", default="oracle", help="the reference set whose prompts run (default oracle)")
     a = ap.parse_args()
-    ref = refs.load(refs.reference_path(a.model, a.set))
+    try:
+        ref = refs.for_entry(catalog.entry(a.model), a.set)
+    except AnvilError as e:
+        sys.exit(f"moe_stages: {e}")
     path = catalog.model_path(a.model, progress=False)
     model = engine.load(path, backend="cuda", kv_f16=True, eager=True)
     oracle = engine.load(path, backend="numpy", rounding="cuda", kv_f16=True)
