@@ -273,3 +273,21 @@ def test_moe_stages_name_the_stage_that_parts(activation):
     errors = anchored.moe_stage_errors(x, ids, weights, w["g"], w["u"], w["d"], add, activation, *stages(truncate))
     assert errors["bf16 hidden"] > 1e-3
     assert max(v for s, v in errors.items() if s != "bf16 hidden") == 0.0, errors
+
+
+def test_cuda_prefill_moe_hands_its_stages_to_the_watch():
+    """The CUDA prefill MoE FFN, run on the recording device (no GPU), hands
+    ``Ops.moe_watch`` the stages and arrays scripts/gpu/moe_stages.py gives
+    moe_stage_errors, once per MoE layer, in the order it makes them."""
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+
+    model = Model(catalog.model_path("tiny-qwen3moe", progress=False), backend="cuda", eager=True,
+                  device=RecordingDevice(False), cublas=RecordingCublas())
+    ops = getattr(model.ops, "unfolded", model.ops)
+    seen = []
+    ops.moe_watch = lambda stage, arrays: seen.append((stage, sorted(arrays)))
+    model.forward([1, 2, 3])
+    layer = [("gather", ["pair_at", "weights", "xs"]), ("gate_up", ["g", "u"]), ("glu", ["h", "hs"]),
+             ("down", ["d"])]
+    assert seen == layer * model.config.n_layer
