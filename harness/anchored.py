@@ -407,11 +407,6 @@ def over(errors: list[OpError]) -> list[OpError]:
 
 # ---- one op by stages: where a composite op parts from the oracle ---------------------------------
 
-def bf16_bits(a: np.ndarray) -> np.ndarray:
-    """bf16 values stored as their 16 bits (uint16) -> float32."""
-    return (np.asarray(a, np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-
 def moe_stage_errors(x, ids, weights, gate_exps, up_exps, down_exps, add, activation, stages, y) -> dict[str, float]:
     """The CUDA prefill MoE FFN (its stages as cuda Ops ``moe_watch`` sees them) held to the
     faithful oracle stage by stage, each stage on the engine's own output of
@@ -425,9 +420,9 @@ def moe_stage_errors(x, ids, weights, gate_exps, up_exps, down_exps, add, activa
     k = ids.shape[1]
     pair_at = np.asarray(stages["gather"]["pair_at"]).astype(np.int64)
     expert = np.asarray(ids).reshape(-1)[pair_at]  # each sorted position's expert
-    xs = bf16_bits(stages["gather"]["xs"])
+    xs = faithful.from_bf16_bits(stages["gather"]["xs"])
     g, u = stages["gate_up"]["g"], stages["gate_up"]["u"]
-    h, hs = stages["glu"]["h"], bf16_bits(stages["glu"]["hs"])
+    h, hs = stages["glu"]["h"], faithful.from_bf16_bits(stages["glu"]["hs"])
     d = stages["down"]["d"]
 
     def grouped(a, w):  # the oracle's grouped GEMM on the engine's own (bf16) rows

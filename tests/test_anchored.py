@@ -225,10 +225,6 @@ def test_the_faithful_decode_folds_the_norm_the_next_glu_reads():
                                                                           "silu"))
 
 
-def _bits(a):
-    return (faithful.bf16(a).view(np.uint32) >> 16).astype(np.uint16)
-
-
 @pytest.mark.parametrize("activation", ["silu", "gelu"])
 def test_moe_stages_name_the_stage_that_parts(activation):
     """anchored.moe_stage_errors on stages made as the oracle makes them:
@@ -260,8 +256,8 @@ def test_moe_stages_name_the_stage_that_parts(activation):
         d = grouped(hs, w["d"])
         pos_of = np.argsort(pair_at)
         y = add + sum(d[pos_of[np.arange(T) * k + j]] * weights[:, j:j + 1] for j in range(k))
-        return {"gather": {"pair_at": pair_at, "xs": _bits(xs)}, "gate_up": {"g": g, "u": u},
-                "glu": {"h": h, "hs": (hs.view(np.uint32) >> 16).astype(np.uint16)}, "down": {"d": d}}, y
+        return {"gather": {"pair_at": pair_at, "xs": faithful.bf16_bits(xs)}, "gate_up": {"g": g, "u": u},
+                "glu": {"h": h, "hs": faithful.bf16_bits(hs)}, "down": {"d": d}}, y
 
     want = faithful.FaithfulOps(kv_f16=True).moe_ffn(x, ids, weights, w["g"], w["u"], w["d"], add=add,
                                                      activation=activation)

@@ -28,6 +28,7 @@ from engine.backends.cuda import compile as nvrtc
 from engine.backends.cuda.launchers import argmax, attention, deltanet, elementwise, gemv, norm, rope
 from engine.backends.cuda.recording import RecordingDevice
 from engine.backends.numpy import ops
+from engine.backends.numpy.faithful import bf16_bits
 from engine.config import ROPE_NEOX, ROPE_NORM
 from engine.errors import AnvilError
 from engine.quants import QType
@@ -826,12 +827,6 @@ def test_add_scale_softcap(dev, n, misaligned):
                  "softcap")
     # the gemma reference op itself, for good measure
     assert_close(db.numpy(), ops.softcap(x.astype(np.float32), 30.0), 1e-6, 6e-4, "softcap vs ops.softcap")
-
-
-def bf16_bits(x: np.ndarray) -> np.ndarray:
-    """Round-to-nearest-even fp32 -> bf16 bits (finite and inf inputs)."""
-    b = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 @gpu

@@ -27,6 +27,7 @@ from engine.backends.cuda.launchers import gemv as gemv_launcher
 from engine.backends.cuda.launchers import moe, moe_gemm
 from engine.backends.cuda.recording import RecordingDevice
 from engine.backends.numpy import ops as np_ops
+from engine.backends.numpy.faithful import bf16, from_bf16_bits
 from engine.errors import AnvilError
 from engine.quants import BLOCK, QType, dequantize, quantize_x, xq_group
 
@@ -288,12 +289,6 @@ def test_expert_gemvs(dev, t, n_in, n_out, E, k, T):
     assert_close(y.numpy(), want, tol, 2.0**-20, f"moe_down {t.name}")
 
 
-def bf16(a: np.ndarray) -> np.ndarray:
-    b = np.ascontiguousarray(a, np.float32).view(np.uint32)
-    r = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)) << np.uint32(16)
-    return r.astype(np.uint32).view(np.float32)
-
-
 @gpu
 def test_sort_of_a_full_micro_batch(dev):
     """moe_sort (one block, the ids in shared memory) on a 4096-token
@@ -351,7 +346,7 @@ def test_grouped_prefill(dev, t, bn):
 
     xs = poisoned(dev, (P, n_in), np.uint16)
     moe_gemm.gather_bf16(dev, dev.upload(x), grouping, k, xs)
-    xs_f = (xs.numpy().astype(np.uint32) << 16).view(np.float32)
+    xs_f = from_bf16_bits(xs.numpy())
     np.testing.assert_array_equal(xs_f, bf16(x[pair_at // k]))
     y = poisoned(dev, (P, n_out))
     moe_gemm.gemm(dev, dev.upload(raw), t, xs, grouping, y, n_in, n_out, bn)

@@ -26,6 +26,8 @@ from engine.backends.cuda import compile as nvrtc
 from engine.backends.cuda import gemv_bench
 from engine.backends.cuda import launch
 from engine.backends.cuda.launchers import dequant, gemv
+from engine.backends.numpy.faithful import bf16_bits
+from engine.backends.numpy.faithful import from_bf16_bits
 from engine.errors import AnvilError
 from engine.quants import BLOCK, QType, dequantize, quantize_x, row_bytes, xq_group
 
@@ -213,11 +215,6 @@ def dev():
     d.free_all()
 
 
-def bf16_rne(a: np.ndarray) -> np.ndarray:
-    b = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    return ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
-
-
 def assert_bits_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
     bad = got != want
     if bad.any():
@@ -262,7 +259,7 @@ def test_dequant_bf16_exact(dev, t):
             out = dev.empty((n_rows, n_in), np.uint16)
             dev.fill(out, 0xFF)
             dequant.dequant_bf16(dev, W, t, out, n_rows, n_in)
-            want = bf16_rne(dequantize(raw, t, (n_rows, n_in)))
+            want = bf16_bits(dequantize(raw, t, (n_rows, n_in)))
             assert_bits_equal(out.numpy(), want, f"dequant_bf16 {t.name} [{n_rows} x {n_in}]")
 
 
@@ -394,11 +391,11 @@ def test_prefill_gemm_precision(dev, dtype):
     if dtype == "f16":
         xs, ws = x.astype(np.float16), w.astype(np.float16)
     elif dtype == "bf16":
-        xs, ws = bf16_rne(x), bf16_rne(w)
+        xs, ws = bf16_bits(x), bf16_bits(w)
     else:
         xs, ws = x, w
     as64 = (lambda a: a.astype(np.float64)) if dtype != "bf16" else \
-        (lambda a: (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64))
+        (lambda a: from_bf16_bits(a).astype(np.float64))
     want = as64(xs) @ as64(ws).T
     y = dev.empty((T, n_out))
     Cublas(dev.stream).gemm(dev.upload(xs), dev.upload(ws), y, T, n_in, n_out, dtype)

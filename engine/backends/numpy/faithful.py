@@ -71,6 +71,16 @@ def bf16(x: np.ndarray) -> np.ndarray:
     return np.where(nan, np.float32(np.nan), out) if nan.any() else out
 
 
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 (round to nearest even) as its 16 bits (uint16), as the kernels store it."""
+    return (bf16(x).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def from_bf16_bits(a: np.ndarray) -> np.ndarray:
+    """bf16 values held as their 16 bits (uint16, as the kernels store them) -> float32."""
+    return (np.asarray(a, np.uint16).astype(np.uint32) << 16).view(F32)
+
+
 def f16(x: np.ndarray) -> np.ndarray:
     """float32 -> f16 (round to nearest even), as float32 (``__float2half_rn``)."""
     return np.asarray(x, F32).astype(np.float16).astype(F32)
