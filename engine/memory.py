@@ -67,9 +67,11 @@ def host_available() -> tuple[int, str] | None:
     return min(found) if found else None
 
 
-def float32_bytes(gf) -> int:
-    """Every tensor of the file as float32: what the NumPy engine holds."""
-    return 4 * sum(math.prod(gf.tensor_shape(name)) for name in gf.tensor_names())
+def float32_bytes(gf, largest: int | None = None) -> int:
+    """Every tensor of the file as float32: what the NumPy engine holds; or
+    only the ``largest`` few (its lazy oracle holds those at most)."""
+    sizes = sorted((math.prod(gf.tensor_shape(name)) for name in gf.tensor_names()), reverse=True)
+    return 4 * sum(sizes[:largest] if largest is not None else sizes)
 
 
 def kv_bytes_per_token(cfg, kinds: list[str], itemsize: int) -> int:

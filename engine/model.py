@@ -28,7 +28,7 @@ UBATCH = 512
 
 def make_backend(name: str, cfg: ModelConfig, n_ctx: int, **options):
     """``name``: numpy, cuda, or auto (cuda when an NVIDIA GPU is usable and
-    runs this architecture, else numpy). ``options`` are the backend's (numpy: rounding, kv_f16); with
+    runs this architecture, else numpy). ``options`` are the backend's (numpy: rounding, kv_f16, lazy); with
     ``gguf`` (the file) and ``kinds`` (its layers' kinds) it refuses a model that does not fit its memory."""
     if name == "auto":
         from .backends.cuda import PENDING_ARCHS
@@ -40,7 +40,7 @@ def make_backend(name: str, cfg: ModelConfig, n_ctx: int, **options):
         from .backends.numpy import Backend
 
         # its own options (the rounding-faithful oracle, its KV type); the CUDA ones (graphs, workspace) mean nothing here
-        options = {k: v for k, v in options.items() if k in ("rounding", "kv_f16", "gguf", "kinds")}
+        options = {k: v for k, v in options.items() if k in ("rounding", "kv_f16", "lazy", "gguf", "kinds")}
     elif name == "cuda":
         from .backends.cuda import Backend
 

@@ -429,7 +429,7 @@ def moe_stage_errors(x, ids, weights, gate_exps, up_exps, down_exps, add, activa
         out = np.zeros((a.shape[0], w.shape[1]), np.float32)
         for e in np.unique(expert):
             rows = expert == e
-            out[rows] = faithful.grouped(a[rows], faithful.Weight(w.values[e], w.qtype))
+            out[rows] = faithful.grouped(a[rows], w.expert(e))
         return out
 
     act = np_ops.swiglu if activation == "silu" else np_ops.geglu

@@ -287,3 +287,67 @@ def test_cuda_prefill_moe_hands_its_stages_to_the_watch():
     layer = [("gather", ["pair_at", "weights", "xs"]), ("gate_up", ["g", "u"]), ("glu", ["h", "hs"]),
              ("down", ["d"])]
     assert seen == layer * model.config.n_layer
+
+
+def test_lazy_oracle_is_the_oracle_holding_a_few_matrices():
+    """The oracle with lazy weights (faithful.LazyWeight: dequantised when
+    an op reads them) judges as the eager one does, zero on the faithful
+    engine, the exact engine past budget at the same ops; it never holds
+    more than LAZY_KEEP matrices."""
+    path, case = _case("tiny-qwen3moe")
+    lazy = engine.load(path, backend="numpy", rounding="cuda", lazy=True)
+    assert isinstance(lazy.layers[0].gate_exps, faithful.LazyWeight)
+    same = anchored.check(engine.load(path, backend="numpy", rounding="cuda"), lazy, case.prompt_ids[:40],
+                          case.tokens[:2])
+    assert same and max(e.error for e in same) == 0.0
+    assert len(faithful._LAZY) <= faithful.LAZY_KEEP
+    eager = engine.load(path, backend="numpy", rounding="cuda")
+    exact = engine.load(path, backend="numpy")
+    judged = [[(e.phase, e.layer, e.op, e.output, e.error)
+               for e in anchored.check(exact, o, case.prompt_ids[:40], case.tokens[:2])] for o in (lazy, eager)]
+    assert judged[0] == judged[1] and any(e[-1] > 1e-4 for e in judged[0])
+    with pytest.raises(engine.AnvilError, match="faithful oracle's only"):
+        engine.load(path, backend="numpy", lazy=True)
+
+
+def _ops_at_step():
+    import importlib.util
+    from pathlib import Path
+
+    p = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "ops_at_step.py"
+    spec = importlib.util.spec_from_file_location("ops_at_step", p)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ops_at_step_judges_the_steps_it_is_given(capsys, monkeypatch):
+    """scripts/gpu/ops_at_step.py on the CPU (the faithful NumPy engine
+    plays the CUDA one): the case's prompt and first STEP tokens run
+    unchecked, STEPS decode steps judged, every op within budget; an engine
+    with a planted bug (RMSNorm's eps) is named at that op; a case or step
+    outside the set is one line and exit 2."""
+    ops_at_step = _ops_at_step()
+    args = ["tiny-qwen3moe", "--set", "cpu", "--case", "1", "--step", "5"]
+    assert ops_at_step.main(args, backend="numpy") == 0
+    out = capsys.readouterr().out
+    assert "case 1, steps 5-6" in out and "decode rms_norm" in out and "every op within its budget" in out
+    assert "prefill" not in out  # the prompt ran unchecked
+    load = engine.load
+
+    def buggy(path, **kw):
+        m = load(path, **kw)
+        if not kw.get("lazy"):
+            ops = faithful.FaithfulOps(True)
+            ops.rms_norm = lambda x, w, eps: np_ops.rms_norm(x, w, 10 * eps + 1e-2)
+            m.ops = ops
+        return m
+
+    monkeypatch.setattr(engine, "load", buggy)
+    assert ops_at_step.main(args, backend="numpy") == 1
+    assert "OVER: decode layer" in capsys.readouterr().out
+    monkeypatch.setattr(engine, "load", load)
+    assert ops_at_step.main(["tiny-qwen3moe", "--set", "cpu", "--case", "9", "--step", "0"], backend="numpy") == 2
+    assert ops_at_step.main(["tiny-qwen3moe", "--set", "cpu", "--case", "0", "--step", "999"], backend="numpy") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("ops_at_step: --") for e in err)

@@ -28,14 +28,22 @@ class Backend:
     name = "numpy"
 
     def __init__(self, cfg: ModelConfig, n_ctx: int, rounding: str = "exact", kv_f16: bool | None = None,
-                 gguf: GGUFFile | None = None, kinds: list[str] | None = None):
+                 gguf: GGUFFile | None = None, kinds: list[str] | None = None, lazy: bool = False):
         """``gguf``/``kinds``: the model about to be loaded, refused here if
-        its float32 weights and cache exceed the memory left (memory.py)."""
+        its float32 weights and cache exceed the memory left (memory.py).
+        ``lazy`` (the faithful oracle only): each matrix dequantised when an
+        op reads it and not held (faithful.LazyWeight): the oracle of a model
+        too large for the host, judged op by op (harness/anchored.py)."""
         if rounding not in ROUNDINGS:
             raise AnvilError(f"rounding {rounding!r}: one of {', '.join(ROUNDINGS)}")
+        if lazy and rounding != "cuda":
+            raise AnvilError("lazy weights: the faithful oracle's only (rounding='cuda')")
+        self.lazy = lazy
         if gguf is not None and kinds is not None:
             # K and V are float32 arrays even when rounded to f16 (cache.py)
-            memory.check_fits(gguf.path, "the NumPy engine", {"float32 weights": memory.float32_bytes(gguf)},
+            weights = ({f"the {faithful.LAZY_KEEP} largest matrices as float32": memory.float32_bytes(
+                gguf, largest=faithful.LAZY_KEEP)} if lazy else {"float32 weights": memory.float32_bytes(gguf)})
+            memory.check_fits(gguf.path, "the NumPy engine", weights,
                               memory.kv_bytes_per_token(cfg, kinds, 4), n_ctx, memory.host_available(),
                               "run it on a GPU (--backend cuda) or take a smaller model")
         self.cfg, self.n_ctx, self.rounding = cfg, n_ctx, rounding
@@ -47,6 +55,8 @@ class Backend:
     def upload(self, gf: GGUFFile, name: str):
         """Weights are dequantised once to float32; the faithful oracle keeps
         each matrix's type beside it (it decides the rounding)."""
+        if self.lazy and len(gf.tensor_shape(name)) > 1:
+            return faithful.LazyWeight(gf, name)
         values = gf.dequantize(name)
         if self.rounding == "cuda" and values.ndim > 1:
             return faithful.Weight(values, gf.tensor_type(name))

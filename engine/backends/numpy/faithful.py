@@ -33,11 +33,13 @@ from there so the two cannot part.
 from __future__ import annotations
 
 import copy
+import itertools
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
-from ...quants import QType, quantize_x, xq_group
+from ...quants import QType, dequantize_rows, quantize_x, xq_group
 from ..cuda import GEMV_MAX_TOKENS, UBATCH  # noqa: F401  (UBATCH: the micro-batch, numpy/__init__.py)
 from ..cuda.launchers.attention import DECODE_MAX_T, TC_HEAD_DIMS, TC_TQ, tc_keys
 from . import ops
@@ -56,6 +58,65 @@ class Weight:
     @property
     def shape(self):
         return self.values.shape
+
+    def expert(self, e: int) -> "Weight":
+        """Expert ``e``'s matrix of a stacked expert tensor."""
+        return Weight(self.values[e], self.qtype)
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        """Rows ``idx`` of a matrix (an embedding lookup)."""
+        return self.values[idx]
+
+
+class LazyWeight(Weight):
+    """A Weight dequantised when read, not held: the oracle of a model whose
+    float32 weights would not fit the host (a 30B MoE is 120 GB of them),
+    used op by op (harness/anchored.py). An embedding lookup dequantises
+    its rows, an expert its own matrix; the last LAZY_KEEP matrices read
+    stay dequantised (a MoE op reads three per expert)."""
+
+    __eq__, __hash__ = object.__eq__, object.__hash__  # the dataclass's would read the values
+
+    def __init__(self, gf, name: str):  # the frozen dataclass's fields, set once
+        object.__setattr__(self, "qtype", gf.tensor_type(name))
+        object.__setattr__(self, "_source", (gf, name, next(_SERIAL)))
+
+    @property
+    def shape(self):
+        gf, name, _ = self._source
+        return tuple(gf.tensor_shape(name))
+
+    @property
+    def values(self) -> np.ndarray:
+        gf, name, key = self._source
+        return _kept(key, lambda: gf.dequantize(name))
+
+    def _rows(self, idx) -> np.ndarray:
+        gf, name, _ = self._source
+        return dequantize_rows(gf.raw(name), self.qtype, np.asarray(idx), self.shape[-1])
+
+    def expert(self, e: int) -> Weight:
+        n_out = self.shape[1]
+        return Weight(_kept((self._source[2], int(e)), lambda: self._rows(np.arange(e * n_out, (e + 1) * n_out))),
+                      self.qtype)
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        return self._rows(np.asarray(idx).reshape(-1)).reshape(*np.shape(idx), self.shape[-1])
+
+
+LAZY_KEEP = 4
+_LAZY: OrderedDict = OrderedDict()  # (a LazyWeight's serial[, expert]) -> its values, the most recently read last
+_SERIAL = itertools.count()
+
+
+def _kept(key, make) -> np.ndarray:
+    if key in _LAZY:
+        _LAZY.move_to_end(key)
+        return _LAZY[key]
+    _LAZY[key] = out = make()
+    while len(_LAZY) > LAZY_KEEP:
+        _LAZY.popitem(last=False)
+    return out
 
 
 def values(w):
@@ -170,7 +231,10 @@ class FaithfulOps:
 
     def embed(self, table, tokens, scale=1.0):
         self._normed = None
-        return ops.embed(values(table), tokens, scale)
+        if not isinstance(table, Weight):
+            return ops.embed(table, tokens, scale)
+        x = table.rows(tokens)  # ops.embed's lookup, of a table that may be lazy
+        return x * F32(scale) if scale != 1.0 else x
 
     def matmul(self, x, w, bias=None, add=None):
         self._normed = None
@@ -232,7 +296,7 @@ class FaithfulOps:
         ys = np.zeros((*ids.shape, n_embd), F32)
         for e in np.unique(ids):
             t, j = np.nonzero(ids == e)
-            g, u, d = (Weight(w.values[e], w.qtype) for w in (gate_exps, up_exps, down_exps))
+            g, u, d = (w.expert(e) for w in (gate_exps, up_exps, down_exps))
             h = act(mul(x[t], g), mul(x[t], u))
             ys[t, j] = mul(h if per_row else bf16(h), d)
         out = np.zeros((x.shape[0], n_embd), F32)
