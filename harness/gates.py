@@ -95,6 +95,14 @@ def op_budget(op: str, max_position: int = 0) -> float:
     rope = ROPE_ANGLE_ERROR * max_position if op in ROPE_OPS else 0.0
     return OP_BUDGET.get(op, OP_BUDGET_DEFAULT) + rope
 
+
+# llama.cpp's own spread (architectures.md §8): settings a correct engine
+# cannot be expected to follow, each run teacher-forced on a reference's
+# tokens and measured exactly as the engine is. flash-attn: the other
+# attention path (FA kernels instead of KQ/softmax/PV matmuls); ubatch-1:
+# the prompt fed one token at a time (decode kernels instead of prefill
+# ones); threads-1: another CPU summation split; f32-twin: the quantised
+# file's F32 twin (no q8_0 activation rounding on the CPU).
 FP32_VARIANTS = {"ubatch-1": {"n_batch": 1, "n_ubatch": 1}, "threads-1": {"n_threads": 1}}
 QUANT_VARIANTS = {"f32-twin": "twin", "ubatch-1": {"n_batch": 1, "n_ubatch": 1}}
 GPU_VARIANTS = {"flash-attn": {"flash_attn": True}, "ubatch-1": {"n_batch": 1, "n_ubatch": 1}}

@@ -56,14 +56,6 @@ def device_description(settings: dict) -> str:
     return f"gpu: {info['gpu']}, driver {info['driver']}" if info.get("gpu") else f"gpu: unknown ({info.get('nvml')})"
 
 
-# llama.cpp's own spread (architectures.md §8): settings a correct engine
-# cannot be expected to follow, each run teacher-forced on a reference's
-# tokens and measured exactly as the engine is. flash-attn: the other
-# attention path (FA kernels instead of KQ/softmax/PV matmuls); ubatch-1:
-# the prompt fed one token at a time (decode kernels instead of prefill ones).
-VARIANTS = {"flash-attn": {"flash_attn": True}, "ubatch-1": {"n_batch": 1, "n_ubatch": 1}}
-
-
 def _open(model_path: Path, s: dict):
     llama_cpp = _import_llama_cpp()
     if s["n_gpu_layers"] != 0 and not llama_cpp.llama_supports_gpu_offload():
