@@ -102,10 +102,19 @@ def op_budget(op: str, max_position: int = 0) -> float:
 # attention path (FA kernels instead of KQ/softmax/PV matmuls); ubatch-1:
 # the prompt fed one token at a time (decode kernels instead of prefill
 # ones); threads-1: another CPU summation split; f32-twin: the quantised
-# file's F32 twin (no q8_0 activation rounding on the CPU).
+# file's F32 twin (no q8_0 activation rounding on the CPU). On the GPU the
+# prompt's products take MMQ at 9 tokens and more, MMVQ under
+# (ggml-cuda.cu ggml_cuda_mul_mat, MMVQ_MAX_BATCH_SIZE), and MMQ splits
+# each product's sum over its stream-k blocks by the count of tiles, which
+# the batch sets (mmq.cuh): ubatch-64 is the same kernels summing in
+# another order; flash-attn-ubatch-1 the one-token products with the FA
+# attention (the two axes together, so that the four realise matmul x
+# attention both ways each).
 FP32_VARIANTS = {"ubatch-1": {"n_batch": 1, "n_ubatch": 1}, "threads-1": {"n_threads": 1}}
 QUANT_VARIANTS = {"f32-twin": "twin", "ubatch-1": {"n_batch": 1, "n_ubatch": 1}}
-GPU_VARIANTS = {"flash-attn": {"flash_attn": True}, "ubatch-1": {"n_batch": 1, "n_ubatch": 1}}
+GPU_VARIANTS = {"flash-attn": {"flash_attn": True}, "ubatch-1": {"n_batch": 1, "n_ubatch": 1},
+                "flash-attn-ubatch-1": {"flash_attn": True, "n_batch": 1, "n_ubatch": 1},
+                "ubatch-64": {"n_batch": 64, "n_ubatch": 64}}
 
 
 def is_fp32(entry: catalog.Entry, reference_set: str) -> bool:

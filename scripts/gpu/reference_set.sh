@@ -3,7 +3,7 @@
 # For each of MODELS (default qwen3-8b), in turn, while LIMIT seconds (default
 # 540) last: llama.cpp with CUDA makes the TIER (gpu or deep, default deep)
 # reference (`harness reference --force`), then measures its own spread on it
-# (flash attention on, one-token batches: `reference --variation --save`), and
+# (gates.GPU_VARIANTS, four settings: `reference --variation --save`), and
 # scripts/adopt_gates.py writes the gates that spread sets (gates.propose) into
 # the host's catalog copy (the gate.TIER-cuda line is printed);
 # then, every model's spread measured, the CUDA engine is validated on each.
