@@ -151,6 +151,8 @@ class Anchored:
                 return out
             if name == "attention":
                 return self._attention(fn, *args, **kw)
+            if name == "moe_ffn" and hasattr(self.ops, "moe_watch"):
+                return self._moe_ffn(fn, args, kw)
             host_args, host_kw = self.host(args), {k: self.host(v) for k, v in kw.items()}
             out = fn(*args, **kw)
             if self.norm is None and getattr(self.ops, "_pending", None) is not None:
@@ -200,6 +202,38 @@ class Anchored:
                 after = self.host(a)
                 self._record(name + " state", phase, 0, after.conv, h.conv)
                 self._record(name + " state", phase, 1, after.s, h.s)
+
+    def _moe_ffn(self, fn, args, kw):
+        """The CUDA MoE FFN: in prefill, judged stage by stage (its ``moe_watch``
+        hands over each stage as it is made; ``moe_stage_errors``), each stage
+        on the engine's own output of the stage before, to fp32 order. The
+        whole op is not judged there: its bf16 hidden rounds values the op
+        computed itself, and where the engine's fp32 GLU output and the
+        oracle's sit on either side of a rounding boundary, the hidden steps
+        by one bf16 ulp, by as much as the data makes that element weigh
+        (tiny-gemma4moe, H200 2026-12-05: the whole op 1.95e-3 from the
+        oracle's, every stage at or under 3.4e-7, the hidden's rounding
+        exact). Decode's GEMVs show no stages: the whole op, as every op."""
+        host_args, host_kw = self.host(args), {k: self.host(v) for k, v in kw.items()}
+        stages = {}
+        self.ops.moe_watch = lambda stage, arrays: stages.update({stage: {k: self.host(v) for k, v in arrays.items()}})
+        try:
+            out = fn(*args, **kw)
+        finally:
+            self.ops.moe_watch = None
+        if self.norm is None and getattr(self.ops, "_pending", None) is not None:
+            self.ops.settle()  # as every op (__getattr__)
+        a = dict(zip(("x", "ids", "weights", "gate_exps", "up_exps", "down_exps", "add", "activation",
+                      "down_scale"), host_args)) | host_kw
+        if not stages:
+            self._compare("moe_ffn", out, self.faithful.moe_ffn(*host_args, **host_kw), args, host_args)
+            return out
+        errors = moe_stage_errors(a["x"], a["ids"], a["weights"], a["gate_exps"], a["up_exps"], a["down_exps"],
+                                  a.get("add"), a.get("activation", "silu"), a.get("down_scale"), stages,
+                                  self.host(out))
+        for stage, err in errors.items():
+            self.errors.append(OpError("prefill", self.layer, f"moe_ffn {stage}", 0, err, gates.OP_BUDGET_DEFAULT))
+        return out
 
     def _attention(self, fn, q, keys, values, positions, scale, window=0):
         """Attention over the cache as the engine left it (its rows before
@@ -407,18 +441,22 @@ def over(errors: list[OpError]) -> list[OpError]:
 
 # ---- one op by stages: where a composite op parts from the oracle ---------------------------------
 
-def moe_stage_errors(x, ids, weights, gate_exps, up_exps, down_exps, add, activation, stages, y) -> dict[str, float]:
+def moe_stage_errors(x, ids, weights, gate_exps, up_exps, down_exps, add, activation, down_scale, stages,
+                     y) -> dict[str, float]:
     """The CUDA prefill MoE FFN (its stages as cuda Ops ``moe_watch`` sees them) held to the
     faithful oracle stage by stage, each stage on the engine's own output of
-    the stage before: the bf16 gather of x, the gate and up GEMMs, the GLU
-    and its bf16 hidden, the down GEMM and the weighted combine. ``stages``
-    holds the host copies by stage name (bf16 arrays as their bits),
-    ``weights`` the routing weights the combine read (any expert scale
-    folded in), the expert weights the oracle's (faithful.Weight). Each
-    value is |engine - oracle| / |oracle|: rounded stages agree exactly when
-    their inputs do, the sums to fp32 order (gates.OP_BUDGET_DEFAULT)."""
+    the stage before: the pairs sorted by expert, the routing weights with
+    the expert scale folded in, the bf16 gather of x, the gate and up GEMMs,
+    the GLU and its bf16 hidden, the down GEMM and the weighted combine.
+    ``stages`` holds the host copies by stage name (bf16 arrays as their
+    bits), the op's arguments as the oracle takes them (the expert weights
+    faithful.Weight). Each value is |engine - oracle| / |oracle|: the sort
+    exact (0, else inf), rounded stages agree exactly when their inputs do,
+    the sums to fp32 order (gates.OP_BUDGET_DEFAULT)."""
     k = ids.shape[1]
     pair_at = np.asarray(stages["gather"]["pair_at"]).astype(np.int64)
+    sort = 0.0 if np.array_equal(pair_at, np.argsort(np.asarray(ids).reshape(-1), kind="stable")) else float("inf")
+    scaled = stages["gather"]["weights"]  # what the combine reads
     expert = np.asarray(ids).reshape(-1)[pair_at]  # each sorted position's expert
     xs = faithful.from_bf16_bits(stages["gather"]["xs"])
     g, u = stages["gate_up"]["g"], stages["gate_up"]["u"]
@@ -437,8 +475,10 @@ def moe_stage_errors(x, ids, weights, gate_exps, up_exps, down_exps, add, activa
     pos_of[pair_at] = np.arange(pair_at.size)
     combined = np.zeros_like(y)
     for j in range(k):  # in selection order, as moe_combine and the oracle sum
-        combined += d[pos_of[np.arange(y.shape[0]) * k + j]] * weights[:, j:j + 1]
-    return {"gather (bf16 x)": rel_error(xs, faithful.bf16(x[pair_at // k])),
+        combined += d[pos_of[np.arange(y.shape[0]) * k + j]] * scaled[:, j:j + 1]
+    return {"sort": sort,
+            "expert scale": rel_error(scaled, weights if down_scale is None else weights * down_scale[ids]),
+            "gather (bf16 x)": rel_error(xs, faithful.bf16(x[pair_at // k])),
             "gate GEMM": rel_error(g, grouped(xs, gate_exps)),
             "up GEMM": rel_error(u, grouped(xs, up_exps)),
             "GLU": rel_error(h, act(g, u)),

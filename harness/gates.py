@@ -17,8 +17,8 @@ the reference set:
   and ``threads-1``; both sides compute in fp32, so the spread is tiny and
   the stated fp32 budget below sets the bound. Flash attention is not noise
   here: on the CPU it rounds K and V to f16.
-- **gpu** (llama.cpp with CUDA): ``flash-attn`` (the other attention path)
-  and ``ubatch-1``.
+- **gpu** (llama.cpp with CUDA): ``flash-attn`` (the other attention path),
+  ``ubatch-1``, both together, and ``ubatch-64`` (``GPU_VARIANTS``).
 
 A proposal is ``max(HEADROOM x spread, budget)`` per check (KL scales with
 the square of a logit error, so its headroom is squared). The share of a
@@ -29,12 +29,15 @@ is printed beside the catalog's current value, marked where it would loosen
 the gate; nothing is written: a threshold changes only by editing the
 catalog.
 
-The CUDA engine's gates against the CPU-made sets come from the
-rounding-faithful oracle instead (``measure_faithful``, ``propose_faithful``):
-four realisations of what its roundings cost, and a headroom per check that
-holding each realisation out measures (``faithful_headroom``), not a factor
-chosen: 1.25 over the largest of four failed 27 of 196 sound realisations
-held out (reports/notes/cuda-gate-2026-12-04.md §9-10).
+That is the NumPy engine's gate. Every CUDA gate takes a headroom per check
+that holding each realisation out measures (``held_out_headroom``,
+``propose_measured``), not a factor chosen: against the CPU-made sets, over
+four realisations of the rounding-faithful oracle (``measure_faithful``:
+what the engine's roundings cost), where 1.25 over the largest of four
+failed 27 of 196 sound realisations held out; against llama.cpp's CUDA
+references (gpu, deep), over llama.cpp's own CUDA realisations
+(``GPU_VARIANTS``), where 1.25 over the largest of the others failed 4 of 24
+(reports/notes/cuda-gate-2026-12-04.md §9-10, §19).
 """
 
 from __future__ import annotations
@@ -75,7 +78,15 @@ MIN_MARGIN = 0.01  # without a budget: a near-tie in a reference's printing prec
 #   share ε/u of the elements by u each, a normalised √(ε·u). The MoE hidden
 #   (int8 at u ~ 1/127 of its group's largest in decode, bf16 at 2^-8 in
 #   prefill): √(1e-6 · 8e-3) ~ 9e-5; attention's P in f16 (u = 2^-11):
-#   √(1e-6 · 5e-4) ~ 2e-5, spread over the keys' values.
+#   √(1e-6 · 5e-4) ~ 2e-5, spread over the keys' values. That estimate
+#   takes the stepped elements to weigh as much as the rest; where one
+#   element dominates its row, its one step is its own weight (a bf16 step
+#   of a dominant hidden: 1.95e-3 on tiny-gemma4moe). So the CUDA prefill
+#   MoE FFN, whose stages the engine hands over (cuda Ops.moe_watch), is
+#   judged stage by stage instead (anchored.moe_stage_errors: each stage on
+#   the engine's own output of the one before, the sums to fp32 order, the
+#   roundings exact: OP_BUDGET_DEFAULT); the whole-op bound below is for
+#   the decode GEMVs, which hand none over.
 # - RoPE: the kernels form the angle in fp32 with fast-math __powf, __sinf
 #   and __cosf, as llama.cpp's CUDA build does (rope.cuh): an absolute error
 #   of ~|θ|·2^-22, θ up to the position, which the oracle's float64 angles
@@ -202,7 +213,7 @@ def measure(cat, names: list[str], reference_set: str):
 # fast-math error. A model's roundings amplify such differences into ~0.3
 # logits, so one realisation's largest spread is itself noisy (±50% between
 # two); the CUDA engine is one more, and its gate the largest of these times a
-# headroom that the realisations measure themselves (``faithful_headroom``).
+# headroom that the realisations measure themselves (``held_out_headroom``).
 FAITHFUL_ENGINE = "anvil faithful oracle"  # a variation record's "engine"
 FAITHFUL_VARIANTS = {"faithful": "fp32", "faithful-f64": "fp64", "faithful-rope32": "fp32",
                      "faithful-rope-fast": "fp32"}
@@ -233,9 +244,9 @@ def _most_flips(r) -> list[tuple[int, int]]:
     return [(len(c.flips), c.n_steps) for c in r.cases if c.n_steps]
 
 
-def faithful_headroom(cat, measured: dict) -> dict[str, float]:
-    """The headroom over the faithful oracle's largest spread, per check, as
-    its realisations measure it: each one held out and set against the
+def held_out_headroom(cat, measured: dict) -> dict[str, float]:
+    """The headroom over the largest spread of a set's realisations (the
+    faithful oracle's, or llama.cpp's CUDA ones), per check, as they measure it: each one held out and set against the
     largest of the others on the same model and set; the headroom is the
     largest such ratio over every pair, rounded up. Pairs where the stated
     budget binds (a realisation at or under it) do not count: there the
@@ -248,7 +259,8 @@ def faithful_headroom(cat, measured: dict) -> dict[str, float]:
         if name not in cat or len(spread) < 2:
             continue
         floor = budget(cat[name], rset) or catalog.Gate(MIN_MARGIN, 0.0, 0.0)
-        spread_sets = [c for c in CHECKS if min(_measure(r, c) for r in spread) > getattr(floor, c)]
+        spread_sets = [c for c in CHECKS if all(_measure(r, c) is not None for r in spread)  # KL: once not measured
+                       and min(_measure(r, c) for r in spread) > getattr(floor, c)]
         for i, held in enumerate(spread):
             others = spread[:i] + spread[i + 1:]
             for check in spread_sets:
@@ -258,15 +270,17 @@ def faithful_headroom(cat, measured: dict) -> dict[str, float]:
     return {c: ceil2(v) for c, v in need.items()}
 
 
-def propose_faithful(entry: catalog.Entry, reference_set: str, spread: list, headroom: dict) -> catalog.Gate:
-    """The CUDA engine's gate against a CPU-made set from the faithful
-    oracle's realisations (``spread``): per check the largest times its
-    headroom (``faithful_headroom``), never under the stated budget; a prompt
+def propose_measured(entry: catalog.Entry, reference_set: str, spread: list, headroom: dict) -> catalog.Gate:
+    """The CUDA engine's gate from a set's realisations (``spread``: the
+    faithful oracle's against a CPU-made set, llama.cpp's own against its
+    CUDA references): per check the largest times its headroom
+    (``held_out_headroom``), never under the stated budget; a prompt
     may have as many near-tie flips as the realisations made in it at most,
     plus the held-out excess, as a share of its steps. Each realisation
     passes the gate it is part of, its flips included."""
     floor = budget(entry, reference_set) or catalog.Gate(MIN_MARGIN, 0.0, 0.0)
-    bound = {c: ceil2(max(getattr(floor, c), headroom[c] * max(_measure(r, c) for r in spread))) for c in CHECKS}
+    bound = {c: None if any(_measure(r, c) is None for r in spread)  # a record from before KL was measured
+             else ceil2(max(getattr(floor, c), headroom[c] * max(_measure(r, c) for r in spread))) for c in CHECKS}
     most = [max(f) for f in zip(*([n for n, _ in _most_flips(r)] for r in spread))]
     steps = [n for _, n in _most_flips(spread[0])]
     flips = max(((m + headroom["flips"]) / n for m, n in zip(most, steps)), default=0.0)
@@ -284,8 +298,8 @@ def held_out_failures(cat, measured: dict, headroom: dict) -> list[tuple[str, st
         if name not in cat or len(spread) < 2:
             continue
         for i, held in enumerate(spread):
-            g = propose_faithful(cat[name], rset, spread[:i] + spread[i + 1:], headroom)
-            bad = [c for c, a in CHECKS.items() if not getattr(held, a) <= getattr(g, c)]
+            g = propose_measured(cat[name], rset, spread[:i] + spread[i + 1:], headroom)
+            bad = [c for c, a in CHECKS.items() if getattr(g, c) is not None and not getattr(held, a) <= getattr(g, c)]
             for c in held.cases:
                 near = [f for f in c.flips if is_near_tie(f, g.margin)]
                 bad += ["drift"] * (len(near) < len(c.flips))
@@ -419,6 +433,13 @@ def faithful_records(results_dir, cat=None) -> dict[tuple[str, str], list]:
     return variation_records(results_dir, FAITHFUL_ENGINE, cat)
 
 
+def gpu_records(results_dir, cat=None) -> dict[tuple[str, str], list]:
+    """llama.cpp's committed CUDA realisations against its CUDA references
+    (the gpu and deep sets), each model's newest of each variant."""
+    return {k: v for k, v in variation_records(results_dir, "llama.cpp", cat).items()
+            if catalog.REFERENCE_SETS[k[1]] == "gpu"}
+
+
 def spread_text(r, check: str) -> str:
     """One variant's measure behind ``check``, as gate comments write it: for flips, its prompt
     with the most (flips/steps); "—" where the record has none (KL before it was measured)."""
@@ -436,18 +457,20 @@ def format_proposals(cat, measured, reference_set: str) -> str:
 
     faithful = any(v in FAITHFUL_VARIANTS for _, v, _, _ in measured)  # the CUDA engine's gate, from the faithful oracle
     backend = "cuda" if faithful else judged_backend(reference_set)
-    if faithful:  # the headroom over every committed pair, this measurement's in place of its own
+    measured_rule = backend == "cuda"  # every CUDA gate: the held-out headroom (the module's doc)
+    if measured_rule:  # the headroom over every committed set of its kind, this measurement's in place of its own
         from . import results
 
-        pairs = faithful_records(results.DEFAULT_DIR)
+        pairs = (faithful_records if faithful else gpu_records)(results.DEFAULT_DIR, cat)
         for name in dict.fromkeys(m for m, *_ in measured):
             pairs[(name, reference_set)] = [r for m, _, _, r in measured if m == name]
-        headroom = faithful_headroom(cat, pairs)
+        headroom = held_out_headroom(cat, pairs)
     rows = []
     for name in dict.fromkeys(m for m, *_ in measured):
         e = catalog.entry(name, cat)
         spread = [r for m, _, _, r in measured if m == name]
-        new = propose_faithful(e, reference_set, spread, headroom) if faithful else propose(e, reference_set, spread)
+        new = propose_measured(e, reference_set, spread, headroom) if measured_rule else \
+            propose(e, reference_set, spread)
         old = e.gate(backend, reference_set)
         for check in ("margin", "logit", "kl", "flips"):
             o, n = (getattr(old, check) if old else None), getattr(new, check)

@@ -2,14 +2,16 @@
 by the rules of harness/gates.py (the tests re-derive every value the same
 way: tests/test_gate_edges.py, tests/test_anchored.py).
 
-    python scripts/adopt_gates.py                   every gate.<cpu|twin|oracle|f16kv>-cuda: the faithful
-                                                    oracle's realisations (`harness reference --variation
-                                                    --faithful --save`), gates.propose_faithful with the
-                                                    headroom they measure themselves
-    python scripts/adopt_gates.py --llama-cpp M...  the gates llama.cpp's own spread sets for models M
-                                                    (`harness reference --variation --save`): gate.<set> of
-                                                    the NumPy engine against CPU-made sets, gate.gpu-cuda and
-                                                    gate.deep-cuda of the CUDA engine, gates.propose
+    python scripts/adopt_gates.py                   every CUDA gate, gates.propose_measured with the
+                                                    headroom the realisations measure held out: of
+                                                    the CPU-made sets (gate.<cpu|twin|oracle|f16kv>-cuda)
+                                                    from the faithful oracle's (`harness reference
+                                                    --variation --faithful --save`), of llama.cpp's
+                                                    CUDA sets (gate.<gpu|deep>-cuda) from llama.cpp's
+                                                    own (`harness reference --variation --save`)
+    python scripts/adopt_gates.py --llama-cpp M...  and the NumPy engine's gates of models M against
+                                                    CPU-made sets, from llama.cpp's spread there
+                                                    (gates.propose)
 
 Each line names the measurement and its records in its comment. A gate line
 is replaced where it stands (kept as it is where its values and records
@@ -57,7 +59,7 @@ def each(spread) -> str:
 def faithful_lines(cat) -> dict[tuple[str, str], str]:
     """(model, gate key) -> line, for every CUDA gate of a CPU-made set."""
     measured = gates.faithful_records(results.DEFAULT_DIR, cat)
-    headroom = gates.faithful_headroom(cat, measured)
+    headroom = gates.held_out_headroom(cat, measured)
     order = list(gates.FAITHFUL_VARIANTS)
     out = {}
     for (name, rset), spread in measured.items():
@@ -67,29 +69,47 @@ def faithful_lines(cat) -> dict[tuple[str, str], str]:
             "; at least the fp32 budget"
         ordered = sorted(spread, key=lambda r: order.index(r.variant))
         key = e.gate_key("cuda", rset)
-        out[(name, key)] = gate_line(key, gates.propose_faithful(e, rset, spread, headroom),
+        out[(name, key)] = gate_line(key, gates.propose_measured(e, rset, spread, headroom),
                                      f"faithful oracle {each(ordered)}{floor} ({records(spread)})")
     return out
 
 
+def gpu_lines(cat) -> dict[tuple[str, str], str]:
+    """(model, gate key) -> line, for every CUDA gate of a set llama.cpp made with CUDA (gpu, deep)."""
+    measured = gates.gpu_records(results.DEFAULT_DIR, cat)
+    headroom = gates.held_out_headroom(cat, measured)
+    held = " / ".join(f"{headroom[c]:g}" for c in ("margin", "logit", "kl")) + f", +{headroom['flips']:g} flips"
+    out = {}
+    order = list(gates.GPU_VARIANTS)
+    for (name, rset), spread in measured.items():
+        e = cat[name]
+        spread = sorted(spread, key=lambda r: order.index(r.variant))
+        flips = ", ".join(f"{r.variant} {gates.spread_text(r, 'flips')}" for r in spread)
+        key = e.gate_key("cuda", rset)
+        out[(name, key)] = gate_line(key, gates.propose_measured(e, rset, spread, headroom),
+                                     f"llama.cpp CUDA {each(spread)}; flips {flips}; held-out headroom {held} "
+                                     f"({records(spread)})")
+    return out
+
+
 def llama_cpp_lines(cat, names: list[str]) -> dict[tuple[str, str], str]:
-    """(model, gate key) -> line, for every set of ``names`` llama.cpp's own spread was measured on."""
+    """(model, gate key) -> line, for the NumPy engine's gate of every CPU-made set of ``names``
+    llama.cpp's own spread was measured on."""
     measured = gates.variation_records(results.DEFAULT_DIR, "llama.cpp", cat)
     out = {}
     for (name, rset), spread in measured.items():
         if name not in names:
             continue
         e = cat[name]
-        backend = gates.judged_backend(rset)
-        cuda = " CUDA" if backend == "cuda" else ""
-        b = gates.budget(e, rset)
-        floor = "" if b is None else "gemma fp32 budget (llama.cpp's f16 GELU table); " \
-            if b == gates.GELU_F16_BUDGET else "fp32 budget; "
-        flips = ", ".join(f"{r.variant} {gates.spread_text(r, 'flips')}" for r in spread)
-        key = e.gate_key(backend, rset)
-        out[(name, key)] = gate_line(key, gates.propose(e, rset, spread),
-                                     f"{floor}llama.cpp{cuda} {each(spread)}; flips {flips} ({records(spread)})")
-    missing = sorted(set(names) - {n for n, _ in out})
+        if gates.judged_backend(rset) == "numpy":
+            b = gates.budget(e, rset)
+            floor = "" if b is None else "gemma fp32 budget (llama.cpp's f16 GELU table); " \
+                if b == gates.GELU_F16_BUDGET else "fp32 budget; "
+            flips = ", ".join(f"{r.variant} {gates.spread_text(r, 'flips')}" for r in spread)
+            out[(name, e.gate_key("numpy", rset))] = gate_line(
+                e.gate_key("numpy", rset), gates.propose(e, rset, spread),
+                f"{floor}llama.cpp {each(spread)}; flips {flips} ({records(spread)})")
+    missing = sorted(set(names) - {n for n, _ in measured})
     if missing:
         raise SystemExit(f"adopt_gates: no llama.cpp variation record of the catalog's file for {', '.join(missing)}")
     return out
@@ -134,7 +154,7 @@ def rewrite(text: str, lines: dict[tuple[str, str], str]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-cpp", nargs="+", metavar="MODEL",
-                    help="the gates llama.cpp's spread sets, for these models (default: the faithful CUDA gates)")
+                    help="also the NumPy engine's gates llama.cpp's spread sets, for these models")
     args = ap.parse_args()
     cat = catalog.load()
     try:
@@ -142,7 +162,7 @@ def main() -> None:
             catalog.entry(name, cat)
     except AnvilError as e:
         raise SystemExit(f"adopt_gates: {e}") from None
-    lines = llama_cpp_lines(cat, args.llama_cpp) if args.llama_cpp else faithful_lines(cat)
+    lines = faithful_lines(cat) | gpu_lines(cat) | (llama_cpp_lines(cat, args.llama_cpp) if args.llama_cpp else {})
     text = rewrite(fetch.CATALOG.read_text(), lines)
     with atomic_open(fetch.CATALOG, "w") as f:
         f.write(text)

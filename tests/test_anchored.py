@@ -122,7 +122,7 @@ def test_cuda_gates_of_cpu_made_sets_are_the_faithful_oracles_measurement():
 
     cat = catalog.load()
     measured = gates.faithful_records(results.DEFAULT_DIR)
-    headroom = gates.faithful_headroom(cat, measured)
+    headroom = gates.held_out_headroom(cat, measured)
     checked = 0
     for name, e in cat.items():
         for s in e.reference_sets:
@@ -131,7 +131,7 @@ def test_cuda_gates_of_cpu_made_sets_are_the_faithful_oracles_measurement():
             spread = measured.get((name, s))
             assert spread, f"no faithful-oracle measurement of {name} against its {s} references"
             assert {r.variant for r in spread} == set(gates.FAITHFUL_VARIANTS), (name, s)  # every realisation
-            assert e.gate("cuda", s) == gates.propose_faithful(e, s, spread, headroom), (name, s)
+            assert e.gate("cuda", s) == gates.propose_measured(e, s, spread, headroom), (name, s)
             checked += 1
     assert checked >= 30
 
@@ -225,50 +225,109 @@ def test_the_faithful_decode_folds_the_norm_the_next_glu_reads():
                                                                           "silu"))
 
 
-@pytest.mark.parametrize("activation", ["silu", "gelu"])
-def test_moe_stages_name_the_stage_that_parts(activation):
-    """anchored.moe_stage_errors on stages made as the oracle makes them:
-    every stage exact; the hidden truncated to bf16 (not rounded) shows in
-    that stage alone, each stage being judged on the stage before as the
-    engine left it."""
-    rng = np.random.default_rng(0)
-    T, k, E, n_embd, n_ff = 9, 2, 4, 64, 32
-    x = rng.standard_normal((T, n_embd)).astype(np.float32)
-    ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int32)
-    weights = rng.uniform(0.1, 1, (T, k)).astype(np.float32)
-    add = rng.standard_normal((T, n_embd)).astype(np.float32)
-    w = {n: faithful.Weight(rng.standard_normal(s).astype(np.float32), QType.F32)
-         for n, s in (("g", (E, n_ff, n_embd)), ("u", (E, n_ff, n_embd)), ("d", (E, n_embd, n_ff)))}
+def _staged_moe(x, ids, weights, g, u, d, add=None, activation="silu", down_scale=None, hidden=faithful.bf16):
+    """The prefill MoE FFN made as cuda Ops.moe_ffn makes it, stage by stage
+    (the arithmetic of the faithful oracle), with ``hidden`` the rounding of
+    the GLU output: (the stages as moe_watch hands them over, the output)."""
+    T, k = ids.shape
+    E = g.shape[0]
+    scaled = weights if down_scale is None else weights * down_scale[ids]
     pair_at = np.argsort(ids.reshape(-1), kind="stable").astype(np.int32)
     expert = ids.reshape(-1)[pair_at]
 
     def grouped(a, wt):
         out = np.zeros((a.shape[0], wt.shape[1]), np.float32)
         for e in range(E):
-            out[expert == e] = faithful.grouped(a[expert == e], faithful.Weight(wt.values[e], wt.qtype))
+            out[expert == e] = faithful.grouped(a[expert == e], wt.expert(e))
         return out
 
-    def stages(hidden):
-        xs = faithful.bf16(x[pair_at // k])
-        g, u = grouped(xs, w["g"]), grouped(xs, w["u"])
-        h = (np_ops.swiglu if activation == "silu" else np_ops.geglu)(g, u)
-        hs = hidden(h)
-        d = grouped(hs, w["d"])
-        pos_of = np.argsort(pair_at)
-        y = add + sum(d[pos_of[np.arange(T) * k + j]] * weights[:, j:j + 1] for j in range(k))
-        return {"gather": {"pair_at": pair_at, "xs": faithful.bf16_bits(xs)}, "gate_up": {"g": g, "u": u},
-                "glu": {"h": h, "hs": faithful.bf16_bits(hs)}, "down": {"d": d}}, y
+    xs = faithful.bf16(x[pair_at // k])
+    gg, uu = grouped(xs, g), grouped(xs, u)
+    h = (np_ops.swiglu if activation == "silu" else np_ops.geglu)(gg, uu)
+    hs = hidden(h)
+    dd = grouped(hs, d)
+    pos_of = np.argsort(pair_at)
+    y = sum(dd[pos_of[np.arange(T) * k + j]] * scaled[:, j:j + 1] for j in range(k))
+    y = y if add is None else add + y
+    return {"gather": {"pair_at": pair_at, "xs": faithful.bf16_bits(xs), "weights": scaled},
+            "gate_up": {"g": gg, "u": uu}, "glu": {"h": h, "hs": faithful.bf16_bits(hs)}, "down": {"d": dd}}, y
 
-    want = faithful.FaithfulOps(kv_f16=True).moe_ffn(x, ids, weights, w["g"], w["u"], w["d"], add=add,
-                                                     activation=activation)
-    got, y = stages(faithful.bf16)
+
+def _truncate(a):
+    return (np.asarray(a, np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu"])
+def test_moe_stages_name_the_stage_that_parts(activation):
+    """anchored.moe_stage_errors on stages made as the oracle makes them:
+    every stage exact; the hidden truncated to bf16 (not rounded) shows in
+    that stage alone, each stage being judged on the stage before as the
+    engine left it; a wrong expert scale and a wrong sort are named."""
+    rng = np.random.default_rng(0)
+    T, k, E, n_embd, n_ff = 9, 2, 4, 64, 32
+    x = rng.standard_normal((T, n_embd)).astype(np.float32)
+    ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int32)
+    weights = rng.uniform(0.1, 1, (T, k)).astype(np.float32)
+    add = rng.standard_normal((T, n_embd)).astype(np.float32)
+    scale = rng.uniform(0.5, 1.5, E).astype(np.float32)
+    w = {n: faithful.Weight(rng.standard_normal(s).astype(np.float32), QType.F32)
+         for n, s in (("g", (E, n_ff, n_embd)), ("u", (E, n_ff, n_embd)), ("d", (E, n_embd, n_ff)))}
+    args = (x, ids, weights, w["g"], w["u"], w["d"], add, activation, scale)
+    want = faithful.FaithfulOps(kv_f16=True).moe_ffn(*args[:6], add=add, activation=activation, down_scale=scale)
+    got, y = _staged_moe(*args)
     assert anchored.rel_error(y, want) < 1e-6  # the stages make the op
-    errors = anchored.moe_stage_errors(x, ids, weights, w["g"], w["u"], w["d"], add, activation, got, y)
+    errors = anchored.moe_stage_errors(*args, got, y)
     assert max(errors.values()) == 0.0, errors
-    truncate = lambda a: (np.asarray(a, np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
-    errors = anchored.moe_stage_errors(x, ids, weights, w["g"], w["u"], w["d"], add, activation, *stages(truncate))
+    errors = anchored.moe_stage_errors(*args, *_staged_moe(*args, hidden=_truncate))
     assert errors["bf16 hidden"] > 1e-3
     assert max(v for s, v in errors.items() if s != "bf16 hidden") == 0.0, errors
+    unscaled, y = _staged_moe(*args[:8])  # the expert scale dropped
+    assert anchored.moe_stage_errors(*args, unscaled, y)["expert scale"] > 1e-2
+    got["gather"]["pair_at"] = got["gather"]["pair_at"][::-1].copy()
+    assert anchored.moe_stage_errors(*args, got, y)["sort"] == float("inf")
+
+
+class _StagedOps(faithful.FaithfulOps):
+    """The faithful operators with cuda Ops' ``moe_watch``: the prefill MoE FFN
+    made stage by stage (_staged_moe), each stage handed to the watch; ``hidden``
+    its rounding of the GLU output."""
+
+    def __init__(self, hidden=faithful.bf16):
+        super().__init__(kv_f16=True)
+        self.moe_watch, self.hidden = None, hidden
+
+    def moe_ffn(self, x, ids, weights, gate_exps, up_exps, down_exps, add=None, activation="silu",
+                down_scale=None):
+        if x.shape[0] <= faithful.GEMV_MAX_TOKENS:
+            return super().moe_ffn(x, ids, weights, gate_exps, up_exps, down_exps, add, activation, down_scale)
+        stages, y = _staged_moe(x, ids, weights, gate_exps, up_exps, down_exps, add, activation, down_scale,
+                                self.hidden)
+        for stage, arrays in stages.items():
+            (self.moe_watch or (lambda *a: None))(stage, arrays)
+        return y
+
+
+def test_ops_check_judges_the_prefill_moe_by_its_stages():
+    """Where the engine's operators hand the MoE FFN's stages to a watch (cuda
+    Ops.moe_watch; here the faithful operators made to), the ops check judges
+    the prefill op stage by stage against gates.OP_BUDGET_DEFAULT and not as
+    a whole; decode's op as a whole. The hidden truncated is named at its
+    stage."""
+    path, case = _case("tiny-qwen3moe")
+    oracle = engine.load(path, backend="numpy", rounding="cuda")
+    model = engine.load(path, backend="numpy", rounding="cuda")
+    model.ops = _StagedOps()
+    errors = anchored.check(model, oracle, case.prompt_ids[:40], case.tokens[:2])
+    moe = {(e.phase, e.op) for e in errors if e.op.startswith("moe_ffn")}
+    assert ("prefill", "moe_ffn") not in moe and ("decode", "moe_ffn") in moe
+    stages = {op for phase, op in moe if phase == "prefill"}
+    assert stages == {f"moe_ffn {s}" for s in ("sort", "expert scale", "gather (bf16 x)", "gate GEMM", "up GEMM",
+                                                "GLU", "bf16 hidden", "down GEMM", "combine")}, stages
+    assert not anchored.over(errors) and all(e.bound == gates.OP_BUDGET_DEFAULT for e in errors
+                                             if e.op.startswith("moe_ffn "))
+    model.ops = _StagedOps(hidden=_truncate)
+    bad = {(e.phase, e.op) for e in anchored.over(anchored.check(model, oracle, case.prompt_ids[:40], case.tokens[:2]))}
+    assert bad == {("prefill", "moe_ffn bf16 hidden")}, bad
 
 
 def test_cuda_prefill_moe_hands_its_stages_to_the_watch():

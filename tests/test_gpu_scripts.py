@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 from conftest import REPO
-from harness import results
+from harness import catalog, gates, results
 
 FAKE_PYTHON = textwrap.dedent('''\
     #!/usr/bin/env bash
@@ -197,8 +197,14 @@ def test_reference_set_adopts_the_gates_llama_cpps_spread_sets_and_validates_wit
     assert rc == 0, out
     assert "qwen3-8b: variation failed" in out and "validate qwen3-8b: not run" in out
     assert harness_calls(calls, "validate-catalog") == ["llama3-8b"]
-    # 1.25 x 2 x 2.26; 1.5625 x 2 x 0.562
-    want = "gate.gpu-cuda = { margin = 5.6, logit = 5.6, kl = 1.8, flips = 0.16 }"
+    # the rule on the records as they stand on the host, the doubled spread among them
+    cat = catalog.load()
+    measured = gates.gpu_records(host.root / "reports" / "results", cat)
+    assert measured[("llama3-8b", "gpu")][0].max_kl == 2 * 0.5624242259593778
+    g = gates.propose_measured(cat["llama3-8b"], "gpu", measured[("llama3-8b", "gpu")],
+                               gates.held_out_headroom(cat, measured))
+    want = f"gate.gpu-cuda = {{ margin = {g.margin:g}, logit = {g.logit:g}, kl = {g.kl:g}, flips = {g.flips:g} }}"
+    assert g.kl > 2 * 0.5624  # wider than the committed record's spread, as its record is
     assert (host.out / "gates.txt").read_text().startswith(f"llama3-8b: {want}  # llama.cpp CUDA flash-attn 4.52")
     catalog_text = (host.root / "references" / "catalog.toml").read_text()
     assert want in catalog_text and "variation-29991231T000000Z-llama3-8b.json" in catalog_text

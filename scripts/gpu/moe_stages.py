@@ -56,8 +56,7 @@ def main() -> None:
         hy = host(y)
         hx, hids, hw, hg, hu, hd, hadd, hscale = args
         whole = oracle.ops.moe_ffn(hx, hids, hw, hg, hu, hd, add=hadd, activation=activation, down_scale=hscale)
-        errors = anchored.moe_stage_errors(hx, hids, stages["gather"]["weights"], hg, hu, hd, hadd, activation,
-                                           stages, hy)
+        errors = anchored.moe_stage_errors(hx, hids, hw, hg, hu, hd, hadd, activation, hscale, stages, hy)
         rows.append([str(hx.shape[0]), str(layer[0]), f"{anchored.rel_error(hy, whole):.3g}",
                      *(f"{v:.3g}" for v in errors.values())])
         header[:] = ["T", "MoE layer", "whole op", *errors]

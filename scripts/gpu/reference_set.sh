@@ -4,7 +4,8 @@
 # 540) last: llama.cpp with CUDA makes the TIER (gpu or deep, default deep)
 # reference (`harness reference --force`), then measures its own spread on it
 # (gates.GPU_VARIANTS, four settings: `reference --variation --save`), and
-# scripts/adopt_gates.py writes the gates that spread sets (gates.propose) into
+# scripts/adopt_gates.py writes the gates the spreads set (every CUDA gate,
+# gates.propose_measured: a new spread moves the held-out headroom) into
 # the host's catalog copy (the gate.TIER-cuda line is printed);
 # then, every model's spread measured, the CUDA engine is validated on each.
 # Back in $OUT: the references, records and the catalog (results.tgz), the
@@ -36,9 +37,9 @@ for M in $MODELS; do
   timeout $(( deadline - $(date +%s) )) python3 -m harness.cli reference --variation --tier $TIER --model "$M" --save \
     > $LOG/variation-$M.txt 2>&1 || { echo "$M: variation failed"; tail -5 $LOG/variation-$M.txt; continue; }
   grep -E "^\| " $LOG/variation-$M.txt | cut -c1-200
-  python3 scripts/adopt_gates.py --llama-cpp "$M" > $LOG/gates-$M.txt 2>&1 \
+  python3 scripts/adopt_gates.py > $LOG/gates-$M.txt 2>&1 \
     || { echo "$M: gates not adopted"; tail -3 $LOG/gates-$M.txt; continue; }
-  grep -F "gate.$TIER-cuda" $LOG/gates-$M.txt >> $OUT/gates.txt
+  grep -F "$M: gate.$TIER-cuda" $LOG/gates-$M.txt >> $OUT/gates.txt
 done
 for M in $MODELS; do  # every model's spread first, then the validations the time leaves
   left=$(( deadline - $(date +%s) ))
