@@ -211,3 +211,19 @@ def test_reference_set_adopts_the_gates_llama_cpps_spread_sets_and_validates_wit
     with tarfile.open(host.out / "results.tgz") as t:
         assert {"references/catalog.toml", "references/gpu/llama3-8b.json",
                 "reports/results/variation-29991231T000000Z-llama3-8b.json"} <= set(t.getnames())
+
+
+def test_reference_set_keeps_the_committed_references_with_keep(host):
+    """KEEP=1: llama.cpp makes no reference anew; only its spread is measured,
+    the gates written and the engine validated."""
+    import json
+
+    (host.tmp / "variation").mkdir()
+    rec = json.loads((results.DEFAULT_DIR / "variation-20261130T093110Z-f0aa1be7.json").read_text())
+    rec["date"] = "2999-12-31T00:00:00Z"
+    (host.tmp / "variation" / "llama3-8b.json").write_text(json.dumps(rec))
+    rc, out, calls = host.run("reference_set.sh", MODELS="llama3-8b", TIER="gpu", KEEP="1")
+    assert rc == 0, out
+    assert not [c for c in calls if "harness.cli reference " in c and "--variation" not in c]
+    assert harness_calls(calls, "reference --variation") == ["llama3-8b"]
+    assert harness_calls(calls, "validate-catalog") == ["llama3-8b"]

@@ -2,7 +2,8 @@
 # Runs on the GPU host: a reference set made anew for some models, and judged.
 # For each of MODELS (default qwen3-8b), in turn, while LIMIT seconds (default
 # 540) last: llama.cpp with CUDA makes the TIER (gpu or deep, default deep)
-# reference (`harness reference --force`), then measures its own spread on it
+# reference (`harness reference --force`; with KEEP=1 the committed one is
+# kept: only the spread is measured anew), then measures its own spread on it
 # (gates.GPU_VARIANTS, four settings: `reference --variation --save`), and
 # scripts/adopt_gates.py writes the gates the spreads set (every CUDA gate,
 # gates.propose_measured: a new spread moves the held-out headroom) into
@@ -32,8 +33,10 @@ llamacpp_wait 480 || exit 1
 for M in $MODELS; do
   left=$(( deadline - $(date +%s) ))
   [ $left -gt 120 ] || { echo "$M: not run (time)"; continue; }
-  timeout $left python3 -m harness.cli reference --tier $TIER --model "$M" --force > $LOG/reference-$M.txt 2>&1 \
-    || { echo "$M: reference failed"; tail -5 $LOG/reference-$M.txt; continue; }
+  if [ "${KEEP:-0}" != 1 ]; then
+    timeout $left python3 -m harness.cli reference --tier $TIER --model "$M" --force > $LOG/reference-$M.txt 2>&1 \
+      || { echo "$M: reference failed"; tail -5 $LOG/reference-$M.txt; continue; }
+  fi
   timeout $(( deadline - $(date +%s) )) python3 -m harness.cli reference --variation --tier $TIER --model "$M" --save \
     > $LOG/variation-$M.txt 2>&1 || { echo "$M: variation failed"; tail -5 $LOG/variation-$M.txt; continue; }
   grep -E "^\| " $LOG/variation-$M.txt | cut -c1-200
@@ -46,5 +49,5 @@ for M in $MODELS; do  # every model's spread first, then the validations the tim
   [ $left -gt 60 ] && grep -q "^$M: " $OUT/gates.txt 2>/dev/null || { echo "validate $M: not run"; continue; }
   timeout $left python3 -m harness.cli validate-catalog --backend cuda --model "$M" --save \
     > $LOG/validate-$M.txt 2>&1; echo "validate $M ($TIER): exit $?"
-  grep -E "^\| |^FAIL" $LOG/validate-$M.txt | cut -c1-220 | tail -6
+  grep -E "^\| |^FAIL" $LOG/validate-$M.txt | cut -c1-220 | tail -6 || true  # (a run that printed no table)
 done
