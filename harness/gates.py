@@ -79,9 +79,9 @@ MIN_MARGIN = 0.01  # without a budget: a near-tie in a reference's printing prec
 #   (int8 at u ~ 1/127 of its group's largest in decode, bf16 at 2^-8 in
 #   prefill): √(1e-6 · 8e-3) ~ 9e-5; attention's P in f16 (u = 2^-11):
 #   √(1e-6 · 5e-4) ~ 2e-5, spread over the keys' values. That estimate
-#   takes the stepped elements to weigh as much as the rest; where one
-#   element dominates its row, its one step is its own weight (a bf16 step
-#   of a dominant hidden: 1.95e-3 on tiny-gemma4moe). So the CUDA prefill
+#   takes the stepped elements to weigh as much as the rest; where a few
+#   dominate their rows, their steps weigh that much (1.95e-3 of the whole
+#   op on tiny-gemma4moe, every stage matching). So the CUDA prefill
 #   MoE FFN, whose stages the engine hands over (cuda Ops.moe_watch), is
 #   judged stage by stage instead (anchored.moe_stage_errors: each stage on
 #   the engine's own output of the one before, the sums to fp32 order, the
