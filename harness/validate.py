@@ -314,9 +314,18 @@ def format_table(results: list[ModelResult]) -> str:
 
 
 def format_failures(results: list[ModelResult]) -> str:
-    """One line per failure: model, reference set, prompt, step, tokens and the check."""
+    """One line per failure: model, reference set, prompt, step, tokens and
+    the check; after a CUDA run's, where to look: the ops check at its first
+    failing step (scripts/gpu/ops_at_step.py, on the GPU host)."""
     lines = []
     for r in results:
+        stepped = [f for f in r.failures if f.case >= 0 and f.step is not None]
+        if r.backend == "cuda" and stepped:
+            f = stepped[0]
+            hint = (f"  where: python3 scripts/gpu/ops_at_step.py {r.model} --set {r.tier} --case {f.case} "
+                    f"--step {f.step}  (each CUDA op there against the faithful oracle)")
+        else:
+            hint = None
         for f in r.failures:
             if f.case < 0:  # the ops check: all prompts
                 lines.append(f"FAIL {r.model} ({r.tier} references, {r.backend}): {f.check}: {f.detail}")
@@ -326,6 +335,8 @@ def format_failures(results: list[ModelResult]) -> str:
             step = "" if f.step is None else f" step {f.step}"
             lines.append(f"FAIL {r.model} ({r.tier} references, {r.backend}) prompt {f.case} {prompt!r}{step}: "
                          f"{f.check}: {f.detail}")
+        if hint:
+            lines.append(hint)
     return "\n".join(lines)
 
 

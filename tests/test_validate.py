@@ -360,6 +360,12 @@ def test_a_monotonic_change_fails_on_logits_not_tokens():
     assert not r.passed and {f.check for f in r.failures} == {"logit", "kl", "margin"}
     line = validate.format_failures([r]).splitlines()[0]
     assert line.startswith("FAIL m (cpu references, numpy) prompt 0 'p' step 0:")
+    assert "where:" not in validate.format_failures([r])  # the NumPy engine is the oracle itself
+    r.backend = "cuda"  # a CUDA run's failures say where the ops check looks, once, after them
+    lines = validate.format_failures([r]).splitlines()
+    assert lines[0].startswith("FAIL m (cpu references, cuda) prompt 0 'p' step 0:")
+    assert [ln for ln in lines if "where:" in ln] == [lines[-1]]
+    assert lines[-1].startswith("  where: python3 scripts/gpu/ops_at_step.py m --set cpu --case 0 --step 0 ")
 
 
 def test_degenerate_output_fails_with_its_own_message():
