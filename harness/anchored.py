@@ -30,6 +30,7 @@ deep": check_deep).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -223,14 +224,14 @@ class Anchored:
             self.ops.moe_watch = None
         if self.norm is None and getattr(self.ops, "_pending", None) is not None:
             self.ops.settle()  # as every op (__getattr__)
-        a = dict(zip(("x", "ids", "weights", "gate_exps", "up_exps", "down_exps", "add", "activation",
-                      "down_scale"), host_args)) | host_kw
         if not stages:
             self._compare("moe_ffn", out, self.faithful.moe_ffn(*host_args, **host_kw), args, host_args)
             return out
+        bound = inspect.signature(self.faithful.moe_ffn).bind(*host_args, **host_kw)  # the op's arguments by name
+        bound.apply_defaults()
+        a = bound.arguments
         errors = moe_stage_errors(a["x"], a["ids"], a["weights"], a["gate_exps"], a["up_exps"], a["down_exps"],
-                                  a.get("add"), a.get("activation", "silu"), a.get("down_scale"), stages,
-                                  self.host(out))
+                                  a["add"], a["activation"], a["down_scale"], stages, self.host(out))
         for stage, err in errors.items():
             self.errors.append(OpError("prefill", self.layer, f"moe_ffn {stage}", 0, err, gates.OP_BUDGET_DEFAULT))
         return out
