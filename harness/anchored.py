@@ -447,8 +447,9 @@ def moe_stage_errors(x, ids, weights, gate_exps, up_exps, down_exps, add, activa
     """The CUDA prefill MoE FFN (its stages as cuda Ops ``moe_watch`` sees them) held to the
     faithful oracle stage by stage, each stage on the engine's own output of
     the stage before: the pairs sorted by expert, the routing weights with
-    the expert scale folded in, the bf16 gather of x, the gate and up GEMMs,
-    the GLU and its bf16 hidden, the down GEMM and the weighted combine.
+    the expert scale folded in, the gather of x (bf16 rows, or int8 groups of
+    32 for the int8 GEMM, with their scales and sums), the gate and up GEMMs,
+    the GLU and its rounded hidden, the down GEMM and the weighted combine.
     ``stages`` holds the host copies by stage name (bf16 arrays as their
     bits), the op's arguments as the oracle takes them (the expert weights
     faithful.Weight). Each value is |engine - oracle| / |oracle|: the sort
@@ -459,30 +460,45 @@ def moe_stage_errors(x, ids, weights, gate_exps, up_exps, down_exps, add, activa
     sort = 0.0 if np.array_equal(pair_at, np.argsort(np.asarray(ids).reshape(-1), kind="stable")) else float("inf")
     scaled = stages["gather"]["weights"]  # what the combine reads
     expert = np.asarray(ids).reshape(-1)[pair_at]  # each sorted position's expert
-    xs = faithful.from_bf16_bits(stages["gather"]["xs"])
     g, u = stages["gate_up"]["g"], stages["gate_up"]["u"]
-    h, hs = stages["glu"]["h"], faithful.from_bf16_bits(stages["glu"]["hs"])
+    h = stages["glu"]["h"]
     d = stages["down"]["d"]
+    errors = {"sort": sort,
+              "expert scale": rel_error(scaled, weights if down_scale is None else weights * down_scale[ids])}
 
-    def grouped(a, w):  # the oracle's grouped GEMM on the engine's own (bf16) rows
+    def rows(stage, name, exact, w):
+        """The engine's input rows of the GEMM of ``w`` (``{name}s`` bf16 bits, or
+        ``{name}q``/``{name}d`` int8 groups), each rounding held to the oracle's of ``exact``."""
+        st, label = stages[stage], {"x": "gather ({} x)", "h": "{} hidden"}[name]
+        if faithful.moe_gemm.int8(w.qtype):
+            q, scale = st[f"{name}q"][:, :exact.shape[1]], st[f"{name}d"][:, :exact.shape[1] // 32]
+            groups = q.reshape(len(q), -1, 32)
+            a = (groups.astype(np.float64) * scale[..., None]).reshape(q.shape)
+            sums = scale * groups.astype(np.int32).sum(axis=2).astype(np.float32)  # one fp32 rounding, as the kernel
+            errors[label.format("int8")] = rel_error(a, faithful.grouped_in(exact, w))
+            errors[label.format("int8") + " sums"] = rel_error(st[f"{name}sum"][:, :scale.shape[1]], sums)
+            return a
+        a = faithful.from_bf16_bits(st[f"{name}s"])
+        errors[label.format("bf16")] = rel_error(a, faithful.bf16(exact))
+        return a
+
+    def grouped(a, w):  # the oracle's grouped GEMM on the engine's own rounded rows
         out = np.zeros((a.shape[0], w.shape[1]), np.float32)
         for e in np.unique(expert):
-            rows = expert == e
-            out[rows] = faithful.grouped(a[rows], w.expert(e))
+            at = expert == e
+            out[at] = faithful.grouped_rows(a[at], w.expert(e))
         return out
 
     act = np_ops.swiglu if activation == "silu" else np_ops.geglu
+    xg = x[pair_at // k]
+    errors["gate GEMM"] = rel_error(g, grouped(rows("gather", "x", xg, gate_exps), gate_exps))
+    errors["up GEMM"] = rel_error(u, grouped(rows("gather", "x", xg, up_exps), up_exps))
+    errors["GLU"] = rel_error(h, act(g, u))
+    errors["down GEMM"] = rel_error(d, grouped(rows("glu", "h", h, down_exps), down_exps))
     pos_of = np.empty_like(pair_at)
     pos_of[pair_at] = np.arange(pair_at.size)
     combined = np.zeros_like(y)
     for j in range(k):  # in selection order, as moe_combine and the oracle sum
         combined += d[pos_of[np.arange(y.shape[0]) * k + j]] * scaled[:, j:j + 1]
-    return {"sort": sort,
-            "expert scale": rel_error(scaled, weights if down_scale is None else weights * down_scale[ids]),
-            "gather (bf16 x)": rel_error(xs, faithful.bf16(x[pair_at // k])),
-            "gate GEMM": rel_error(g, grouped(xs, gate_exps)),
-            "up GEMM": rel_error(u, grouped(xs, up_exps)),
-            "GLU": rel_error(h, act(g, u)),
-            "bf16 hidden": rel_error(hs, faithful.bf16(h)),
-            "down GEMM": rel_error(d, grouped(hs, down_exps)),
-            "combine": rel_error(y, combined if add is None else add + combined)}
+    errors["combine"] = rel_error(y, combined if add is None else add + combined)
+    return errors

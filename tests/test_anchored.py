@@ -225,32 +225,53 @@ def test_the_faithful_decode_folds_the_norm_the_next_glu_reads():
                                                                           "silu"))
 
 
-def _staged_moe(x, ids, weights, g, u, d, add=None, activation="silu", down_scale=None, hidden=faithful.bf16):
+def _staged_moe(x, ids, weights, g, u, d, add=None, activation="silu", down_scale=None, hidden=faithful.bf16,
+                x8=None):
     """The prefill MoE FFN made as cuda Ops.moe_ffn makes it, stage by stage
-    (the arithmetic of the faithful oracle), with ``hidden`` the rounding of
-    the GLU output: (the stages as moe_watch hands them over, the output)."""
+    (the arithmetic of the faithful oracle), each GEMM's input rounded for
+    the GEMM its weight takes (moe_gemm.int8): ``hidden`` the bf16 rounding
+    of the GLU output, ``x8`` the int8 one of x and of the hidden (as
+    quants.quantize_x_int8: int8 and scales; default that):
+    (the stages as moe_watch hands them over, the output)."""
+    from engine.backends.cuda.launchers import moe_gemm
+    from engine.quants import quantize_x_int8
+
+    x8 = x8 or (lambda a: quantize_x_int8(a, 32))
     T, k = ids.shape
     E = g.shape[0]
     scaled = weights if down_scale is None else weights * down_scale[ids]
     pair_at = np.argsort(ids.reshape(-1), kind="stable").astype(np.int32)
     expert = ids.reshape(-1)[pair_at]
 
-    def grouped(a, wt):
-        out = np.zeros((a.shape[0], wt.shape[1]), np.float32)
+    def grouped(rows, wt):
+        out = np.zeros((rows["bf16"].shape[0] if "bf16" in rows else rows["int8"].shape[0], wt.shape[1]), np.float32)
+        a = rows["int8"] if moe_gemm.int8(wt.qtype) else rows["bf16"]
         for e in range(E):
-            out[expert == e] = faithful.grouped(a[expert == e], wt.expert(e))
+            out[expert == e] = faithful.grouped_rows(a[expert == e], wt.expert(e))
         return out
 
-    xs = faithful.bf16(x[pair_at // k])
-    gg, uu = grouped(xs, g), grouped(xs, u)
+    def rounded(a, name, bf16, weights_):  # the GEMM inputs the weights ask for, as the watch sees them
+        rows, stage = {}, {}
+        if not all(moe_gemm.int8(w.qtype) for w in weights_):
+            rows["bf16"] = bf16(a)
+            stage[f"{name}s"] = faithful.bf16_bits(rows["bf16"])
+        if any(moe_gemm.int8(w.qtype) for w in weights_):
+            q, sc = x8(a)
+            rows["int8"] = (q.reshape(len(q), -1, 32) * sc[..., None].astype(np.float64)).reshape(q.shape)
+            sums = sc * q.reshape(len(q), -1, 32).astype(np.int32).sum(axis=2).astype(np.float32)
+            stage |= {f"{name}q": q, f"{name}d": sc, f"{name}sum": sums}
+        return rows, stage
+
+    xrows, xstage = rounded(x[pair_at // k], "x", faithful.bf16, (g, u))
+    gg, uu = grouped(xrows, g), grouped(xrows, u)
     h = (np_ops.swiglu if activation == "silu" else np_ops.geglu)(gg, uu)
-    hs = hidden(h)
-    dd = grouped(hs, d)
+    hrows, hstage = rounded(h, "h", hidden, (d,))
+    dd = grouped(hrows, d)
     pos_of = np.argsort(pair_at)
     y = sum(dd[pos_of[np.arange(T) * k + j]] * scaled[:, j:j + 1] for j in range(k))
     y = y if add is None else add + y
-    return {"gather": {"pair_at": pair_at, "xs": faithful.bf16_bits(xs), "weights": scaled},
-            "gate_up": {"g": gg, "u": uu}, "glu": {"h": h, "hs": faithful.bf16_bits(hs)}, "down": {"d": dd}}, y
+    return {"gather": {"pair_at": pair_at, "weights": scaled, **xstage},
+            "gate_up": {"g": gg, "u": uu}, "glu": {"h": h, **hstage}, "down": {"d": dd}}, y
 
 
 def _truncate(a):
@@ -285,6 +306,50 @@ def test_moe_stages_name_the_stage_that_parts(activation):
     assert anchored.moe_stage_errors(*args, unscaled, y)["expert scale"] > 1e-2
     got["gather"]["pair_at"] = got["gather"]["pair_at"][::-1].copy()
     assert anchored.moe_stage_errors(*args, got, y)["sort"] == float("inf")
+
+
+def _flip_int8(q8):
+    """An int8 rounding that truncates instead of rounding to nearest."""
+    from engine.quants import quantize_x_int8
+
+    def wrong(a):
+        q, d = quantize_x_int8(a, 32)
+        groups = np.asarray(a, np.float64).reshape(len(a), -1, 32) / np.where(d > 0, d, 1)[..., None]
+        return np.trunc(groups).astype(np.int8).reshape(q.shape), d
+    return wrong
+
+
+@pytest.mark.parametrize("down_type", [QType.Q6_K, QType.F32])
+def test_moe_stages_on_the_int8_gemm(monkeypatch, down_type):
+    """With the int8 grouped GEMM switched on (moe_gemm.INT8), block-type
+    experts take int8 groups of 32 and the stages check them: each rounding
+    exact, its group sums, the GEMMs on the engine's own int8 rows; an int8
+    rounding that truncates is named at its stage alone. A down projection of
+    a type without the int8 GEMM keeps its bf16 hidden beside int8 gate/up."""
+    from engine.backends.cuda.launchers import moe_gemm
+
+    monkeypatch.setattr(moe_gemm, "INT8", True)
+    rng = np.random.default_rng(1)
+    T, k, E, n_embd, n_ff = 9, 2, 4, 64, 64
+    x = rng.standard_normal((T, n_embd)).astype(np.float32)
+    ids = np.stack([rng.permutation(E)[:k] for _ in range(T)]).astype(np.int32)
+    weights = rng.uniform(0.1, 1, (T, k)).astype(np.float32)
+    w = {n: faithful.Weight(rng.standard_normal(sh).astype(np.float32), t)
+         for n, sh, t in (("g", (E, n_ff, n_embd), QType.Q4_K), ("u", (E, n_ff, n_embd), QType.Q8_0),
+                          ("d", (E, n_embd, n_ff), down_type))}
+    args = (x, ids, weights, w["g"], w["u"], w["d"], None, "silu", None)
+    want = faithful.FaithfulOps(kv_f16=True).moe_ffn(*args[:6])
+    got, y = _staged_moe(*args)
+    assert anchored.rel_error(y, want) < 1e-6
+    errors = anchored.moe_stage_errors(*args, got, y)
+    hidden = "int8 hidden" if down_type == QType.Q6_K else "bf16 hidden"
+    assert {"gather (int8 x)", "gather (int8 x) sums", hidden} <= set(errors) and "gather (bf16 x)" not in errors
+    assert max(errors.values()) == 0.0, errors
+    bad = anchored.moe_stage_errors(*args, *_staged_moe(*args, x8=_flip_int8(None)))
+    parted = {s for s, v in bad.items() if v > 1e-3}
+    assert parted == ({"gather (int8 x)", "int8 hidden"} if down_type == QType.Q6_K else {"gather (int8 x)"}), bad
+    got["gather"]["xsum"] = got["gather"]["xsum"] * np.float32(1.001)
+    assert anchored.moe_stage_errors(*args, got, y)["gather (int8 x) sums"] > 1e-4
 
 
 class _StagedOps(faithful.FaithfulOps):
@@ -330,22 +395,32 @@ def test_ops_check_judges_the_prefill_moe_by_its_stages():
     assert bad == {("prefill", "moe_ffn bf16 hidden")}, bad
 
 
-def test_cuda_prefill_moe_hands_its_stages_to_the_watch():
+@pytest.mark.parametrize("int8", [False, True])
+def test_cuda_prefill_moe_hands_its_stages_to_the_watch(monkeypatch, int8):
     """The CUDA prefill MoE FFN, run on the recording device (no GPU), hands
     ``Ops.moe_watch`` the stages and arrays scripts/gpu/moe_stages.py gives
-    moe_stage_errors, once per MoE layer, in the order it makes them."""
+    moe_stage_errors, once per MoE layer, in the order it makes them: each
+    GEMM's input in bf16, or as int8 groups where its experts take the int8
+    GEMM (moe_gemm.INT8; tiny-qwen3moe's experts are Q4_K and Q6_K)."""
+    from engine.backends.cuda.launchers import moe_gemm
     from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
     from engine.model import Model
 
+    monkeypatch.setattr(moe_gemm, "INT8", int8)
+    dev = RecordingDevice(False)
     model = Model(catalog.model_path("tiny-qwen3moe", progress=False), backend="cuda", eager=True,
-                  device=RecordingDevice(False), cublas=RecordingCublas())
+                  device=dev, cublas=RecordingCublas())
     ops = getattr(model.ops, "unfolded", model.ops)
     seen = []
     ops.moe_watch = lambda stage, arrays: seen.append((stage, sorted(arrays)))
     model.forward([1, 2, 3])
     layer = [("gather", ["pair_at", "weights", "xs"]), ("gate_up", ["g", "u"]), ("glu", ["h", "hs"]),
              ("down", ["d"])]
+    if int8:
+        layer[0], layer[2] = ("gather", ["pair_at", "weights", "xd", "xq", "xsum"]), ("glu", ["h", "hd", "hq", "hsum"])
     assert seen == layer * model.config.n_layer
+    launched = {name for (_, name), *_ in dev.launches}
+    assert ("moe_gemm_i8_q4_k" in launched) == int8 and ("moe_gemm_q4_k" in launched) != int8
 
 
 def test_lazy_oracle_is_the_oracle_holding_a_few_matrices():

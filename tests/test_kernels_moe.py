@@ -35,13 +35,15 @@ from test_kernels_core import SEED, assert_close, dev, device, poisoned, rng  # 
 
 TYPES = list(launch.WEIGHT_TYPES)
 FLOATS = (QType.F32, QType.F16, QType.BF16)
-KINDS = {"moe.cu": ("glu", "gemv", "down"), "moe_gemm.cu": ("gemm",)}
-PLAIN = {"moe.cu": ["moe_route", "moe_router_f32"], "moe_gemm.cu": ["moe_sort", "moe_gather_bf16", "moe_combine"]}
+KINDS = {"moe.cu": ("glu", "gemv", "down"), "moe_gemm.cu": ("gemm", "gemm_i8")}
+PLAIN = {"moe.cu": ["moe_route", "moe_router_f32"],
+         "moe_gemm.cu": ["moe_sort", "moe_gather_bf16", "moe_quant_q8", "moe_combine"]}
+I8_TYPES = sorted(moe_gemm.INT8_TYPES)
 
 
 def kernel_names(t: QType, file: str | None = None) -> list[str]:
     kinds = KINDS[file] if file else [k for ks in KINDS.values() for k in ks]
-    return [f"moe_{k}_{launch.TYPE_SUFFIX[t]}" for k in kinds]
+    return [f"moe_{k}_{launch.TYPE_SUFFIX[t]}" for k in kinds if k != "gemm_i8" or t in moe_gemm.INT8_TYPES]
 
 
 # ---- CPU ---------------------------------------------------------------------------
@@ -67,7 +69,8 @@ def moe_signatures() -> dict[str, list[str]]:
         src = (nvrtc.KERNELS_DIR / file).read_text()
         for fn, params in sig.findall(src.replace("\\\n", " ")):
             kinds = ["ptr" if "*" in p else "int" if p.strip().startswith("int") else "float" for p in params.split(",")]
-            names = [fn] if fn in PLAIN[file] else [fn + launch.TYPE_SUFFIX[t] for t in TYPES]
+            types = I8_TYPES if fn.startswith("moe_gemm_i8_") else TYPES
+            names = [fn] if fn in PLAIN[file] else [fn + launch.TYPE_SUFFIX[t] for t in types]
             out |= {n: kinds for n in names}
     return out
 
@@ -91,9 +94,13 @@ def test_moe_launchers_match_kernels(monkeypatch):
         moe.down(fd, Wd, t, ids, w, fd.empty((T, k, F)), fd.empty((T, D)), fd.empty((T, D)), F, D, E)
         g = moe_gemm.Grouping.empty(fd.empty, T * k, E)
         moe_gemm.gemm(fd, We, t, fd.empty((T * k, D), u16), g, fd.empty((T * k, F)), D, F)
+        if t in moe_gemm.INT8_TYPES:
+            moe_gemm.gemm_i8(fd, We, t, moe_gemm.Q8Rows.empty(fd.empty, T * k, D), g, fd.empty((T * k, F)), D, F)
     g = moe_gemm.Grouping.empty(fd.empty, T * k, E)
     moe_gemm.sort(fd, ids, g)
     moe_gemm.gather_bf16(fd, fd.empty((T, D)), g, k, fd.empty((T * k, D), u16))
+    moe_gemm.quant_q8(fd, fd.empty((T, D)), moe_gemm.Q8Rows.empty(fd.empty, T * k, D), g, k)
+    moe_gemm.quant_q8(fd, fd.empty((T * k, F)), moe_gemm.Q8Rows.empty(fd.empty, T * k, F))
     moe_gemm.combine(fd, fd.empty((T * k, D)), g, w, None, fd.empty((T, D)))
     launched = {name for (_, name), *_ in fd.launches}
     assert launched == set(sigs), f"not launched: {set(sigs) - launched}"
@@ -137,6 +144,11 @@ def test_bad_shapes_are_refused_in_one_line():
     with pytest.raises(AnvilError, match=r"moe_gemm: the grouped GEMM needs n_in a multiple of 32 and of F32's block, got 40"):
         moe_gemm.gemm(fd, fd.empty((4 * 40 * 8 * 4,), np.uint8), QType.F32, fd.empty((4, 40), np.uint16),
                  moe_gemm.Grouping.empty(fd.empty, 4, 4), fd.empty((4, 8)), 40, 8)
+    with pytest.raises(AnvilError, match=r"moe_gemm_i8: no int8 GEMM for Q5_0 weights \(it has Q4_0, Q4_K, "):
+        moe_gemm.gemm_i8(fd, fd.empty((4 * 64 * 22 * 2,), np.uint8), QType.Q5_0, moe_gemm.Q8Rows.empty(fd.empty, 4, 64),
+                         moe_gemm.Grouping.empty(fd.empty, 4, 4), fd.empty((4, 64)), 64, 64)
+    with pytest.raises(AnvilError, match=r"moe_quant_q8: x \(4, 48\) \(rows a multiple of 32 long\)"):
+        moe_gemm.quant_q8(fd, fd.empty((4, 48)), moe_gemm.Q8Rows.empty(fd.empty, 4, 48))
     P = 8192 * 8  # an 8192-token micro-batch of top-8: the ids alone are 256 KB, over a block's 227 KB
     with pytest.raises(AnvilError, match=r"moe_sort: 65536 \(token, expert\) pairs need 263172 bytes of shared memory, "
                                          r"more than a block's 232448: load the model with a smaller ubatch"):
@@ -367,13 +379,73 @@ def test_grouped_prefill(dev, t, bn):
 
 
 @gpu
+@pytest.mark.parametrize("t", I8_TYPES, ids=lambda t: t.name)
+def test_grouped_prefill_int8(dev, t):
+    """The int8 grouped GEMM (moe_gemm.gemm_i8): x gathered and rounded to
+    int8 groups of 32 exactly as quants.quantize_x_int8 rounds (the scales
+    and group sums too, and without a gathering for the hidden); then every
+    pair's product with its expert's exact values, integer products per group
+    and fp32 sums of the scaled groups. Experts with no tokens, with two
+    tiles, the tile tail; several GEMM steps, a short last one for the
+    32-column blocks; output features past a whole tile."""
+    from engine.quants import quantize_x_int8
+
+    g = rng("grouped-int8", t)
+    T, E, k, n_out = 45, 12, 3, 160
+    n_in = 768 if BLOCK[t][0] == 256 else 352
+    raw, w3 = expert_tensor(g, t, E, n_out, n_in)
+    x = g.standard_normal((T, n_in), dtype=np.float32)
+    x[3, :32] = 0.0  # a group of zeros: scale 0, no division by it
+    ids = np.stack([g.choice(E - 2, k, replace=False) for _ in range(T)]).astype(np.int32)
+    ids[:40, 0] = 3
+    for i in range(T):
+        if 3 in ids[i, 1:]:
+            ids[i, 1:][ids[i, 1:] == 3] = 9
+    P = T * k
+    grouping = moe_gemm.Grouping.empty(dev.empty, P, E)
+    moe_gemm.sort(dev, dev.upload(ids), grouping)
+    pair_at = grouping.pair_at.numpy()
+    flat = ids.reshape(-1)
+
+    def rows_check(xq, a):
+        q, d = quantize_x_int8(a, 32)
+        groups = n_in // 32
+        got_q, got_d, got_s = xq.q.numpy()[:, :n_in], xq.d.numpy()[:, :groups], xq.s.numpy()[:, :groups]
+        np.testing.assert_array_equal(got_q, q)
+        np.testing.assert_array_equal(got_d, d)
+        np.testing.assert_array_equal(got_s, d * q.reshape(len(q), groups, 32).astype(np.int32).sum(axis=2)
+                                      .astype(np.float32))
+        return (q.reshape(len(q), groups, 32) * d[..., None].astype(np.float64)).reshape(q.shape)
+
+    xq = moe_gemm.Q8Rows.empty(lambda shape, dt: poisoned(dev, shape, dt), P, n_in)
+    moe_gemm.quant_q8(dev, dev.upload(x), xq, grouping, k)
+    xv = rows_check(xq, x[pair_at // k])
+    h = g.standard_normal((P, n_in), dtype=np.float32)
+    hq = moe_gemm.Q8Rows.empty(lambda shape, dt: poisoned(dev, shape, dt), P, n_in)
+    moe_gemm.quant_q8(dev, dev.upload(h), hq)
+    rows_check(hq, h)
+
+    y = poisoned(dev, (P, n_out))
+    moe_gemm.gemm_i8(dev, dev.upload(raw), t, xq, grouping, y, n_in, n_out)
+    want = np.stack([w3[flat[p]] @ xv[i] for i, p in enumerate(pair_at)])
+    # exact integer products; each group's scaled sum and the sum over groups in
+    # fp32, with the min's cancellation: 2^-16 of sum |w x| leaves room, a wrong
+    # value, scale or group is of the order of the sum itself
+    bound = 2.0**-16 * np.stack([np.abs(w3[flat[p]]) @ np.abs(xv[i]) for i, p in enumerate(pair_at)])
+    assert_close(y.numpy(), want, bound, 0.0, f"moe_gemm_i8 {t.name}")
+
+
+@gpu
 @pytest.mark.parametrize("T", [1, 40])
 @pytest.mark.parametrize("gemma4", [False, True])
-def test_ops_moe_against_numpy(T, gemma4):
+@pytest.mark.parametrize("int8", [False, True])
+def test_ops_moe_against_numpy(T, gemma4, int8, monkeypatch):
     """The CUDA Ops (router matmul + route, then the decode or the grouped
     path) against the NumPy ops on a tiny-qwen3moe-like layer: the same
     experts, outputs within bf16 (prefill) or fp32 (decode) tolerance.
-    gemma4: GeGLU experts, a scale on the router's input and one per expert."""
+    gemma4: GeGLU experts, a scale on the router's input and one per expert.
+    int8: the grouped GEMMs on the int8 tensor cores (moe_gemm.INT8)."""
+    monkeypatch.setattr(moe_gemm, "INT8", int8)
     from types import SimpleNamespace
 
     from engine.backends.cuda import Ops, QWeight
@@ -414,8 +486,8 @@ def test_ops_moe_against_numpy(T, gemma4):
     assert ids.numpy().tolist() == ids_ref.tolist(), f"seed {SEED}"
     got = y.numpy()
     scale = np.abs(want - res).max()
-    # decode: the expert GEMVs' int8 activations (2^-8 of a group's largest |x|);
-    # prefill: bf16 activations and weights (2^-8 relative each): the same class
+    # decode and the int8 GEMM: int8 activations (2^-8 of a group's largest |x|);
+    # the bf16 GEMM: bf16 activations and weights (2^-8 relative each): the same class
     rel = 2e-2
     assert np.abs(got - want).max() <= rel * scale, (np.abs(got - want).max(), scale, SEED)
     dev.synchronize()

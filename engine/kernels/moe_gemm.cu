@@ -277,6 +277,368 @@ MOE_GEMM(q4_k, DqQ4_K)
 MOE_GEMM(q5_k, DqQ5_K)
 MOE_GEMM(q6_k, DqQ6_K)
 
+// ---- the grouped GEMM on the int8 tensor cores (launchers/moe_gemm.py INT8) -----------
+// The activations as int8 in groups of 32 with a float scale each (llama.cpp's
+// q8_1: its MMQ kernels feed the tensor cores the same way), the weights'
+// integer values unpacked from their blocks (no dequantisation), the products
+// exact in int32, and the scales applied per group of 32 columns:
+//   y = sum_c [ (d_W·sc)_c · dx_c · sum(q_W·q_x)_c  -  (dmin_W·m)_c · dx_c·sum(q_x)_c ]
+// (the second term only for the types with a min, Q4_K and Q5_K; Q6_K's scale
+// changes every 16 columns, so it takes two k16 products a group).
+
+// moe_quant_q8: rows of x as int8 in groups of 32, rounded as gemv.cuh's quant16
+// (d = amax/127, q = rint(x·(127/amax))), with xd = d and xsum = d·sum(q) per
+// group. Row i is x[pair_at[i] / k] (the gather into expert order) or, with
+// pair_at NULL, x[i]. xq rows are ld bytes apart, xd/xsum rows ld/32 floats
+// (ld: n rounded up to 256, so a GEMM step's 8 scales are 32 bytes aligned).
+// One thread per group of 32.
+extern "C" __global__ void moe_quant_q8(const float* x, const int* pair_at, int P, int k, int n, int ld,
+                                        int8_t* xq, float* xd, float* xsum) {
+    KERNEL_START();
+    const int gpr = n / 32;
+    for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < (size_t)P * gpr;
+         g += (size_t)gridDim.x * blockDim.x) {
+        const int i = (int)(g / gpr), c = 32 * (int)(g % gpr);
+        const float* src = x + (size_t)(pair_at ? pair_at[i] / k : i) * n + c;
+        float4 v[8];
+        float m = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            v[j] = reinterpret_cast<const float4*>(src)[j];
+            m = amax4(v[j], m);
+        }
+        const float d = __fdiv_rn(m, 127.0f), inv = m > 0.0f ? __fdiv_rn(127.0f, m) : 0.0f;
+        uint32_t q[8];
+        int s = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            q[j] = pack_i8(v[j], inv);
+            s = __dp4a((int)q[j], 0x01010101, s);
+        }
+        uint4* dst = reinterpret_cast<uint4*>(xq + (size_t)i * ld + c);
+        dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+        dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+        const size_t at = (size_t)i * (ld / 32) + c / 32;
+        xd[at] = d;
+        xsum[at] = d * (float)s;  // |s| <= 32 * 127: exact, one rounding
+    }
+}
+
+// Bytes v - k, each on its own (no borrow between bytes), for bytes of v and k below 128.
+__device__ __forceinline__ uint32_t sub_bytes(uint32_t v, uint32_t k) { return ((v | 0x80808080u) - k) ^ 0x80808080u; }
+
+// The int8 unpackers: group c (32 consecutive columns) of the block at p as 8
+// words of int8 values in column order, the scale of each of its SUB-column
+// runs (s[0], and s[1] when SUB is 16) and, with MIN, the min (y = s·q - m).
+// The values are the integers quants.py's dequantisation multiplies, so
+// s·q - m is that dequantisation's value up to fp32 rounding.
+struct I8Q4_0 {  // y = (q - 8)·d
+    static constexpr int QK = 32, BYTES = 18, SUB = 32;
+    static constexpr bool MIN = false;
+    __device__ static void unpack(const uint8_t* p, int, uint32_t* q, float* s, float&) {
+        s[0] = __half2float(reinterpret_cast<const block_q4_0*>(p)->d);
+        uint32_t w[4];
+        ld_words<4>(p + 2, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {  // low nibbles are columns 0-15, high ones 16-31
+            q[i] = sub_bytes(w[i] & 0x0F0F0F0Fu, 0x08080808u);
+            q[4 + i] = sub_bytes((w[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+        }
+    }
+};
+struct I8Q8_0 {  // y = q·d
+    static constexpr int QK = 32, BYTES = 34, SUB = 32;
+    static constexpr bool MIN = false;
+    __device__ static void unpack(const uint8_t* p, int, uint32_t* q, float* s, float&) {
+        s[0] = __half2float(reinterpret_cast<const block_q8_0*>(p)->d);
+        ld_words<8>(p + 2, q);
+    }
+};
+struct I8Q4_K {  // group c is sub-block c: y = (d·sc)·q - dmin·m
+    static constexpr int QK = 256, BYTES = 144, SUB = 32;
+    static constexpr bool MIN = true;
+    __device__ static void unpack(const uint8_t* p, int c, uint32_t* q, float* s, float& m) {
+        const block_q4_K* b = reinterpret_cast<const block_q4_K*>(p);
+        int sc, mn;
+        scale_min_k4(c, b->scales, sc, mn);
+        s[0] = __half2float(b->d) * (float)sc;
+        m = __half2float(b->dmin) * (float)mn;
+        uint32_t w[8];
+        ld_words<8>(b->qs + 32 * (c >> 1), w);
+        const int sh = (c & 1) * 4;
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = (w[i] >> sh) & 0x0F0F0F0Fu;
+    }
+};
+struct I8Q5_K {  // as Q4_K, the 5th bit from qh
+    static constexpr int QK = 256, BYTES = 176, SUB = 32;
+    static constexpr bool MIN = true;
+    __device__ static void unpack(const uint8_t* p, int c, uint32_t* q, float* s, float& m) {
+        const block_q5_K* b = reinterpret_cast<const block_q5_K*>(p);
+        int sc, mn;
+        scale_min_k4(c, b->scales, sc, mn);
+        s[0] = __half2float(b->d) * (float)sc;
+        m = __half2float(b->dmin) * (float)mn;
+        uint32_t w[8], h[8];
+        ld_words<8>(b->qs + 32 * (c >> 1), w);
+        ld_words<8>(b->qh, h);
+        const int sh = (c & 1) * 4;
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = ((w[i] >> sh) & 0x0F0F0F0Fu) | (((h[i] >> c) & 0x01010101u) << 4);
+    }
+};
+struct I8Q6_K {  // y = (d·scales[j])·(q - 32), a scale per 16 columns
+    static constexpr int QK = 256, BYTES = 210, SUB = 16;
+    static constexpr bool MIN = false;
+    __device__ static void unpack(const uint8_t* p, int c, uint32_t* q, float* s, float&) {
+        const block_q6_K* b = reinterpret_cast<const block_q6_K*>(p);
+        const int n = c >> 2, g = c & 3;
+        const float d = __half2float(b->d);
+        s[0] = d * (float)b->scales[2 * c];
+        s[1] = d * (float)b->scales[2 * c + 1];
+        uint32_t ql[8], qh[8];
+        ld_words<8>(b->ql + 64 * n + 32 * (g & 1), ql);
+        ld_words<8>(b->qh + 32 * n, qh);
+        const int sl = (g >> 1) * 4, sh = 2 * g;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            q[i] = sub_bytes(((ql[i] >> sl) & 0x0F0F0F0Fu) | (((qh[i] >> sh) & 0x03030303u) << 4), 0x20202020u);
+    }
+};
+
+// The integer products, accumulated onto C (mma.sync, row.col: A's rows are
+// weight rows, B's columns activation rows, both with k contiguous).
+__device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+}
+// An int32 accumulator started at 1.5·2^23's bits holds, read as a float,
+// 1.5·2^23 + the sum for |sum| < 2^22 (a group's is at most 32·127·128), so
+// one FADD takes the float (I2F runs at a quarter of the rate).
+#define I8_BIAS 0x4B400000
+__device__ __forceinline__ float biased_to_float(int c) { return __int_as_float(c) - 12582912.0f; }
+
+// y[i][c] for the tile's MOE_BM (= 32) sorted positions i and I8_BN features c.
+// 4 warps, 2 x 2: warp (wf, wp) takes features 32wf..32wf+31 (two 16-row A
+// tiles) and positions 16wp..16wp+15 (two 8-column B tiles). Per step of 256
+// columns: the raw weight rows and the int8 activations with their scales are
+// copied with cp.async one step ahead (double-buffered, as moe_gemm); the
+// weights are unpacked to int8 rows and their scales; then per group of 32
+// columns the products and the scaled sums. Dynamic shared memory: I8Shape::SMEM
+// (launchers/moe_gemm.py gemm_i8_smem computes the same).
+#define I8_BN 64
+#define I8_THREADS 128
+template <class Q>
+struct I8Shape {
+    static constexpr int BK = 256, G = BK / 32;                  // columns and groups a step
+    static constexpr int RAW = BK / Q::QK * Q::BYTES;            // bytes of a row's step
+    static constexpr int SPAN = (RAW + 15 + 15) / 16 * 16;       // staged, with alignment slack
+    static constexpr int LD = BK + 16;                           // int8 row stride: rows 4 banks apart
+    static constexpr int SL = 2 * G + 1, ML = G + 1, XL = 12;    // float strides: weight scales, mins, x scales
+    static constexpr int RAW_BYTES = 2 * I8_BN * SPAN;
+    static constexpr int XQ_BYTES = 2 * MOE_BM * LD;
+    static constexpr int XS_BYTES = 2 * 2 * MOE_BM * XL * 4;      // [buffer][xd, xsum][row][XL]
+    static constexpr int WQ_BYTES = I8_BN * LD;
+    static constexpr int WS_BYTES = I8_BN * (SL + ML) * 4;
+    static constexpr int SMEM = RAW_BYTES + XQ_BYTES + XS_BYTES + WQ_BYTES + WS_BYTES;
+};
+
+template <class Q>
+__device__ __forceinline__ void moe_gemm_i8_impl(const uint8_t* __restrict__ W, int expert_bytes,
+                                                 const int8_t* __restrict__ xq, const float* __restrict__ xd,
+                                                 const float* __restrict__ xsum, int ld, const int* tile_e,
+                                                 const int* tile_r0, const int* offsets, float* y, int N, int K) {
+    using S = I8Shape<Q>;
+    constexpr int BM = MOE_BM, BN = I8_BN, BK = S::BK, G = S::G, LD = S::LD, NT = I8_THREADS;
+    static_assert(BM == 32 && BN == 64 && NT == 128, "tile layout: 4 warps of 32 features x 16 positions");
+    extern __shared__ __align__(128) uint8_t i8_smem[];
+    uint8_t* raw = i8_smem;                                                   // [2][BN][SPAN]
+    int8_t* Xq = reinterpret_cast<int8_t*>(i8_smem + S::RAW_BYTES);          // [2][BM][LD]
+    float* Xs = reinterpret_cast<float*>(i8_smem + S::RAW_BYTES + S::XQ_BYTES);  // [2][2][BM][XL]
+    int8_t* Wq = reinterpret_cast<int8_t*>(i8_smem + S::RAW_BYTES + S::XQ_BYTES + S::XS_BYTES);  // [BN][LD]
+    float* Ws = reinterpret_cast<float*>(i8_smem + S::RAW_BYTES + S::XQ_BYTES + S::XS_BYTES + S::WQ_BYTES);
+    float* Wm = Ws + BN * S::SL;                                              // [BN][ML]
+    check_stage_smem(S::SMEM);
+    const int e = tile_e[blockIdx.y];
+    if (e < 0) return;
+    const int r0 = tile_r0[blockIdx.y], rows = min(BM, offsets[e + 1] - r0);
+    const int n0 = blockIdx.x * BN, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wf = warp & 1, wp = warp >> 1, g = lane >> 2, t = lane & 3;
+    const size_t row_bytes = (size_t)(K / Q::QK) * Q::BYTES;
+    const uint8_t* w0 = W + (size_t)e * expert_bytes;
+    auto w_row = [&](int r) { return w0 + (size_t)min(n0 + r, N - 1) * row_bytes; };
+    auto x_row = [&](int i) { return (size_t)(r0 + min(i, rows - 1)); };  // past the tile: its last row
+    const int steps = (K + BK - 1) / BK, xl = ld / 32;
+
+    // each thread's copies, the same every step but for the column offset
+    constexpr int CPR = S::SPAN / 16, WCH = (BN * CPR + NT - 1) / NT;  // 16-byte weight chunks
+    constexpr int XCH = BM * (BK / 16) / NT;                           // 16-byte activation chunks
+    static_assert(BM * 2 * 2 == NT, "one 16-byte chunk of scales a thread: 2 per row of xd and of xsum");
+    const uint8_t* w_src[WCH];
+    int w_dst[WCH], w_i[WCH];
+#pragma unroll
+    for (int j = 0; j < WCH; j++) {
+        const int c = tid + j * NT, r = min(c / CPR, BN - 1);
+        w_src[j] = w_row(r);
+        w_dst[j] = r * S::SPAN + 16 * (c % CPR);
+        w_i[j] = c < BN * CPR ? c % CPR : CPR;  // CPR: no chunk
+    }
+    const int8_t* x_src[XCH];
+    int x_dst[XCH], x_col[XCH];
+#pragma unroll
+    for (int j = 0; j < XCH; j++) {
+        const int c = tid + j * NT, i = c / (BK / 16);
+        x_col[j] = 16 * (c % (BK / 16));
+        x_src[j] = xq + x_row(i) * ld + x_col[j];
+        x_dst[j] = i * LD + x_col[j];
+    }
+    const int s_i = tid & (BM - 1), s_half = (tid >> 5) & 1, s_which = tid >> 6;  // row, 4 of its 8 scales, xd/xsum
+    const float* s_src = (s_which ? xsum : xd) + x_row(s_i) * xl + 4 * s_half;
+    const int s_dst = (s_which * BM + s_i) * S::XL + 4 * s_half;
+    // unpacking: lane -> row (rows 4 banks apart: the 16-byte stores of 8 lanes meet no bank twice)
+    const int u_row = tid & (BN - 1), u_g0 = tid / BN;  // groups u_g0, u_g0 + 2, ...
+    const int u_mod = (int)(reinterpret_cast<size_t>(w_row(u_row)) & 15);
+
+    auto stage = [&](int st, int b) {
+        const int k0 = st * BK, kn = min(BK, K - k0);
+        const int skip = st * S::RAW, len = kn / Q::QK * Q::BYTES;
+#pragma unroll
+        for (int j = 0; j < WCH; j++) {
+            const size_t src = reinterpret_cast<size_t>(w_src[j] + skip), a0 = src & ~(size_t)15;
+            if (w_i[j] < CPR && a0 + 16 * (size_t)w_i[j] < src + len)
+                cp_async16(raw + b * BN * S::SPAN + w_dst[j], reinterpret_cast<const void*>(a0 + 16 * (size_t)w_i[j]));
+        }
+#pragma unroll
+        for (int j = 0; j < XCH; j++)
+            if (x_col[j] < kn) cp_async16(Xq + b * BM * LD + x_dst[j], x_src[j] + k0);
+        cp_async16(Xs + b * 2 * BM * S::XL + s_dst, s_src + st * G);  // past a short step: unread
+        cp_async_commit();
+    };
+
+    float acc[2][2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+    stage(0, 0);
+    for (int st = 0; st < steps; st++) {
+        const int b = st & 1, kn = min(BK, K - st * BK), groups = kn / 32;
+        cp_async_wait_all();
+        __syncthreads();  // step st's bytes are in; every warp is done with step st-1's tiles
+        if (st + 1 < steps) stage(st + 1, b ^ 1);
+        const uint8_t* rawb = raw + b * BN * S::SPAN + u_row * S::SPAN + ((u_mod + st * S::RAW) & 15);
+        for (int c = u_g0; c < groups; c += NT / BN) {
+            uint32_t q[8];
+            float s[2] = {0.0f, 0.0f}, m = 0.0f;
+            Q::unpack(rawb + (32 * c / Q::QK) * Q::BYTES, (32 * c % Q::QK) / 32, q, s, m);
+            uint4* dst = reinterpret_cast<uint4*>(Wq + u_row * LD + 32 * c);
+            dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+            dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+            Ws[u_row * S::SL + 2 * c] = s[0];
+            Ws[u_row * S::SL + 2 * c + 1] = s[1];
+            Wm[u_row * S::ML + c] = m;
+        }
+        __syncthreads();
+        const int8_t* Xb = Xq + b * BM * LD;
+        const float* Xd = Xs + b * 2 * BM * S::XL;
+        const float* Xsum = Xd + BM * S::XL;
+        for (int c = 0; c < groups; c++) {
+            const int k = 32 * c;
+            uint32_t a[2][4], bq[2][2];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int8_t* r = Wq + (32 * wf + 16 * mt + g) * LD + k + 4 * t;
+                a[mt][0] = *reinterpret_cast<const uint32_t*>(r);
+                a[mt][1] = *reinterpret_cast<const uint32_t*>(r + 8 * LD);
+                a[mt][2] = *reinterpret_cast<const uint32_t*>(r + 16);
+                a[mt][3] = *reinterpret_cast<const uint32_t*>(r + 8 * LD + 16);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                const int8_t* r = Xb + (16 * wp + 8 * nt + g) * LD + k + 4 * t;
+                bq[nt][0] = *reinterpret_cast<const uint32_t*>(r);
+                bq[nt][1] = *reinterpret_cast<const uint32_t*>(r + 16);
+            }
+            float dx[2][2], sx[2][2];  // [B tile][column 2t, 2t+1]
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int i = 16 * wp + 8 * nt + 2 * t + j;
+                    dx[nt][j] = Xd[i * S::XL + c];
+                    sx[nt][j] = Q::MIN ? Xsum[i * S::XL + c] : 0.0f;
+                }
+            int cq[2][2][2][4];  // [run of SUB columns][mt][nt][element]
+            constexpr int RUNS = 32 / Q::SUB;
+#pragma unroll
+            for (int u = 0; u < RUNS; u++)
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+                        for (int i = 0; i < 4; i++) cq[u][mt][nt][i] = I8_BIAS;
+                        if constexpr (Q::SUB == 32) {
+                            mma_k32(cq[u][mt][nt], a[mt], bq[nt][0], bq[nt][1]);
+                        } else {  // columns 16u..16u+15: words 0-3 (a[.][0], a[.][1], b0) or 4-7 (the rest)
+                            mma_k16(cq[u][mt][nt], a[mt][2 * u], a[mt][2 * u + 1], bq[nt][u]);
+                        }
+                    }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {  // rows g and g + 8 of the A tile
+                    const int f = 32 * wf + 16 * mt + g + 8 * h;
+                    const float m = Q::MIN ? Wm[f * S::ML + c] : 0.0f;
+#pragma unroll
+                    for (int u = 0; u < RUNS; u++) {
+                        const float sw = Ws[f * S::SL + 2 * c + u];
+#pragma unroll
+                        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                            for (int j = 0; j < 2; j++) {
+                                float& o = acc[mt][nt][2 * h + j];
+                                o = fmaf(sw * dx[nt][j], biased_to_float(cq[u][mt][nt][2 * h + j]), o);
+                                if (Q::MIN && u == 0) o = fmaf(-m, sx[nt][j], o);
+                            }
+                    }
+                }
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int f = n0 + 32 * wf + 16 * mt + g + 8 * (i >> 1), p = 16 * wp + 8 * nt + 2 * t + (i & 1);
+                if (p < rows && f < N) y[(size_t)(r0 + p) * N + f] = acc[mt][nt][i];
+            }
+}
+
+#define MOE_GEMM_I8(name, Q)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(I8_THREADS) moe_gemm_i8_##name(                                   \
+        const void* W, int expert_bytes, const int8_t* xq, const float* xd, const float* xsum, int ld,              \
+        const int* tile_e, const int* tile_r0, const int* offsets, float* y, int N, int K) {                        \
+        KERNEL_START();                                                                                             \
+        moe_gemm_i8_impl<Q>(static_cast<const uint8_t*>(W), expert_bytes, xq, xd, xsum, ld, tile_e, tile_r0, offsets, \
+                            y, N, K);                                                                               \
+    }
+MOE_GEMM_I8(q4_0, I8Q4_0)
+MOE_GEMM_I8(q8_0, I8Q8_0)
+MOE_GEMM_I8(q4_k, I8Q4_K)
+MOE_GEMM_I8(q5_k, I8Q5_K)
+MOE_GEMM_I8(q6_k, I8Q6_K)
+
 // y[t][c] = add[t][c] + sum_j weights[t, j] · d[pos_of[t*k + j]][c], in selection order
 // (e0·w0, then + e_j·w_j, as llama.cpp), then the residual.
 extern "C" __global__ void moe_combine(const float* d, const int* pos_of, const float* weights, const float* add,

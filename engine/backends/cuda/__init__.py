@@ -723,23 +723,51 @@ class Ops:
                                n_expert)
             return y
         watch = self.moe_watch or (lambda stage, arrays: None)
-        grouping = launchers.moe_gemm.Grouping.empty(self._empty, T * k, n_expert)
-        launchers.moe_gemm.sort(self.dev, ids, grouping)
-        xs = self._empty((T * k, n_embd), np.uint16)  # bf16 bits, in expert order
-        launchers.moe_gemm.gather_bf16(self.dev, x, grouping, k, xs)
-        watch("gather", {"pair_at": grouping.pair_at, "xs": xs, "weights": weights})
+        mg = launchers.moe_gemm
+        grouping = mg.Grouping.empty(self._empty, T * k, n_expert)
+        mg.sort(self.dev, ids, grouping)
+        # each projection's input as its GEMM takes it (moe_gemm.int8): bf16, int8 groups, or both
+        xs = xq = None
+        if not (mg.int8(gate_exps.qtype) and mg.int8(up_exps.qtype)):
+            xs = self._empty((T * k, n_embd), np.uint16)  # bf16 bits, in expert order
+            mg.gather_bf16(self.dev, x, grouping, k, xs)
+        if mg.int8(gate_exps.qtype) or mg.int8(up_exps.qtype):
+            xq = mg.Q8Rows.empty(self._empty, T * k, n_embd)
+            mg.quant_q8(self.dev, x, xq, grouping, k)
+        watch("gather", {"pair_at": grouping.pair_at, "weights": weights, **self._moe_inputs("x", xs, xq)})
         g, u = self._empty((T * k, n_ff)), self._empty((T * k, n_ff))
-        launchers.moe_gemm.gemm(self.dev, gate_exps.data, gate_exps.qtype, xs, grouping, g, n_embd, n_ff)
-        launchers.moe_gemm.gemm(self.dev, up_exps.data, up_exps.qtype, xs, grouping, u, n_embd, n_ff)
+        for w, out in ((gate_exps, g), (up_exps, u)):
+            self._grouped(w, xs, xq, grouping, out, n_embd, n_ff)
         watch("gate_up", {"g": g, "u": u})
-        hs = self._empty((T * k, n_ff), np.uint16)
-        glu(self.dev, g, u, g, hs)  # hs: the hidden in bf16, the down GEMM's input
-        watch("glu", {"h": g, "hs": hs})
+        hs = None if mg.int8(down_exps.qtype) else self._empty((T * k, n_ff), np.uint16)
+        glu(self.dev, g, u, g, hs)  # hs: the hidden in bf16, for the bf16 down GEMM
+        hq = None
+        if mg.int8(down_exps.qtype):
+            hq = mg.Q8Rows.empty(self._empty, T * k, n_ff)
+            mg.quant_q8(self.dev, g, hq)
+        watch("glu", {"h": g, **self._moe_inputs("h", hs, hq)})
         d = self._empty((T * k, n_embd))
-        launchers.moe_gemm.gemm(self.dev, down_exps.data, down_exps.qtype, hs, grouping, d, n_ff, n_embd)
+        self._grouped(down_exps, hs, hq, grouping, d, n_ff, n_embd)
         watch("down", {"d": d})
         launchers.moe_gemm.combine(self.dev, d, grouping, weights, add, y)
         return y
+
+    def _grouped(self, w: QWeight, xs: DArray | None, xq, grouping, y: DArray, n_in: int, n_out: int) -> None:
+        """One projection of the grouped experts, on the GEMM its type takes."""
+        mg = launchers.moe_gemm
+        if mg.int8(w.qtype):
+            mg.gemm_i8(self.dev, w.data, w.qtype, xq, grouping, y, n_in, n_out)
+        else:
+            mg.gemm(self.dev, w.data, w.qtype, xs, grouping, y, n_in, n_out)
+
+    @staticmethod
+    def _moe_inputs(name: str, bf16_rows: DArray | None, q8) -> dict:
+        """A grouped GEMM input for ``moe_watch``: ``{name}s`` bf16 bits, and/or
+        ``{name}q`` / ``{name}d`` / ``{name}sum`` int8 groups (Q8Rows)."""
+        out = {} if bf16_rows is None else {f"{name}s": bf16_rows}
+        if q8 is not None:
+            out |= {f"{name}q": q8.q, f"{name}d": q8.d, f"{name}sum": q8.s}
+        return out
 
     def mul(self, x: DArray, w: DArray) -> DArray:
         y = self._empty(x.shape)

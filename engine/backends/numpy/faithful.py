@@ -20,7 +20,9 @@ kernel's comment names the same choice):
 - ``gemm_in``: prefill GEMM inputs, x and W both bf16 (round to nearest
   even) for bf16 and block-type weights, f16 for F16 weights, fp32 for F32
   (cuda/__init__.py Ops._gemms, dequant.cu); the grouped expert GEMM
-  (moe_gemm.cu) takes bf16 for every type (``grouped``);
+  (moe_gemm.cu, ``grouped``) takes bf16 for every type, or on the int8 tensor
+  cores (launchers/moe_gemm.py ``int8``) x as int8 groups of 32, rounded as
+  ``gemv_x`` rounds, and the weights' exact values;
 - ``f16``: the KV cache's stores (attention.cu to_kv);
 - ``attention_tc``: the tensor-core prefill (attention.cu attention_prefill_tc):
   Q·scale in f16, keys in tiles with an online softmax, P rounded to f16.
@@ -42,6 +44,7 @@ import numpy as np
 from ...quants import QType, dequantize_rows, quantize_x, xq_group
 from ..cuda import GEMV_MAX_TOKENS, UBATCH  # noqa: F401  (UBATCH: the micro-batch, numpy/__init__.py)
 from ..cuda.launchers.attention import DECODE_MAX_T, TC_HEAD_DIMS, TC_TQ, tc_keys
+from ..cuda.launchers import moe_gemm
 from . import ops
 
 F32 = np.float32
@@ -187,9 +190,23 @@ def gemm(x: np.ndarray, w: Weight) -> np.ndarray:
     return _dot(xa, wa.T)
 
 
+def grouped_in(x: np.ndarray, w: Weight) -> np.ndarray:
+    """The grouped expert GEMM's input rows for a weight of ``w.qtype``: int8
+    in groups of 32 on the int8 GEMM (moe_gemm.int8; their values d·q, the
+    rounding of ``quantize_x``), bf16 on the bf16 GEMM (every type, F32 too)."""
+    return quantize_x(x, moe_gemm.Q8_GROUP) if moe_gemm.int8(w.qtype) else bf16(x)
+
+
+def grouped_rows(a: np.ndarray, w: Weight) -> np.ndarray:
+    """The grouped expert GEMM of rows ``a`` already rounded as ``grouped_in``
+    rounds them: the int8 GEMM multiplies the weights' exact values (their
+    integers and scales), the bf16 GEMM their bf16 roundings."""
+    return _dot(a, (w.values if moe_gemm.int8(w.qtype) else bf16(w.values)).T)
+
+
 def grouped(x: np.ndarray, w: Weight) -> np.ndarray:
-    """The grouped expert GEMM (moe_gemm.cu): bf16 x and bf16 weights for every type, F32 ones too."""
-    return _dot(bf16(x), bf16(w.values).T)
+    """The grouped expert GEMM (moe_gemm.cu) of rows ``x``."""
+    return grouped_rows(grouped_in(x, w), w)
 
 
 def product(x: np.ndarray, w: Weight) -> np.ndarray:
@@ -283,9 +300,9 @@ class FaithfulOps:
     def moe_ffn(self, x, ids, weights, gate_exps, up_exps, down_exps, add=None, activation="silu",
                 down_scale=None):
         """Decode (and widths the grouped GEMM cannot tile): every expert a
-        GEMV, int8 x and int8 hidden. Prefill: the grouped bf16 GEMMs, the
-        hidden rounded to bf16 (cuda Ops.moe_ffn). The experts' outputs are
-        summed in selection order."""
+        GEMV, int8 x and int8 hidden. Prefill: the grouped GEMMs, x and the
+        hidden rounded for each (``grouped``: bf16, or int8 groups of 32;
+        cuda Ops.moe_ffn). The experts' outputs are summed in selection order."""
         act = ops.swiglu if activation == "silu" else ops.geglu
         n_embd, n_ff = down_exps.shape[1], down_exps.shape[2]
         self._normed = None
@@ -298,7 +315,7 @@ class FaithfulOps:
             t, j = np.nonzero(ids == e)
             g, u, d = (w.expert(e) for w in (gate_exps, up_exps, down_exps))
             h = act(mul(x[t], g), mul(x[t], u))
-            ys[t, j] = mul(h if per_row else bf16(h), d)
+            ys[t, j] = mul(h, d)
         out = np.zeros((x.shape[0], n_embd), F32)
         for j in range(ids.shape[1]):
             out += ys[:, j] * weights[:, j:j + 1]

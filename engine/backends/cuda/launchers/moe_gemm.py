@@ -1,7 +1,13 @@
 """Launchers for moe_gemm.cu: the Mixture-of-Experts prefill. The (token,
 slot) pairs are sorted by expert on the device, each projection is one
 grouped GEMM over all experts, and the weighted combine adds the experts'
-outputs per token. Expert tensors as in moe.py."""
+outputs per token. Expert tensors as in moe.py.
+
+Two grouped GEMMs: bf16 activations and weights on the bf16 tensor cores
+(``gemm``, every type), or int8 activations in groups of 32 and the weights'
+own integers on the int8 tensor cores (``gemm_i8``, the types of
+``INT8_TYPES``, as llama.cpp's MMQ). ``int8(qtype)`` says which a weight
+takes; the faithful oracle reads the same switch."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from ....errors import AnvilError
-from ....quants import BLOCK
+from ....quants import BLOCK, QType
 from .. import launch
 from ..device import DArray, Device
 from .moe import check_experts
@@ -19,6 +25,19 @@ from .moe import check_experts
 SORT_THREADS = 32 * 32       # moe_gemm.cu SORT_WARPS
 BM, BN = 32, 64              # moe_gemm.cu MOE_BM, MOE_BN: grouped GEMM tile
 GEMM_THREADS = 256           # moe_gemm.cu MOE_GEMM_THREADS
+I8_BN, I8_THREADS = 64, 128  # moe_gemm.cu I8_BN, I8_THREADS: the int8 GEMM's tile width and block
+Q8_GROUP, Q8_ALIGN = 32, 256 # int8 activations: a scale per 32; rows padded to a GEMM step
+
+# The int8 grouped GEMM, for these types (their values are small integers
+# times a scale per 32 or 16 columns). Off: not yet timed against the bf16
+# GEMM on the H200, so the bf16 kernel stays the one that runs.
+INT8 = False
+INT8_TYPES = frozenset({QType.Q4_0, QType.Q8_0, QType.Q4_K, QType.Q5_K, QType.Q6_K})
+
+
+def int8(qtype) -> bool:
+    """Whether the grouped GEMM of a ``qtype`` weight runs on the int8 tensor cores."""
+    return INT8 and QType(int(qtype)) in INT8_TYPES
 
 
 @dataclass(frozen=True)
@@ -116,3 +135,75 @@ def combine(dev: Device, d: DArray, g: Grouping, weights: DArray, add: DArray | 
         raise AnvilError(f"CUDA moe_combine: d {d.shape}, weights {weights.shape}, y {y.shape} for {g.P} pairs")
     fn = launch.function(dev, "moe_gemm.cu", "moe_combine")
     dev.launch(fn, launch.grid(dev, T * n), (256,), (d, g.pos_of, weights, launch.null_or(add), y, T, k, n))
+
+
+@dataclass(frozen=True)
+class Q8Rows:
+    """Rows of activations as int8 in groups of 32 (moe_quant_q8): ``q`` int8
+    [P, ld], ``d`` the groups' scales and ``s`` each group's d·sum(q), both
+    float32 [P, ld/32]; ld is the row length ``n`` rounded up to a GEMM step."""
+    q: DArray
+    d: DArray
+    s: DArray
+    n: int
+
+    @property
+    def ld(self) -> int:
+        return self.q.shape[1]
+
+    @classmethod
+    def empty(cls, alloc: Callable[[tuple, type], DArray], P: int, n: int) -> "Q8Rows":
+        ld = launch.ceil_div(n, Q8_ALIGN) * Q8_ALIGN
+        return cls(alloc((P, ld), np.int8), alloc((P, ld // Q8_GROUP), np.float32),
+                   alloc((P, ld // Q8_GROUP), np.float32), n)
+
+
+def quant_q8(dev: Device, x: DArray, out: Q8Rows, g: Grouping | None = None, k: int = 1) -> None:
+    """``out``'s row i: x[token of the pair at sorted position i] (with the
+    grouping ``g`` of x's tokens' k pairs), or x[i] (without), as int8 groups
+    of 32 (the decode GEMV's rounding: d = amax/127, q = rint(x/d))."""
+    n = x.shape[-1]
+    launch.check_f32(x, out.d, out.s)
+    P = out.q.shape[0]
+    rows = x.size // n
+    if n % Q8_GROUP or n != out.n or (g is not None and (rows * k != g.P or P != g.P)) or (g is None and rows != P):
+        raise AnvilError(f"CUDA moe_quant_q8: x {x.shape} (rows a multiple of {Q8_GROUP} long) into {P} rows of "
+                         f"{out.n}" + (f" for {g.P} pairs" if g is not None else ""))
+    for a, what in ((x, "x"), (out.q, "xq"), (out.d, "xd"), (out.s, "xsum")):
+        launch.aligned(a, what)
+    fn = launch.function(dev, "moe_gemm.cu", "moe_quant_q8")
+    dev.launch(fn, launch.grid(dev, max(P * n // Q8_GROUP, 1)), (256,),
+               (x, launch.null_or(g.pair_at if g is not None else None), P, k, n, out.ld, out.q, out.d, out.s))
+
+
+def gemm_i8_smem(qt) -> int:
+    """Dynamic shared memory of moe_gemm_i8 (moe_gemm.cu I8Shape): two steps of
+    the raw weight rows, the int8 activations and their scales; the unpacked
+    weight tile and its scales and mins."""
+    qk, nbytes = BLOCK[qt]
+    span = (256 // qk * nbytes + 30) // 16 * 16
+    ld, groups = 256 + 16, 256 // Q8_GROUP
+    return (2 * I8_BN * span + 2 * BM * ld + 2 * 2 * BM * 12 * 4 + I8_BN * ld
+            + I8_BN * (2 * groups + 1 + groups + 1) * 4)
+
+
+def gemm_i8(dev: Device, W: DArray, qtype, xq: Q8Rows, g: Grouping, y: DArray, n_in: int, n_out: int) -> None:
+    """y[i] = W[expert of sorted pair i]·x[i] for all P pairs at once, x as
+    int8 groups (``xq``, rows in expert order), y [P, n_out] f32: exact
+    integer products per group of 32 columns, scaled and summed in fp32."""
+    qt = launch.weight_type(qtype, "moe_gemm_i8")
+    if qt not in INT8_TYPES:
+        raise AnvilError(f"CUDA moe_gemm_i8: no int8 GEMM for {qt.name} weights (it has "
+                         f"{', '.join(sorted(t.name for t in INT8_TYPES))})")
+    eb = check_experts("moe_gemm_i8", W, qt, g.n_expert, n_out, n_in)
+    if n_in % BLOCK[qt][0] or n_in % Q8_GROUP:
+        raise AnvilError(f"CUDA moe_gemm_i8: n_in {n_in} is not a multiple of {qt.name}'s block of "
+                         f"{BLOCK[qt][0]}")
+    launch.check_f32(y)
+    if xq.n != n_in or xq.q.shape[0] < g.P or y.size < g.P * n_out:
+        raise AnvilError(f"CUDA moe_gemm_i8: x {xq.q.shape[0]} rows of {xq.n}, y {y.shape} for {g.P} pairs "
+                         f"[{n_out} x {n_in}]")
+    shared = gemm_i8_smem(qt)
+    fn = launch.function(dev, "moe_gemm.cu", f"moe_gemm_i8_{launch.TYPE_SUFFIX[qt]}", shared=shared)
+    dev.launch(fn, (launch.ceil_div(n_out, I8_BN), g.max_tiles), (I8_THREADS,),
+               (W, eb, xq.q, xq.d, xq.s, xq.ld, g.tile_e, g.tile_r0, g.offsets, y, n_out, n_in), shared=shared)
