@@ -227,3 +227,20 @@ def test_reference_set_keeps_the_committed_references_with_keep(host):
     assert not [c for c in calls if "harness.cli reference " in c and "--variation" not in c]
     assert harness_calls(calls, "reference --variation") == ["llama3-8b"]
     assert harness_calls(calls, "validate-catalog") == ["llama3-8b"]
+
+
+@pytest.mark.parametrize("tests_rc", [0, 1])
+def test_moe_int8_validates_with_the_switch_on_only_after_its_kernel_tests_pass(host, tests_rc):
+    """scripts/gpu/moe_int8.sh: the int8 GEMM's kernel tests first; only when
+    they pass, the tiny MoE models validated through with_int8.py (the switch
+    on in that process), nothing saved under reports/, the logs brought back."""
+    rc, out, calls = host.run("moe_int8.sh", MODEL="tiny-qwen3moe", ROUNDS="1", FAKE_PYTEST_RC=str(tests_rc))
+    validations = [c for c in calls if "validate-catalog" in c]
+    assert (host.out / "int8-logs.tgz").exists()
+    assert not any("--save" in c for c in calls)
+    if tests_rc:
+        assert rc == 1 and not validations, out
+        return
+    assert rc == 0, out
+    assert len(validations) == 6 and all("scripts/gpu/with_int8.py -m harness.cli validate-catalog --backend cuda"
+                                         in c for c in validations), validations

@@ -56,10 +56,12 @@ def bench_experts(dev: Device, kind: str, qtype, n_in: int, n_out: int, n_expert
 
 
 def bench_grouped(dev: Device, qtype, n_in: int, n_out: int, n_expert: int = 128, k: int = 8, T: int = 512,
-                  bn: int = moe_gemm.BN, iters: int = 10, seed: int = 0) -> dict:
+                  bn: int = moe_gemm.BN, iters: int = 10, seed: int = 0, int8: bool = False) -> dict:
     """One prefill projection of T tokens as the grouped GEMM (random routing,
-    sorted once): us per launch, TFLOPS of the T·k products, GB/s of the
-    expert tensor (every expert is read)."""
+    sorted once) with the rounding of its input, as the engine runs them: us
+    per launch, TFLOPS of the T·k products, GB/s of the expert tensor (every
+    expert is read). ``int8``: the int8 GEMM (quant_q8, gemm_i8; its tile
+    fixed), kind "gemm_i8"; else the bf16 one (gather_bf16, gemm), "gemm"."""
     qt = QType(int(qtype))
     rng = np.random.default_rng(seed)
     raw = random_weights(rng, qt, n_expert * n_out, n_in)
@@ -69,35 +71,50 @@ def bench_grouped(dev: Device, qtype, n_in: int, n_out: int, n_expert: int = 128
         g = moe_gemm.Grouping.empty(s.empty, P, n_expert)
         moe_gemm.sort(dev, dev.upload(_random_ids(rng, T, n_expert, k), s.empty((T, k), np.int32)), g)
         x = dev.upload(rng.standard_normal((T, n_in), dtype=np.float32), s.empty((T, n_in), np.float32))
-        xs = s.empty((P, n_in), np.uint16)
-        moe_gemm.gather_bf16(dev, x, g, k, xs)
         y = s.empty((P, n_out), np.float32)
-        moe_gemm.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn)
+        if int8:
+            xq = moe_gemm.Q8Rows.empty(s.empty, P, n_in)
+
+            def one() -> None:
+                moe_gemm.quant_q8(dev, x, xq, g, k)
+                moe_gemm.gemm_i8(dev, W, qt, xq, g, y, n_in, n_out)
+        else:
+            xs = s.empty((P, n_in), np.uint16)
+
+            def one() -> None:
+                moe_gemm.gather_bf16(dev, x, g, k, xs)
+                moe_gemm.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn)
+        one()
         dev.synchronize()
-        ms = time_graph(dev, lambda: [moe_gemm.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn) for _ in range(iters)])
+        ms = time_graph(dev, lambda: [one() for _ in range(iters)])
     us = ms * 1e3 / iters
-    return dict(kind="gemm", type=qt.name, n_in=n_in, n_out=n_out, bn=bn, us=us,
-                tflops=2.0 * P * n_in * n_out / us / 1e6, gbps=raw.nbytes / us / 1e3)
+    return dict(kind="gemm_i8" if int8 else "gemm", type=qt.name, n_in=n_in, n_out=n_out, T=T,
+                bn=moe_gemm.I8_BN if int8 else bn, us=us, tflops=2.0 * P * n_in * n_out / us / 1e6,
+                gbps=raw.nbytes / us / 1e3)
 
 
 # Qwen3-30B-A3B (2048 hidden, 768 expert FFN, 128 experts, 8 used): Q4_K gate/up, Q4_K or Q6_K down
 QWEN3_30B_A3B = dict(n_embd=2048, n_ff=768, n_expert=128, k=8)
 
 
-def bench_all(dev: Device, shape: dict = QWEN3_30B_A3B, rows=(None,), bns=(moe_gemm.BN,)) -> list[dict]:
-    """Decode glu/down and prefill grouped GEMMs at ``shape``, printed as a table."""
+def bench_all(dev: Device, shape: dict = QWEN3_30B_A3B, rows=(None,), bns=(moe_gemm.BN,),
+              tokens=(512,)) -> list[dict]:
+    """Decode glu/down and prefill grouped GEMMs (bf16 and int8) at ``shape``
+    for each count of prompt ``tokens``, printed as a table."""
     D, F, E, k = shape["n_embd"], shape["n_ff"], shape["n_expert"], shape["k"]
     out = []
-    print(f"{'kernel':5s} {'type':5s} {'n_in':>5s} {'n_out':>5s} {'cfg':>7s} {'us':>8s} {'GB/s':>7s} {'TFLOPS':>7s}")
+    print(f"{'kernel':7s} {'type':5s} {'n_in':>5s} {'n_out':>5s} {'cfg':>10s} {'us':>8s} {'GB/s':>7s} {'TFLOPS':>7s}")
     for r in rows:
         for kind, qt, n_in, n_out in (("glu", QType.Q4_K, D, F), ("down", QType.Q4_K, F, D),
                                       ("down", QType.Q6_K, F, D)):
             out.append(bench_experts(dev, kind, qt, n_in, n_out, E, k, rows=r))
-    for bn in bns:
+    for T in tokens:
         for qt, n_in, n_out in ((QType.Q4_K, D, F), (QType.Q4_K, F, D), (QType.Q6_K, F, D)):
-            out.append(bench_grouped(dev, qt, n_in, n_out, E, k, bn=bn))
+            for bn in bns:
+                out.append(bench_grouped(dev, qt, n_in, n_out, E, k, T=T, bn=bn))
+            out.append(bench_grouped(dev, qt, n_in, n_out, E, k, T=T, int8=True))
     for r in out:
-        cfg = f"bn{r['bn']}" if r["kind"] == "gemm" else f"r{r['rows']}t{r['threads']}"
-        print(f"{r['kind']:5s} {r['type']:5s} {r['n_in']:5d} {r['n_out']:5d} {cfg:>7s} {r['us']:8.2f} "
+        cfg = f"T{r['T']}bn{r['bn']}" if r["kind"].startswith("gemm") else f"r{r['rows']}t{r['threads']}"
+        print(f"{r['kind']:7s} {r['type']:5s} {r['n_in']:5d} {r['n_out']:5d} {cfg:>10s} {r['us']:8.2f} "
               f"{r['gbps']:7.0f} {r.get('tflops', 0.0):7.1f}", flush=True)
     return out

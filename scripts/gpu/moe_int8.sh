@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs on the GPU host: the int8 grouped MoE GEMM (moe_gemm.cu moe_gemm_i8,
+# launchers/moe_gemm.py INT8, off in the tree) tried in one call, each step
+# only if the one before passed:
+#   1. its kernel tests (the gpu-marked int8 tests of tests/test_kernels_moe.py);
+#   2. both grouped GEMMs timed at the Qwen3-30B-A3B shapes (moe_bench, 512
+#      and 4096 tokens, each with the rounding of its input);
+#   3. with INT8 on (switched in this process only: scripts/gpu/with_int8.py),
+#      the tiny MoE models validated on the CUDA engine (their stage-wise MoE
+#      check holds the int8 GEMM to the faithful oracle, which follows the
+#      switch), and tiny-gemma4moe's stages printed;
+#   4. MODEL (default qwen3moe-30b-a3b, generated here) prefill pp512 and
+#      pp4096, ROUNDS rounds (default 4) alternating INT8 off and on, a fresh
+#      process each, round 0 dropped.
+# Nothing is saved under reports/ (a build with INT8 on would carry the
+# tree's build hash): logs, the bench JSON among them, in $OUT/int8-logs.tgz.
+set -uo pipefail
+source scripts/gpu/host-env.sh
+LOG=/tmp/int8-logs; rm -rf $LOG; mkdir -p $LOG
+model=${MODEL:-qwen3moe-30b-a3b}
+finish() {
+  tar czf $OUT/int8-logs.tgz -C /tmp int8-logs
+  exit "$1"
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $LOG/gpu.txt
+python3 -m harness.cli models -q "$model" > $LOG/model.txt 2>&1 &   # ~70 s on the host's CPUs, beside 1-3
+python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_moe.py -k "int8" > $LOG/tests.txt 2>&1
+rc=$?; tail -3 $LOG/tests.txt
+if [ $rc -ne 0 ]; then grep -E "^E |Error|FAILED" $LOG/tests.txt | head -20; finish 1; fi
+python3 -c "from engine.backends.cuda import moe_bench; from engine.backends.cuda.device import Device
+moe_bench.bench_all(Device(), tokens=(512, 4096))" 2>&1 | tee $LOG/moe_bench.txt | tail -12
+tiny="tiny-qwen3moe tiny-qwen3moe-f32 tiny-qwen35moe tiny-qwen35moe-f32 tiny-gemma4moe tiny-gemma4moe-f32"
+python3 -m harness.cli models -q $tiny > $LOG/tiny-models.txt 2>&1 || tail -3 $LOG/tiny-models.txt
+for m in $tiny; do
+  python3 scripts/gpu/with_int8.py -m harness.cli validate-catalog --backend cuda --model $m > $LOG/validate-$m.txt 2>&1
+  echo "validate $m (INT8 on): exit $?"
+done
+grep -h "^FAIL" $LOG/validate-*.txt | cut -c1-240 | head -20
+python3 scripts/gpu/with_int8.py scripts/gpu/moe_stages.py tiny-gemma4moe > $LOG/stages.txt 2>&1; tail -12 $LOG/stages.txt
+wait
+path=$(python3 -c "from harness import catalog; print(catalog.model_path('$model', progress=False))") || finish 1
+for r in $(seq 0 $((${ROUNDS:-4} - 1))); do
+  for v in off on; do
+    run="python3"; [ $v = on ] && run="python3 scripts/gpu/with_int8.py"
+    for p in 512 4096; do
+      $run -m engine bench "$path" --backend cuda -p $p -n 0 -r 3 --json > $LOG/bench-r$r-$v-p$p.json 2> $LOG/bench-r$r-$v-p$p.err
+    done
+  done
+done
+python3 - "$LOG" <<'PY'
+import glob, json, statistics, sys
+rows = {}
+for f in sorted(glob.glob(f"{sys.argv[1]}/bench-r*-p*.json")):
+    r, v, p = f.rsplit("/", 1)[1][len("bench-r"):-len(".json")].split("-")
+    try:
+        t = json.load(open(f))["results"][0]["tok_s_mean"]
+    except (OSError, ValueError, KeyError, IndexError):  # a failed run: its .err says why
+        t = None
+    if int(r) > 0 and t:  # round 0 warms up
+        rows.setdefault((p, v), []).append(t)
+for p in ("p512", "p4096"):
+    off, on = rows.get((p, "off"), []), rows.get((p, "on"), [])
+    if off and on:
+        print(f"{p}: bf16 {statistics.median(off):.0f} t/s, int8 {statistics.median(on):.0f} t/s, "
+              f"x{statistics.median(on) / statistics.median(off):.3f} ({len(off)} rounds each)")
+PY
+finish 0
