@@ -101,6 +101,39 @@ extern "C" __global__ void moe_gather_bf16(const float* x, const int* pair_at, i
     }
 }
 
+// The copies of a GEMM tile's BN weight rows, one step of RAW bytes each, into
+// shared memory at SPAN bytes a row: each row's bytes as 16-byte chunks from
+// its aligned floor (the slack chunks stay inside the granules of wanted
+// bytes, so they never touch another page). A thread's chunks are the same
+// every step but for the column: their addresses are worked out once (init),
+// a step adds its offset (issue). A row's first byte lands at
+// (its address + the step's offset) & 15 within its SPAN.
+template <int BN, int SPAN, int NT>
+struct WeightSteps {
+    static constexpr int CPR = SPAN / 16, WCH = (BN * CPR + NT - 1) / NT;  // chunks per row, per thread
+    const uint8_t* src[WCH];
+    int dst[WCH], at[WCH];
+    template <class Row>
+    __device__ __forceinline__ void init(Row w_row, int tid) {
+#pragma unroll
+        for (int j = 0; j < WCH; j++) {
+            const int c = tid + j * NT, r = min(c / CPR, BN - 1);
+            src[j] = w_row(r);
+            dst[j] = r * SPAN + 16 * (c % CPR);
+            at[j] = c < BN * CPR ? c % CPR : CPR;  // CPR: no chunk
+        }
+    }
+    // the step whose bytes start ``skip`` bytes into each row, ``len`` of them, into buf
+    __device__ __forceinline__ void issue(uint8_t* buf, int skip, int len) const {
+#pragma unroll
+        for (int j = 0; j < WCH; j++) {
+            const size_t s = reinterpret_cast<size_t>(src[j] + skip), a0 = s & ~(size_t)15;
+            if (at[j] < CPR && a0 + 16 * (size_t)at[j] < s + len)
+                cp_async16(buf + dst[j], reinterpret_cast<const void*>(a0 + 16 * (size_t)at[j]));
+        }
+    }
+};
+
 // y[i][c] for the tile's MOE_BM positions i and MOE_BN features c. 8 warps,
 // 2 x 4, each 16 rows x MOE_BN/4 features (MOE_BN/64 wmma 16x16x16
 // accumulators). Per k-step of BK columns (256 for block-quantised types: one
@@ -157,19 +190,11 @@ __device__ __forceinline__ void moe_gemm_impl(const uint8_t* __restrict__ W, int
     // Each thread's share of a step, the same every step (only the column
     // moves): weight chunks, activation pieces, dequantised segments. Their
     // addresses are worked out once here; a step adds its offset.
-    constexpr int CPR = S::SPAN / 16, WCH = (BN * CPR + NT - 1) / NT;  // 16-byte weight chunks per row, per thread
     constexpr int APR = BK / 8, ACH = BM * APR / NT;                   // 16-byte activation pieces
     constexpr int SPR = BK / 32, DCH = (BN * SPR + NT - 1) / NT;       // 32-weight segments
     static_assert(BM * APR % NT == 0, "activation pieces divide among the threads");
-    const uint8_t* w_src[WCH];
-    int w_dst[WCH], w_i[WCH];
-#pragma unroll
-    for (int j = 0; j < WCH; j++) {
-        const int c = tid + j * NT, r = min(c / CPR, BN - 1);
-        w_src[j] = w_row(r);
-        w_dst[j] = r * S::SPAN + 16 * (c % CPR);
-        w_i[j] = c < BN * CPR ? c % CPR : CPR;  // CPR: no chunk
-    }
+    WeightSteps<BN, S::SPAN, NT> wsteps;
+    wsteps.init(w_row, tid);
     const __nv_bfloat16* a_src[ACH];
     int a_dst[ACH], a_col[ACH];
 #pragma unroll
@@ -191,18 +216,10 @@ __device__ __forceinline__ void moe_gemm_impl(const uint8_t* __restrict__ W, int
         d_mod[j] = (int)(reinterpret_cast<size_t>(w_row(d_row[j])) & 15);
     }
 
-    // Issue the copies of step st into buffer b: each row's bytes as 16-byte
-    // chunks from the aligned floor (the slack chunks stay inside the granules
-    // of wanted bytes), and the activations.
+    // Issue the copies of step st into buffer b: the weight rows' bytes and the activations.
     auto stage = [&](int st, int b) {
         const int k0 = st * BK, kn = min(BK, K - k0);
-        const int skip = st * S::RAW, len = kn / Dq::QK * Dq::BYTES;
-#pragma unroll
-        for (int j = 0; j < WCH; j++) {
-            const size_t src = reinterpret_cast<size_t>(w_src[j] + skip), a0 = src & ~(size_t)15;
-            if (w_i[j] < CPR && a0 + 16 * (size_t)w_i[j] < src + len)
-                cp_async16(raw + b * BN * S::SPAN + w_dst[j], reinterpret_cast<const void*>(a0 + 16 * (size_t)w_i[j]));
-        }
+        wsteps.issue(raw + b * BN * S::SPAN, st * S::RAW, kn / Dq::QK * Dq::BYTES);
 #pragma unroll
         for (int j = 0; j < ACH; j++)
             if (a_col[j] < kn) cp_async16(As + b * BM * LDS + a_dst[j], a_src[j] + k0);
@@ -478,18 +495,10 @@ __device__ __forceinline__ void moe_gemm_i8_impl(const uint8_t* __restrict__ W, 
     const int steps = (K + BK - 1) / BK, xl = ld / 32;
 
     // each thread's copies, the same every step but for the column offset
-    constexpr int CPR = S::SPAN / 16, WCH = (BN * CPR + NT - 1) / NT;  // 16-byte weight chunks
     constexpr int XCH = BM * (BK / 16) / NT;                           // 16-byte activation chunks
     static_assert(BM * 2 * 2 == NT, "one 16-byte chunk of scales a thread: 2 per row of xd and of xsum");
-    const uint8_t* w_src[WCH];
-    int w_dst[WCH], w_i[WCH];
-#pragma unroll
-    for (int j = 0; j < WCH; j++) {
-        const int c = tid + j * NT, r = min(c / CPR, BN - 1);
-        w_src[j] = w_row(r);
-        w_dst[j] = r * S::SPAN + 16 * (c % CPR);
-        w_i[j] = c < BN * CPR ? c % CPR : CPR;  // CPR: no chunk
-    }
+    WeightSteps<BN, S::SPAN, NT> wsteps;
+    wsteps.init(w_row, tid);
     const int8_t* x_src[XCH];
     int x_dst[XCH], x_col[XCH];
 #pragma unroll
@@ -508,13 +517,7 @@ __device__ __forceinline__ void moe_gemm_i8_impl(const uint8_t* __restrict__ W, 
 
     auto stage = [&](int st, int b) {
         const int k0 = st * BK, kn = min(BK, K - k0);
-        const int skip = st * S::RAW, len = kn / Q::QK * Q::BYTES;
-#pragma unroll
-        for (int j = 0; j < WCH; j++) {
-            const size_t src = reinterpret_cast<size_t>(w_src[j] + skip), a0 = src & ~(size_t)15;
-            if (w_i[j] < CPR && a0 + 16 * (size_t)w_i[j] < src + len)
-                cp_async16(raw + b * BN * S::SPAN + w_dst[j], reinterpret_cast<const void*>(a0 + 16 * (size_t)w_i[j]));
-        }
+        wsteps.issue(raw + b * BN * S::SPAN, st * S::RAW, kn / Q::QK * Q::BYTES);
 #pragma unroll
         for (int j = 0; j < XCH; j++)
             if (x_col[j] < kn) cp_async16(Xq + b * BM * LD + x_dst[j], x_src[j] + k0);
