@@ -423,24 +423,38 @@ struct I8Q6_K {  // y = (d·scales[j])·(q - 32), a scale per 16 columns
     }
 };
 
-// The integer products, accumulated onto C (mma.sync, row.col: A's rows are
-// weight rows, B's columns activation rows, both with k contiguous).
-__device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(b0));
-}
-// An int32 accumulator started at 1.5·2^23's bits holds, read as a float,
-// 1.5·2^23 + the sum for |sum| < 2^22 (a group's is at most 32·127·128), so
-// one FADD takes the float (I2F runs at a quarter of the rate).
+// An int32 sum started at 1.5·2^23's bits holds, read as a float, 1.5·2^23 +
+// the sum for |sum| < 2^22 (a group's is at most 32·127·128), so one FADD
+// takes the float (I2F runs at a quarter of the rate).
 #define I8_BIAS 0x4B400000
 __device__ __forceinline__ float biased_to_float(int c) { return __int_as_float(c) - 12582912.0f; }
+
+// d = I8_BIAS + the integer products (mma.sync, row.col: A's rows are weight
+// rows, B's columns activation rows, both with k contiguous); the bias is an
+// operand, not a register set per product.
+__device__ __forceinline__ void mma_k32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(I8_BIAS));
+}
+__device__ __forceinline__ void mma_k16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0), "r"(I8_BIAS));
+}
+// Four 8x8 matrices of 16-bit elements (here: 8 rows x 16 int8) from shared
+// memory: lane 8j + r gives the address of row r of matrix j; register j of
+// lane l holds row l/4 of matrix j, bytes 4(l%4)..4(l%4)+3: for an int8 tile
+// of 16 rows x 32 columns read as (rows 0-7 | 8-15) x (columns 0-15 | 16-31),
+// exactly an m16n8k32 A fragment.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
 
 // y[i][c] for the tile's MOE_BM (= 32) sorted positions i and I8_BN features c.
 // 4 warps, 2 x 2: warp (wf, wp) takes features 32wf..32wf+31 (two 16-row A
@@ -556,21 +570,14 @@ __device__ __forceinline__ void moe_gemm_i8_impl(const uint8_t* __restrict__ W, 
         const float* Xsum = Xd + BM * S::XL;
         for (int c = 0; c < groups; c++) {
             const int k = 32 * c;
-            uint32_t a[2][4], bq[2][2];
+            // A (per 16-row tile): lane l addresses row (l & 7) + 8((l >> 3) & 1), columns 16(l >> 4) on;
+            // B (both 8-row tiles at once): matrix j = l >> 3 is tile j >> 1, columns 16(j & 1) on, so
+            // its registers are (tile 0: columns 0-15, 16-31; tile 1: the same)
+            uint32_t a[2][4], bq[4];
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const int8_t* r = Wq + (32 * wf + 16 * mt + g) * LD + k + 4 * t;
-                a[mt][0] = *reinterpret_cast<const uint32_t*>(r);
-                a[mt][1] = *reinterpret_cast<const uint32_t*>(r + 8 * LD);
-                a[mt][2] = *reinterpret_cast<const uint32_t*>(r + 16);
-                a[mt][3] = *reinterpret_cast<const uint32_t*>(r + 8 * LD + 16);
-            }
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++) {
-                const int8_t* r = Xb + (16 * wp + 8 * nt + g) * LD + k + 4 * t;
-                bq[nt][0] = *reinterpret_cast<const uint32_t*>(r);
-                bq[nt][1] = *reinterpret_cast<const uint32_t*>(r + 16);
-            }
+            for (int mt = 0; mt < 2; mt++)
+                ldsm_x4(a[mt], Wq + (32 * wf + 16 * mt + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + k + 16 * (lane >> 4));
+            ldsm_x4(bq, Xb + (16 * wp + 8 * (lane >> 4) + (lane & 7)) * LD + k + 16 * ((lane >> 3) & 1));
             float dx[2][2], sx[2][2];  // [B tile][column 2t, 2t+1]
 #pragma unroll
             for (int nt = 0; nt < 2; nt++)
@@ -588,12 +595,10 @@ __device__ __forceinline__ void moe_gemm_i8_impl(const uint8_t* __restrict__ W, 
                 for (int mt = 0; mt < 2; mt++)
 #pragma unroll
                     for (int nt = 0; nt < 2; nt++) {
-#pragma unroll
-                        for (int i = 0; i < 4; i++) cq[u][mt][nt][i] = I8_BIAS;
                         if constexpr (Q::SUB == 32) {
-                            mma_k32(cq[u][mt][nt], a[mt], bq[nt][0], bq[nt][1]);
-                        } else {  // columns 16u..16u+15: words 0-3 (a[.][0], a[.][1], b0) or 4-7 (the rest)
-                            mma_k16(cq[u][mt][nt], a[mt][2 * u], a[mt][2 * u + 1], bq[nt][u]);
+                            mma_k32(cq[u][mt][nt], a[mt], bq[2 * nt], bq[2 * nt + 1]);
+                        } else {  // columns 16u..16u+15: A's registers 2u, 2u + 1, B's 2nt + u
+                            mma_k16(cq[u][mt][nt], a[mt][2 * u], a[mt][2 * u + 1], bq[2 * nt + u]);
                         }
                     }
 #pragma unroll
