@@ -4,7 +4,8 @@
 # only if the one before passed:
 #   1. its kernel tests (the gpu-marked int8 tests of tests/test_kernels_moe.py);
 #   2. both grouped GEMMs timed at the Qwen3-30B-A3B shapes (moe_bench, 512
-#      and 4096 tokens, each with the rounding of its input);
+#      and 4096 tokens, each with the rounding of its input), and the gate
+#      projection's two kernels under Nsight Compute;
 #   3. with INT8 on (switched in this process only: scripts/gpu/with_int8.py),
 #      the tiny MoE models validated on the CUDA engine (their stage-wise MoE
 #      check holds the int8 GEMM to the faithful oracle, which follows the
@@ -29,6 +30,14 @@ rc=$?; tail -3 $LOG/tests.txt
 if [ $rc -ne 0 ]; then grep -E "^E |Error|FAILED" $LOG/tests.txt | head -20; finish 1; fi
 python3 -c "from engine.backends.cuda import moe_bench; from engine.backends.cuda.device import Device
 moe_bench.bench_all(Device(), tokens=(512, 4096))" 2>&1 | tee $LOG/moe_bench.txt | tail -12
+# both kernels of the 30B-A3B gate projection under Nsight Compute: time, instructions, shared-memory
+# bank conflicts (what to tune next: the int8 GEMM is meant to be instruction bound, like the bf16 one)
+timeout 120 ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum,\
+l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum \
+  --kernel-name regex:moe_gemm --launch-count 4 --csv python3 -c "
+from engine.backends.cuda import moe_bench; from engine.backends.cuda.device import Device; from engine.quants import QType
+d = Device(); moe_bench.bench_grouped(d, QType.Q4_K, 2048, 768, iters=1); moe_bench.bench_grouped(d, QType.Q4_K, 2048, 768, iters=1, int8=True)" \
+  > $LOG/ncu.csv 2>&1; grep -E "moe_gemm" $LOG/ncu.csv | cut -c1-200 | tail -8
 tiny="tiny-qwen3moe tiny-qwen3moe-f32 tiny-qwen35moe tiny-qwen35moe-f32 tiny-gemma4moe tiny-gemma4moe-f32"
 python3 -m harness.cli models -q $tiny > $LOG/tiny-models.txt 2>&1 || tail -3 $LOG/tiny-models.txt
 for m in $tiny; do
