@@ -28,6 +28,8 @@ import os
 import struct
 import time
 import zlib
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -613,29 +615,32 @@ def _row_scales(seed: int, name: str, rows: int, sigma: float) -> np.ndarray:
 
 
 def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float, p: Preset):
-    """Yield the tensor's bytes chunk by chunk (chunking depends on the shape only)."""
+    """The tensor's bytes as jobs, one per chunk (chunking depends on the shape only): each job
+    makes its chunk from the seed alone, so they may run in any order, at once."""
     if kind == "rope_freqs":
-        yield _rope_freqs(p).tobytes()
+        yield lambda: _rope_freqs(p).tobytes()
         return
     n_el = math.prod(ne)
     if kind.startswith("norm"):  # ~1 (gemma's stored 1+w included), times the gain (output_norm only)
-        raw = _raw(seed, name, 0, n=n_el)
-        x = (_float_values(raw, n_el, NORM_JITTER, T.F32) + np.float32(1.0)) * np.float32(std or 1.0)
-        x = np.where(raw & np.uint64(1), -x, x) if kind == "norm_signed" else x
-        if ne == (p.n_embd,):
-            lo, code = p.n_embd - p.route_code - p.bias_dims, p.n_embd - p.route_code
-            x[lo:code] = 1.0 if kind == "norm_bias" else 0.0  # the bias region reaches the DeltaNet alone
-            x[code:] = 1.0  # the code reaches every router as the embedding wrote it
-            if kind == "norm_signed":  # a tied head (the embedding's rows) reads neither region
-                x[lo:] = 0.0
-        yield x.tobytes()
+        def norm() -> bytes:
+            raw = _raw(seed, name, 0, n=n_el)
+            x = (_float_values(raw, n_el, NORM_JITTER, T.F32) + np.float32(1.0)) * np.float32(std or 1.0)
+            x = np.where(raw & np.uint64(1), -x, x) if kind == "norm_signed" else x
+            if ne == (p.n_embd,):
+                lo, code = p.n_embd - p.route_code - p.bias_dims, p.n_embd - p.route_code
+                x[lo:code] = 1.0 if kind == "norm_bias" else 0.0  # the bias region reaches the DeltaNet alone
+                x[code:] = 1.0  # the code reaches every router as the embedding wrote it
+                if kind == "norm_signed":  # a tied head (the embedding's rows) reads neither region
+                    x[lo:] = 0.0
+            return x.tobytes()
+        yield norm
         return
     if kind == "bias":
-        yield _float_values(_raw(seed, name, 0, n=n_el), n_el, std, T.F32).tobytes()
+        yield lambda: _float_values(_raw(seed, name, 0, n=n_el), n_el, std, T.F32).tobytes()
         return
     if kind == "decay":  # DeltaNet's ssm_a = -exp(A_log): -0.05..-0.5, a memory of a few tokens
-        u = (_raw(seed, name, 0, n=n_el) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
-        yield (-(0.05 + 0.45 * u)).astype(np.float32).tobytes()
+        yield lambda: (-(0.05 + 0.45 * (_raw(seed, name, 0, n=n_el) >> np.uint64(11)).astype(np.float64)
+                         * 2.0 ** -53)).astype(np.float32).tobytes()
         return
     blk_el, blk_bytes = GGML_QUANT_SIZES[qt]
     bpr = ne[0] // blk_el                               # blocks per row
@@ -643,7 +648,8 @@ def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float
     rows = math.prod(ne[1:])
     rows_per_chunk = max(1, CHUNK_BYTES // row_bytes)
     rscale = _row_scales(seed, name, rows, p.head_row_sigma if kind.startswith("head") else 0.0) * np.float32(std)
-    for ci, r0 in enumerate(range(0, rows, rows_per_chunk)):
+
+    def chunk(ci: int, r0: int) -> np.ndarray:
         r1 = min(rows, r0 + rows_per_chunk)
         nb = (r1 - r0) * bpr
         if qt in (T.F32, T.F16, T.BF16):
@@ -657,7 +663,10 @@ def _tensor_chunks(seed: int, name: str, ne: tuple, qt: T, kind: str, std: float
             rows_x = rows_x.reshape(r1 - r0, row_bytes)
         if kind != "weight" and kind != "head":
             _regions(rows_x, r0, ne, qt, kind, seed, name, ci, p, std)
-        yield rows_x.reshape(-1)
+        return rows_x.reshape(-1)
+
+    for ci, r0 in enumerate(range(0, rows, rows_per_chunk)):
+        yield lambda ci=ci, r0=r0: chunk(ci, r0)
 
 
 def _check_regions(p: Preset, types: list[T]) -> None:
@@ -743,7 +752,7 @@ def _conv_tap_sign(seed: int, il: int, p: Preset) -> np.ndarray:
     chunk of attn_qkv's rows asks)."""
     name = f"blk.{il}.ssm_conv1d.weight"
     conv_dim = 2 * p.ssm_k_heads * p.ssm_head + p.ssm_v_heads * p.ssm_head
-    w = np.concatenate([np.frombuffer(c, np.float32) for c in
+    w = np.concatenate([np.frombuffer(make(), np.float32) for make in
                         _tensor_chunks(seed, name, (p.ssm_d_conv, conv_dim), T.F32, "weight", 1.0, p)])
     return np.where(w.reshape(conv_dim, p.ssm_d_conv).sum(axis=1) < 0, np.float32(-1), np.float32(1))
 
@@ -934,22 +943,53 @@ def write_synthetic(preset: Preset | str, out_path, *, vocab_gguf, seed: int = 0
 
     out = Path(out_path)
     h, total = hashlib.sha256(), 0
-    with atomic_open(out) as f:
+    # Chunks are made on every CPU (NumPy's generators and array ops release the GIL), then
+    # written here and hashed on a thread of their own (both release it too), in file order,
+    # a bounded number of chunks ahead.
+    workers = os.cpu_count() or 1
+    with atomic_open(out) as f, ThreadPoolExecutor(workers) as pool, ThreadPoolExecutor(1) as hasher:
+        hashed: deque = deque()
+
         def emit(b) -> int:
             nonlocal total
             mv = memoryview(b).cast("B")
+            hashed.append(hasher.submit(h.update, mv))  # one thread: the updates run in order
             f.write(mv)
-            h.update(mv)
+            while len(hashed) > 4:
+                hashed.popleft().result()
             total += len(mv)
             return len(mv)
         emit(bytes(header))
         size, last = offset + len(header), time.monotonic()
-        for name, ne, qt, kind, std in plan:
-            n = sum(emit(c) for c in _tensor_chunks(seed, name, ne, qt, kind, std, p))
-            if progress is not None and time.monotonic() - last > 5:
-                progress(total, size)
-                last = time.monotonic()
-            assert n == _nbytes(ne, qt), name
-            emit(bytes(pad(n)))
+
+        def jobs():  # every tensor's chunks in file order, then (its entry, None): its end
+            for entry in plan:
+                name, ne, qt, kind, std = entry
+                yield from ((entry, job) for job in _tensor_chunks(seed, name, ne, qt, kind, std, p))
+                yield entry, None
+
+        n = 0
+        ahead: deque = deque()
+
+        def drain(keep: int) -> None:
+            nonlocal n, last
+            while len(ahead) > keep:
+                (name, ne, qt, _, _), made = ahead.popleft()
+                if made is not None:
+                    n += emit(made.result())
+                    continue
+                assert n == _nbytes(ne, qt), name
+                emit(bytes(pad(n)))
+                n = 0
+                if progress is not None and time.monotonic() - last > 5:
+                    progress(total, size)
+                    last = time.monotonic()
+
+        for entry, job in jobs():
+            ahead.append((entry, None if job is None else pool.submit(job)))
+            drain(2 * workers)
+        drain(0)
+        while hashed:
+            hashed.popleft().result()
     return {"path": str(out), "sha256": h.hexdigest(), "bytes": total, "preset": p.name,
             "seed": seed, "n_params": sum(math.prod(ne) for _, ne, *_ in plan)}

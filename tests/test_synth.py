@@ -227,6 +227,17 @@ def test_tied_q4_k_m_embedding_is_q6_k():
     assert plan["token_embd.weight"] == T.Q6_K and "output.weight" not in plan
 
 
+def test_the_bytes_do_not_depend_on_the_workers(smollm2_path, tmp_path, monkeypatch):
+    """Chunks are made on every CPU and written in file order: one worker or
+    several, the same file (tiny-qwen35: its chunks read the DeltaNet conv's
+    values, which another chunk job makes)."""
+    shas = []
+    for n in (1, 5):
+        monkeypatch.setattr(synth.os, "cpu_count", lambda n=n: n)
+        shas.append(write_synthetic("tiny-qwen35", tmp_path / f"{n}.gguf", vocab_gguf=smollm2_path)["sha256"])
+    assert shas[0] == shas[1] == _sha(tmp_path / "5.gguf")
+
+
 def test_atomic_write(small_vocab, tmp_path, monkeypatch):
     out = tmp_path / "m.gguf"
     out.write_bytes(b"previous")
