@@ -361,23 +361,31 @@ def xq_group(qtype) -> int | None:
     return 8 if qt == QType.Q6_K else 16
 
 
-def quantize_x_int8(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
+def _x_groups(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
     """The int8 activations of the CUDA kernels (gemv.cuh quant16, moe_gemm.cu
     moe_quant_q8): x in groups of ``group`` consecutive elements, scale d =
     amax/127, q = rint(x/d) (x times the float32 127/amax, rounded once, ties
-    to even). Returns q (int8, x's shape) and d (float32, one per group).
-    ``x``: float32, its last axis a multiple of ``group``."""
+    to even). Returns q ([groups, group], float64: NaN where x is not finite)
+    and d (float32, per group). ``x``: float32, its last axis a multiple of ``group``."""
     g = np.asarray(x, np.float32).reshape(-1, group)
     m = np.abs(g).max(axis=1)
     d = m / np.float32(127)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         inv = np.where(m > 0, np.float32(127) / m, np.float32(0)).astype(np.float32)
-    q = np.rint(g.astype(np.float64) * inv.astype(np.float64)[:, None])
-    shape = np.shape(x)
-    return q.astype(np.int8).reshape(shape), d.reshape(*shape[:-1], shape[-1] // group)
+        q = np.rint(g.astype(np.float64) * inv.astype(np.float64)[:, None])
+    return q, d
 
 
 def quantize_x(x: np.ndarray, group: int) -> np.ndarray:
-    """``quantize_x_int8``'s rounding as the float64 values d*q the kernels multiply with."""
-    q, d = quantize_x_int8(x, group)
-    return (q.reshape(-1, group) * d.astype(np.float64).reshape(-1, 1)).reshape(np.shape(x))
+    """The int8 activations (``_x_groups``) as the float64 values d*q the kernels multiply with."""
+    q, d = _x_groups(x, group)
+    return (q * d.astype(np.float64)[:, None]).reshape(np.shape(x))
+
+
+def quantize_x_int8(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """The int8 activations (``_x_groups``) as the kernels store them: q int8 in
+    x's shape, d float32 one per group. x must be finite (the integers of a
+    group holding NaN or inf are the kernel's garbage, not these)."""
+    q, d = _x_groups(x, group)
+    shape = np.shape(x)
+    return q.astype(np.int8).reshape(shape), d.reshape(*shape[:-1], shape[-1] // group)
