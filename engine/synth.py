@@ -943,10 +943,11 @@ def write_synthetic(preset: Preset | str, out_path, *, vocab_gguf, seed: int = 0
 
     out = Path(out_path)
     h, total = hashlib.sha256(), 0
-    # Chunks are made on every CPU (NumPy's generators and array ops release the GIL), then
+    # Chunks are made on the CPUs (NumPy's generators and array ops release the GIL), then
     # written here and hashed on a thread of their own (both release it too), in file order,
-    # a bounded number of chunks ahead.
-    workers = os.cpu_count() or 1
+    # 2 chunks a worker ahead. 16 workers at most: past a few, the write is what waits, and
+    # each worker holds up to 2 x CHUNK_BYTES.
+    workers = min(16, os.cpu_count() or 1)
     with atomic_open(out) as f, ThreadPoolExecutor(workers) as pool, ThreadPoolExecutor(1) as hasher:
         hashed: deque = deque()
 
