@@ -535,6 +535,33 @@ MUTANTS += [
                           "for (int t0 = 0; t0 < T; t0 += DR_C - 1) {"),
            backends=("cuda",)),
 ]
+# The int8 grouped expert GEMM's own bugs (moe_gemm.cu moe_gemm_i8). They join the suite while the
+# engine runs that GEMM (launchers/moe_gemm.py INT8): with it off, no model could show them
+INT8_GEMM_MUTANTS = [
+    Mutant("moe-i8-min-dropped", "int8 grouped expert GEMM: the Q4_K/Q5_K min term (dmin·m times the "
+           "activations' group sum) not subtracted", _moe,
+           _kernel_source("moe_gemm.cu", "if (Q::MIN && u == 0) o = fmaf(-m, sx[nt][j], o);", "(void)sx;"),
+           backends=("cuda",)),
+    Mutant("moe-i8-q6k-one-scale", "int8 grouped expert GEMM: a Q6_K group's second 16 columns scaled by its "
+           "first 16's scale", _moe,
+           _kernel_source("moe_gemm.cu", "const float sw = Ws[f * S::SL + 2 * c + u];",
+                          "const float sw = Ws[f * S::SL + 2 * c];"),
+           backends=("cuda",)),
+    Mutant("moe-i8-x-scale-neighbour", "int8 grouped expert GEMM: each group's products scaled by the "
+           "neighbouring group's activation scale", _moe,
+           _kernel_source("moe_gemm.cu", "dx[nt][j] = Xd[i * S::XL + c];", "dx[nt][j] = Xd[i * S::XL + (c ^ 1)];"),
+           backends=("cuda",)),
+]
+
+
+def _int8_gemm_on() -> bool:
+    from engine.backends.cuda.launchers import moe_gemm
+
+    return moe_gemm.INT8
+
+
+if _int8_gemm_on():
+    MUTANTS += INT8_GEMM_MUTANTS
 BY_NAME = {m.name: m for m in MUTANTS}
 
 

@@ -147,6 +147,22 @@ def test_kernel_source_mutants_still_apply_and_compile():
         assert p.returncode == 0 and int(p.stdout) > 0, (name, p.stderr[-2000:])
 
 
+def test_int8_gemm_mutants_apply_and_compile():
+    """The int8 grouped GEMM's mutants (in the suite once the engine runs that
+    GEMM): each edit is made inside its block alone, and the result compiles."""
+    from engine.backends.cuda import compile as nvrtc
+
+    before = (nvrtc.KERNELS_DIR / "moe_gemm.cu").read_text()
+    for m in mutants.INT8_GEMM_MUTANTS:
+        (old, new), = m.patches.kernel_edits[1]
+        with m.on():
+            text = (nvrtc.KERNELS_DIR / "moe_gemm.cu").read_text()
+            assert new in text and old not in text, m.name
+            assert b"moe_gemm_i8_q6_k" in nvrtc.compile_cubin("moe_gemm.cu", "sm_90"), m.name
+    assert (nvrtc.KERNELS_DIR / "moe_gemm.cu").read_text() == before
+    assert not {m.name for m in mutants.INT8_GEMM_MUTANTS} & set(mutants.BY_NAME)  # the GEMM is off
+
+
 def test_each_kernel_edit_finds_its_text_once():
     """A kernel-source mutant's text to replace is in its file exactly once
     (the edit replaces every copy: a second copy elsewhere would be a second,
@@ -156,7 +172,7 @@ def test_each_kernel_edit_finds_its_text_once():
 
     # its `if (u < n_active) {` is in both merges: it was run on the H200 like that
     twice = {"attn-merge-few-last-split"}
-    edited = [m for m in mutants.MUTANTS if hasattr(m.patches, "kernel_edits")]
+    edited = [m for m in mutants.MUTANTS + mutants.INT8_GEMM_MUTANTS if hasattr(m.patches, "kernel_edits")]
     assert {"gemv-acc-f16", "xq-scale-bf16", "xq-block-sum-word-dropped", "kv-bf16", "attn-merge-deep-last-split",
             "deltanet-chunk-boundary-off-by-one"} <= {m.name for m in edited}
     for m in edited:
