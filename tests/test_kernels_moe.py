@@ -438,7 +438,7 @@ def test_grouped_prefill_int8(dev, t):
 @gpu
 @pytest.mark.parametrize("T", [1, 40])
 @pytest.mark.parametrize("gemma4", [False, True])
-@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("int8", [False, True], ids=["bf16", "int8"])
 def test_ops_moe_against_numpy(T, gemma4, int8, monkeypatch):
     """The CUDA Ops (router matmul + route, then the decode or the grouped
     path) against the NumPy ops on a tiny-qwen3moe-like layer: the same
