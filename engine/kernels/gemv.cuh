@@ -119,6 +119,39 @@ __device__ __forceinline__ int stage_span(uint8_t* dst, const uint8_t* src, int 
     return (int)(s & 15);
 }
 
+// The copies of a GEMM tile's BN weight rows, one step of RAW bytes each, into
+// shared memory at SPAN bytes a row: each row's bytes as 16-byte chunks from
+// its aligned floor (the slack chunks stay inside the granules of wanted
+// bytes, so they never touch another page). A thread's chunks are the same
+// every step but for the column: their addresses are worked out once (init),
+// a step adds its offset (issue). A row's first byte lands at
+// (its address + the step's offset) & 15 within its SPAN.
+template <int BN, int SPAN, int NT>
+struct WeightSteps {
+    static constexpr int CPR = SPAN / 16, WCH = (BN * CPR + NT - 1) / NT;  // chunks per row, per thread
+    const uint8_t* src[WCH];
+    int dst[WCH], at[WCH];
+    template <class Row>
+    __device__ __forceinline__ void init(Row w_row, int tid) {
+#pragma unroll
+        for (int j = 0; j < WCH; j++) {
+            const int c = tid + j * NT, r = min(c / CPR, BN - 1);
+            src[j] = w_row(r);
+            dst[j] = r * SPAN + 16 * (c % CPR);
+            at[j] = c < BN * CPR ? c % CPR : CPR;  // CPR: no chunk
+        }
+    }
+    // the step whose bytes start ``skip`` bytes into each row, ``len`` of them, into buf
+    __device__ __forceinline__ void issue(uint8_t* buf, int skip, int len) const {
+#pragma unroll
+        for (int j = 0; j < WCH; j++) {
+            const size_t s = reinterpret_cast<size_t>(src[j] + skip), a0 = s & ~(size_t)15;
+            if (at[j] < CPR && a0 + 16 * (size_t)at[j] < s + len)
+                cp_async16(buf + dst[j], reinterpret_cast<const void*>(a0 + 16 * (size_t)at[j]));
+        }
+    }
+};
+
 // N little-endian words starting at byte `off` (2-byte aligned) of a 16-byte
 // aligned shared buffer: N+1 aligned loads and funnel shifts.
 template <int N>

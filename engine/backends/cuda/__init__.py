@@ -509,7 +509,9 @@ class Ops:
         weights with x rounded to f16; BF16 and quantised weights are copied or
         dequantised to bf16 first, each run of them of one type stored back to
         back (a declared group, as loaded) by one launch, and x is rounded to
-        bf16 once for all of them (the same bits as weight by weight). ``into``
+        bf16 once for all of them (the same bits as weight by weight). With
+        launchers.gemm.WGMMA, a run of quantised weights is instead one launch
+        of a GEMM that dequantises as it goes (the same bf16 values). ``into``
         (one weight): the product is added to it in place (``+=``)."""
         T, n_in = x.shape[0], weights[0].n_in  # one input: one n_in
         assert into is None or (len(weights) == 1 and (into.ptr >= x.ptr + x.nbytes or x.ptr >= into.ptr + into.nbytes))
@@ -542,6 +544,16 @@ class Ops:
             while j > i + 1 and _stack(weights[i:j], (None,) * (j - i)) is False:
                 j -= 1
             run = _stack(weights[i:j], (None,) * (j - i))[0]
+            if launchers.gemm.takes(self.dev, run.qtype, n_in, [wi.n_out for wi in weights[i:j]]):
+                # the weights' blocks read by the GEMM itself: no bf16 copy (launchers/gemm.py)
+                for k in range(i, j, launchers.gemm.MAX_OUTS):
+                    part = weights[k:min(j, k + launchers.gemm.MAX_OUTS)]
+                    ys = [self._empty((T, wi.n_out)) if into is None else into for wi in part]
+                    launchers.gemm.gemm(self.dev, _stack(part, (None,) * len(part))[0].data, run.qtype, x_as("bf16"),
+                                        ys, T, n_in, accumulate=into is not None)
+                    out.extend(ys)
+                i = j
+                continue
             wb = self._bf16_scratch(run.n_out * n_in).reshape(run.n_out, n_in)
             launchers.dequant.dequant_bf16(self.dev, run.data, run.qtype, wb, run.n_out, n_in)
             r0 = 0

@@ -32,6 +32,10 @@ KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
 # otherwise (the cache key follows it, as any macro).
 TRACE = False
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# Files using instructions of one architecture only (wgmma: sm_90a), compiled for
+# that target on its base architecture; on any other, only launchers/gemm.py
+# knows not to ask for them.
+ARCH_SPECIFIC = {"gemm.cu": ("sm_90", "sm_90a")}
 
 
 class CompileError(AnvilError):
@@ -91,7 +95,14 @@ def _options(arch: str, defines: dict[str, object]) -> dict:
                 define_macro=[(k, str(v)) for k, v in sorted(macros.items())] or None)
 
 
+def target(name: str, arch: str) -> str:
+    """The architecture ``kernels/<name>`` is compiled for on a GPU of ``arch``."""
+    base, specific = ARCH_SPECIFIC.get(name, (None, None))
+    return specific if arch == base else arch
+
+
 def cache_key(name: str, arch: str, defines: dict[str, object] | None = None) -> str:
+    arch = target(name, arch)
     h = hashlib.sha256()
     for fname, text in _sources(name):
         h.update(fname.encode() + b"\0" + text.encode() + b"\0")
@@ -105,6 +116,7 @@ def compile_cubin(name: str, arch: str, defines: dict[str, object] | None = None
     cache when present."""
     defines = defines or {}
     key = cache_key(name, arch, defines)
+    arch = target(name, arch)
     path = cache_dir() / f"{Path(name).stem}-{arch}-{key}.cubin"
     if path.is_file():
         # an entry is the cubin and the sha256 of it: a cut or damaged file
@@ -115,16 +127,32 @@ def compile_cubin(name: str, arch: str, defines: dict[str, object] | None = None
             return cubin
     if os.environ.get("ANVIL_NO_COMPILE") == "1":
         raise AnvilError(f"kernel {name} ({arch}) needs compiling but ANVIL_NO_COMPILE=1 (compile before timing)")
-    from cuda.core import Program, ProgramOptions
-
-    source = (KERNELS_DIR / name).read_text()
-    try:
-        cubin = Program(source, "c++", ProgramOptions(name=name, **_options(arch, defines))).compile("cubin").code
-    except Exception as e:  # cuda.core raises with NVRTC's log in the message
-        raise CompileError(f"NVRTC failed on engine/kernels/{name} for {arch}:\n{e}") from None
+    cubin = _compile(name, arch, defines)
     with atomic_open(path) as f:  # concurrent compilers race harmlessly: same bytes
         f.write(cubin + hashlib.sha256(cubin).digest())
     return cubin
+
+
+def _compile(name: str, arch: str, defines: dict[str, object], logs=None, ptxas_options=None) -> bytes:
+    from cuda.core import Program, ProgramOptions
+
+    source = (KERNELS_DIR / name).read_text()
+    options = ProgramOptions(name=name, ptxas_options=ptxas_options, **_options(arch, defines))
+    try:
+        return Program(source, "c++", options).compile("cubin", logs=logs).code
+    except Exception as e:  # cuda.core raises with NVRTC's log in the message
+        raise CompileError(f"NVRTC failed on engine/kernels/{name} for {arch}:\n{e}") from None
+
+
+def compile_log(name: str, arch: str, defines: dict[str, object] | None = None) -> str:
+    """What NVRTC and ptxas (``-v``) say compiling ``kernels/<name>`` for ``arch``
+    (never from the cache): per kernel its registers and spills, and any change
+    ptxas made to the program, such as a ``wgmma.wait_group`` it had to inject."""
+    import io
+
+    log = io.StringIO()
+    _compile(name, target(name, arch), defines or {}, logs=log, ptxas_options=["-v"])
+    return log.getvalue()
 
 
 @contextmanager

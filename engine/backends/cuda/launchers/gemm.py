@@ -1,0 +1,73 @@
+"""Launcher for gemm.cu: the prefill GEMM that reads the quantised weight
+blocks itself, on Hopper's warpgroup tensor cores, instead of dequantising the
+weights to a bf16 scratch matrix for cuBLAS (dequant.py + cublas.py).
+
+``WGMMA`` switches the CUDA backend's prefill onto it (``Ops._gemms``). Off
+until it is timed against dequantisation + cuBLAS on the H200: the other path
+stays the one that runs."""
+
+from __future__ import annotations
+
+from ....errors import AnvilError
+from ....quants import BLOCK, QType, row_bytes
+from .. import launch
+from ..device import DArray, Device
+
+WGMMA = False
+BM = BN = 128    # gemm.cu GEMM_BM, GEMM_BN: a block's tile (tokens x features)
+BK = 64          # gemm.cu GEMM_BK: columns a sub-step
+THREADS = 256    # gemm.cu GEMM_THREADS
+RAWK = 256       # gemm.cu QGemmShape::RAWK: columns of raw weight bytes a copy step
+A_SLOTS, B_SLOTS = 4, 3  # gemm.cu GEMM_A_SLOTS, GEMM_B_SLOTS
+MAX_OUTS = 3     # outputs one launch splits its columns into
+TYPES = frozenset({QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0, QType.Q4_K, QType.Q5_K, QType.Q6_K})
+ARCH = "sm_90"   # wgmma: Hopper only (compile.ARCH_SPECIFIC builds gemm.cu for sm_90a)
+
+
+def smem(qtype) -> int:
+    """gemm.cu QGemmShape<Dq>::SMEM: the A and B tile buffers, two raw steps of
+    BN rows, and 1024 bytes to align the base to the swizzle's period."""
+    qk, nbytes = BLOCK[QType(int(qtype))]
+    span = (RAWK // qk * nbytes + 30) // 16 * 16
+    return 1024 + (A_SLOTS + B_SLOTS) * BM * BK * 2 + 2 * BN * span
+
+
+def takes(dev: Device, qtype, n_in: int, widths) -> bool:
+    """Whether a run of ``qtype`` weights of ``n_in`` columns and these output
+    widths goes through ``gemm`` (the switch on, a Hopper GPU, a block type,
+    whole sub-steps, outputs of even widths)."""
+    return (WGMMA and dev.arch == ARCH and QType(int(qtype)) in TYPES and n_in % BK == 0
+            and all(w % 2 == 0 for w in widths))
+
+
+def gemm(dev: Device, W: DArray, qtype, x: DArray, outs: list[DArray], T: int, n_in: int,
+         accumulate: bool = False) -> None:
+    """outs = x · Wᵀ split by columns: W [N, n_in] raw blocks (N = the outputs'
+    widths summed, at most MAX_OUTS of them, each [T, width] fp32, each width
+    even), x [T, n_in] bf16 bits; bf16 weights (as dequant_bf16 rounds them),
+    fp32 sums. ``accumulate``: added to what the outputs hold."""
+    qt = launch.weight_type(qtype, "gemm")
+    if qt not in TYPES:
+        raise AnvilError(f"CUDA gemm: no wgmma GEMM for {qt.name} weights (it has "
+                         f"{', '.join(sorted(t.name for t in TYPES))})")
+    if not 1 <= len(outs) <= MAX_OUTS:
+        raise AnvilError(f"CUDA gemm: 1 to {MAX_OUTS} outputs, got {len(outs)}")
+    widths = [o.shape[-1] for o in outs]
+    N = sum(widths)
+    if n_in % BK or any(w % 2 for w in widths) or T < 1:
+        raise AnvilError(f"CUDA gemm: needs n_in a multiple of {BK} and even output widths, got n_in {n_in}, "
+                         f"widths {widths}, {T} tokens")
+    launch.check_f32(*outs)
+    if W.nbytes < N * row_bytes(qt, n_in) or x.nbytes < 2 * T * n_in or any(o.size < T * w for o, w in zip(outs, widths)):
+        raise AnvilError(f"CUDA gemm {qt.name} [{N} x {n_in}] for {T} tokens: W {W.nbytes} bytes, "
+                         f"x {x.nbytes} bytes, outputs {[o.shape for o in outs]}")
+    launch.aligned(x, "x")
+    for o in outs:
+        launch.aligned(o, "an output", 8)
+    ys = list(outs) + [outs[-1]] * (MAX_OUTS - len(outs))
+    n0 = widths[0]
+    n1 = widths[1] if len(widths) > 1 else 0
+    shared = smem(qt)
+    fn = launch.function(dev, "gemm.cu", f"gemm_{launch.TYPE_SUFFIX[qt]}", shared=shared)
+    grid = (launch.ceil_div(T, BM) * launch.ceil_div(N, BN),)
+    dev.launch(fn, grid, (THREADS,), (W, x, *ys, n0, n1, T, N, n_in, int(accumulate)), shared=shared)

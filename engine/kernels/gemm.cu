@@ -1,0 +1,227 @@
+// The prefill GEMM straight from the quantised blocks, on Hopper's warpgroup
+// tensor cores (wgmma, compiled for sm_90a): y = x · Wᵀ for one weight matrix or
+// a run of them stored back to back (launchers/gemm.py), with no bf16 copy of W
+// in device memory (the other path dequantises W to a bf16 scratch matrix for a
+// cuBLAS GEMM: dequant.cu).
+//
+//   gemm_<t>(W, x, y0, y1, y2, n0, n1, T, N, K, accumulate)
+//     x  [T][K] bf16, row-major (the activations as the GEMM rounds them)
+//     W  N rows of K/QK blocks of type t
+//     y  the [T][N] fp32 product split by columns: W's rows [0, n0) into y0
+//        ([T][n0]), [n0, n0+n1) into y1 ([T][n1]), the rest into y2;
+//        accumulate != 0: added to what y holds (the residual stream)
+//
+// Numerics: every weight is quants.cuh deq32's exact value rounded to bf16
+// (nearest even), the values dequant_bf16 writes for cuBLAS; the products of
+// bf16 values are summed in fp32 by the tensor cores. The roundings of the
+// dequant + cuBLAS path; only the order of the fp32 sums differs.
+//
+// A block of 256 threads, two warpgroups, makes a tile of GEMM_BM = 128 tokens x
+// GEMM_BN = 128 features: warpgroup g the tokens [64g, 64g+64) with one
+// wgmma.m64n128k16 per 16 columns (64 fp32 accumulators a thread). K goes by in
+// sub-steps of 64 columns. The A (x) and B (W as bf16) tiles of a sub-step are
+// 128-byte rows in the layout wgmma reads with the 128-byte swizzle: the 16-byte
+// chunk c of row r at chunk c ^ (r % 8) of the row, 8 rows in 1024 aligned bytes.
+// The weights' raw bytes come in steps of 256 columns (one K-quant block or
+// eight 32-element blocks a row), copied as moe_gemm.cu copies them.
+//
+// Sub-step s, every thread (s from -3: the first three only fill the pipeline):
+//   1. waits for its copies of two sub-steps ago and fences them and its own
+//      dequantised stores of the last sub-step into the async proxy (wgmma reads
+//      shared memory through it), then a barrier;
+//   2. issues its warpgroup's 4 wgmma of sub-step s (asynchronous);
+//   3. waits for its warpgroup's wgmma of s-1 (one batch in flight at most);
+//   4. issues the copies of A for s+2 and, every 4th sub-step, of the raw bytes
+//      of the weights' next 256 columns (for sub-steps s+3..s+6);
+//   5. dequantises B of s+1 from the raw bytes (32 weights a thread) while the
+//      tensor cores multiply s.
+// So A takes 4 buffers (s+2 is written while s is read and s-1 may still be),
+// B 3 (s+1 written, s and s-1), the raw bytes 2 (256 columns each): a buffer is
+// written only after the barrier that follows every warpgroup's wait for the
+// wgmma that last read it.
+#include "gemv.cuh"  // cp.async, WeightSteps, check_stage_smem
+
+#define GEMM_BM 128  // tokens a block
+#define GEMM_BN 128  // features a block
+#define GEMM_BK 64   // columns a sub-step: one 128-byte swizzled row of bf16
+#define GEMM_THREADS 256
+#define GEMM_A_SLOTS 4
+#define GEMM_B_SLOTS 3
+
+template <class Dq>
+struct QGemmShape {
+    static_assert(Dq::QK == 32 || Dq::QK == 256, "block-quantised types only");
+    static constexpr int RAWK = 256;                              // columns a raw step
+    static constexpr int SUB = RAWK / GEMM_BK;                    // sub-steps a raw step
+    static constexpr int RAW = RAWK / Dq::QK * Dq::BYTES;         // a row's bytes a raw step
+    static constexpr int SPAN = (RAW + 15 + 15) / 16 * 16;        // staged, with alignment slack
+    static constexpr int TILE = GEMM_BM * GEMM_BK * 2;            // an A or B tile: 16 KB
+    static constexpr int A_OFF = 0;
+    static constexpr int B_OFF = GEMM_A_SLOTS * TILE;
+    static constexpr int RAW_OFF = B_OFF + GEMM_B_SLOTS * TILE;
+    static constexpr int SMEM = 1024 + RAW_OFF + 2 * GEMM_BN * SPAN;  // + 1024: the base aligned up
+    static_assert(GEMM_BM == GEMM_BN, "A and B tiles share TILE");
+};
+
+// The wgmma shared-memory descriptor of a K-major tile in the 128-byte swizzle:
+// start address, leading byte offset 16 (unused by this layout), stride byte
+// offset 1024 (8 rows of 128 bytes), layout 1 (128B swizzle) in bits 62-63.
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr) {
+    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | (uint64_t)(16 >> 4) << 16 | (uint64_t)(1024 >> 4) << 32 |
+           1ull << 62;
+}
+// byte offset of the 16-byte chunk c of row r of a swizzled tile
+__device__ __forceinline__ int swz(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
+
+#define WG_ACC8(i) \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+// d += A·Bᵀ: A 64 x 16 and B 128 x 16 (K-major) from shared memory, d [64 x 128] in fp32 over the warpgroup.
+__device__ __forceinline__ void wgmma_m64n128k16(float* d, uint64_t da, uint64_t db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, 1, 1, 1, 0, 0;\n"
+        : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24), WG_ACC8(32), WG_ACC8(40), WG_ACC8(48), WG_ACC8(56)
+        : "l"(da), "l"(db));
+}
+#undef WG_ACC8
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// pins the accumulators at this point of the program (no move across an asynchronous wgmma)
+__device__ __forceinline__ void fence_acc(float* d) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+template <class Dq>
+__device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const __nv_bfloat16* __restrict__ x,
+                                           float* y0, float* y1, float* y2, int n0, int n1, int T, int N, int K,
+                                           int accumulate) {
+    using S = QGemmShape<Dq>;
+    constexpr int BM = GEMM_BM, BN = GEMM_BN, BK = GEMM_BK, NT = GEMM_THREADS;
+    extern __shared__ __align__(16) uint8_t qgemm_smem[];
+    check_stage_smem(S::SMEM);
+    const uint32_t base_s = (uint32_t)__cvta_generic_to_shared(qgemm_smem);
+    uint8_t* smem = qgemm_smem + (((base_s + 1023) & ~1023u) - base_s);  // 1024-aligned: the swizzle's period
+    const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
+    uint8_t* raw = smem + S::RAW_OFF;
+
+    const int m_tiles = (T + BM - 1) / BM;
+    const int t0 = (blockIdx.x % m_tiles) * BM, f0 = (blockIdx.x / m_tiles) * BN;  // tokens fastest: W tile shared
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const size_t row_bytes = (size_t)(K / Dq::QK) * Dq::BYTES;
+    auto w_row = [&](int r) { return W + (size_t)min(f0 + r, N - 1) * row_bytes; };  // rows past N: the last
+    const int steps = K / BK, raw_steps = (K + S::RAWK - 1) / S::RAWK;
+
+    // A: 128 rows x 8 chunks of 16 bytes a sub-step, 4 chunks a thread
+    constexpr int ACH = BM * 8 / NT;
+    const __nv_bfloat16* a_src[ACH];
+    int a_dst[ACH];
+#pragma unroll
+    for (int j = 0; j < ACH; j++) {
+        const int c = tid + j * NT, r = c >> 3;
+        a_src[j] = x + (size_t)min(t0 + r, T - 1) * K + 8 * (c & 7);
+        a_dst[j] = swz(r, c & 7);
+    }
+    WeightSteps<BN, S::SPAN, NT> wsteps;
+    wsteps.init(w_row, tid);
+    // dequantisation: 32 weights a thread, row d_row, columns [32 d_half, 32 d_half + 32) of the
+    // sub-step; the 8 lanes of a 16-byte store phase take 8 consecutive rows: 8 distinct chunks
+    const int d_row = (tid >> 4) * 8 + (tid & 7), d_half = (tid >> 3) & 1;
+    const int d_mod = (int)(reinterpret_cast<size_t>(w_row(d_row)) & 15);
+
+    auto issue = [&](int s) {  // the copies of sub-step s's A and, when s is a raw step's first, of its raw bytes
+        if (s + 2 >= 0 && s + 2 < steps) {
+            uint8_t* a = smem + S::A_OFF + ((s + 2) % GEMM_A_SLOTS) * S::TILE;
+#pragma unroll
+            for (int j = 0; j < ACH; j++) cp_async16(a + a_dst[j], a_src[j] + (size_t)(s + 2) * BK);
+        }
+        if ((s + 3) % S::SUB == 0 && (s + 3) / S::SUB < raw_steps) {
+            const int r = (s + 3) / S::SUB, k0 = r * S::RAWK;
+            wsteps.issue(raw + (r & 1) * BN * S::SPAN, r * S::RAW, min(S::RAWK, K - k0) / Dq::QK * Dq::BYTES);
+        }
+        cp_async_commit();  // one group a sub-step, empty or not
+    };
+    auto dequant = [&](int s) {  // B of sub-step s from the raw bytes, as bf16
+        const int r = s / S::SUB, col = (s % S::SUB) * BK + 32 * d_half;  // column within the raw step
+        const int off = (d_mod + r * S::RAW) & 15;
+        float v[32];
+        Dq::deq32(raw + ((r & 1) * BN + d_row) * S::SPAN + off + (col / Dq::QK) * Dq::BYTES, col % Dq::QK, v);
+        uint8_t* b = smem + S::B_OFF + (s % GEMM_B_SLOTS) * S::TILE;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            __nv_bfloat162 o[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) o[i] = __floats2bfloat162_rn(v[8 * q + 2 * i], v[8 * q + 2 * i + 1]);
+            *reinterpret_cast<uint4*>(b + swz(d_row, 4 * d_half + q)) = *reinterpret_cast<uint4*>(o);
+        }
+    };
+
+    float d[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) d[i] = 0.0f;
+    for (int s = -3; s < steps; s++) {
+        cp_async_wait<1>();  // this thread's copies of sub-steps up to s-2 (A of s, raw of s+1) landed
+        fence_proxy_async();
+        __syncthreads();
+        if (s >= 0) {
+            const uint32_t a = smem_s + S::A_OFF + (s % GEMM_A_SLOTS) * S::TILE + wg * 64 * 128;
+            const uint32_t b = smem_s + S::B_OFF + (s % GEMM_B_SLOTS) * S::TILE;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) wgmma_m64n128k16(d, wgmma_desc(a + 32 * kk), wgmma_desc(b + 32 * kk));
+            wgmma_commit();
+            wgmma_wait<1>();  // s-1's batch is done: its buffers may be written after the next barrier
+            fence_acc(d);
+        }
+        issue(s);
+        if (s + 1 >= 0 && s + 1 < steps) dequant(s + 1);
+    }
+    wgmma_wait<0>();
+    fence_acc(d);
+
+    // d[4j + i]: row 16·warp + lane/4 (+8 for i >= 2), column 8j + 2·(lane%4) (+1 for odd i) of the warpgroup's tile
+    const int lane = tid & 31, row = t0 + 64 * wg + 16 * ((tid >> 5) & 3) + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        const int c = f0 + 8 * j + 2 * (lane & 3);  // even; n0 and n1 are even, so c and c+1 share an output
+        if (c >= N) continue;
+        float* out = c < n0 ? y0 : c < n0 + n1 ? y1 : y2;
+        const int ld = c < n0 ? n0 : c < n0 + n1 ? n1 : N - n0 - n1, oc = c < n0 ? c : c < n0 + n1 ? c - n0 : c - n0 - n1;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int t = row + 8 * h;
+            if (t >= T) continue;
+            float2* p = reinterpret_cast<float2*>(out + (size_t)t * ld + oc);
+            float2 v = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+            if (accumulate) {
+                const float2 o = *p;
+                v.x += o.x;
+                v.y += o.y;
+            }
+            *p = v;
+        }
+    }
+}
+
+#define QGEMM(name, Dq)                                                                                          \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name(                                    \
+        const void* W, const __nv_bfloat16* x, float* y0, float* y1, float* y2, int n0, int n1, int T, int N,    \
+        int K, int accumulate) {                                                                                 \
+        KERNEL_START();                                                                                          \
+        qgemm_impl<Dq>(static_cast<const uint8_t*>(W), x, y0, y1, y2, n0, n1, T, N, K, accumulate);              \
+    }
+QGEMM(q4_0, DqQ4_0)
+QGEMM(q4_1, DqQ4_1)
+QGEMM(q5_0, DqQ5_0)
+QGEMM(q5_1, DqQ5_1)
+QGEMM(q8_0, DqQ8_0)
+QGEMM(q4_k, DqQ4_K)
+QGEMM(q5_k, DqQ5_K)
+QGEMM(q6_k, DqQ6_K)
