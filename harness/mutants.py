@@ -553,6 +553,26 @@ INT8_GEMM_MUTANTS = [
            backends=("cuda",)),
 ]
 
+# The prefill GEMM from the quantised blocks (gemm.cu): in the suite while the engine runs it
+# (launchers/gemm.py WGMMA)
+WGMMA_GEMM_MUTANTS = [
+    Mutant("gemm-wgmma-weights-truncated", "prefill GEMM from the quantised blocks: the weights rounded to bf16 "
+           "toward zero, not to nearest", _any,
+           _kernel_source("gemm.cu", "o[i] = __floats2bfloat162_rn(v[8 * q + 2 * i], v[8 * q + 2 * i + 1]);",
+                          "o[i] = __halves2bfloat162(__float2bfloat16_rz(v[8 * q + 2 * i]), "
+                          "__float2bfloat16_rz(v[8 * q + 2 * i + 1]));"),
+           backends=("cuda",)),
+    Mutant("gemm-wgmma-last-k16-dropped", "prefill GEMM from the quantised blocks: the last 16 columns of each "
+           "64-column sub-step not multiplied", _any,
+           _kernel_source("gemm.cu", "for (int kk = 0; kk < BK / 16; kk++)", "for (int kk = 0; kk < BK / 16 - 1; kk++)"),
+           backends=("cuda",)),
+    Mutant("gemm-wgmma-first-tile-rows", "prefill GEMM from the quantised blocks: every 128-token tile reads "
+           "the first tile's tokens (shows past 128 tokens only)", _any,
+           _kernel_source("gemm.cu", "a_src[j] = x + (size_t)min(t0 + r, T - 1) * K + 8 * (c & 7);",
+                          "a_src[j] = x + (size_t)min(r, T - 1) * K + 8 * (c & 7);"),
+           backends=("cuda",)),
+]
+
 
 def _int8_gemm_on() -> bool:
     from engine.backends.cuda.launchers import moe_gemm
@@ -560,8 +580,16 @@ def _int8_gemm_on() -> bool:
     return moe_gemm.INT8
 
 
+def _wgmma_gemm_on() -> bool:
+    from engine.backends.cuda.launchers import gemm
+
+    return gemm.WGMMA
+
+
 if _int8_gemm_on():
     MUTANTS += INT8_GEMM_MUTANTS
+if _wgmma_gemm_on():
+    MUTANTS += WGMMA_GEMM_MUTANTS
 BY_NAME = {m.name: m for m in MUTANTS}
 
 

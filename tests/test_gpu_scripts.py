@@ -230,17 +230,28 @@ def test_reference_set_keeps_the_committed_references_with_keep(host):
 
 
 @pytest.mark.parametrize("tests_rc", [0, 1])
-def test_moe_int8_validates_with_the_switch_on_only_after_its_kernel_tests_pass(host, tests_rc):
-    """scripts/gpu/moe_int8.sh: the int8 GEMM's kernel tests first; only when
-    they pass, the tiny MoE models validated through with_int8.py (the switch
-    on in that process), nothing saved under reports/, the logs brought back."""
-    rc, out, calls = host.run("moe_int8.sh", MODEL="tiny-qwen3moe", ROUNDS="1", FAKE_PYTEST_RC=str(tests_rc))
+@pytest.mark.parametrize("switch,model,n_validated", [("int8", "tiny-qwen3moe", 6), ("wgmma", "tiny-qwen3", 8)])
+def test_switch_trial_validates_with_the_switch_on_only_after_its_kernel_tests_pass(host, tests_rc, switch, model,
+                                                                                  n_validated):
+    """scripts/gpu/switch_trial.sh: the switched kernel's tests first; only when
+    they pass, the benchmark rounds with the switch off and on and the models
+    validated through switched.py (the switch on in that process), nothing
+    saved under reports/, the logs brought back."""
+    rc, out, calls = host.run("switch_trial.sh", switch, MODEL=model, ROUNDS="1", FAKE_PYTEST_RC=str(tests_rc))
     validations = [c for c in calls if "validate-catalog" in c]
-    assert (host.out / "int8-logs.tgz").exists()
+    benches = [c for c in calls if "-m engine bench" in c]
+    assert (host.out / f"{switch}-logs.tgz").exists()
     assert not any("--save" in c for c in calls)
     if tests_rc:
-        assert rc == 1 and not validations, out
+        assert rc == 1 and not validations and not benches, out
         return
     assert rc == 0, out
-    assert len(validations) == 6 and all("scripts/gpu/with_int8.py -m harness.cli validate-catalog --backend cuda"
-                                         in c for c in validations), validations
+    assert len(validations) == n_validated and all(
+        f"scripts/gpu/switched.py {switch} -m harness.cli validate-catalog --backend cuda" in c
+        for c in validations), validations
+    assert len(benches) == 4 and sum(f"switched.py {switch} -m engine bench" in c for c in benches) == 2, benches
+
+
+def test_switch_trial_refuses_an_unknown_switch(host):
+    rc, out, _ = host.run("switch_trial.sh", "fp8")
+    assert rc == 2 and "usage: switch_trial.sh int8|wgmma" in out

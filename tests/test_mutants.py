@@ -163,6 +163,22 @@ def test_int8_gemm_mutants_apply_and_compile():
     assert not {m.name for m in mutants.INT8_GEMM_MUTANTS} & set(mutants.BY_NAME)  # the GEMM is off
 
 
+def test_wgmma_gemm_mutants_apply_and_compile():
+    """The wgmma prefill GEMM's mutants (in the suite once the engine runs that
+    GEMM): each edit is made inside its block alone, and the result compiles."""
+    from engine.backends.cuda import compile as nvrtc
+
+    before = (nvrtc.KERNELS_DIR / "gemm.cu").read_text()
+    for m in mutants.WGMMA_GEMM_MUTANTS:
+        (old, new), = m.patches.kernel_edits[1]
+        with m.on():
+            text = (nvrtc.KERNELS_DIR / "gemm.cu").read_text()
+            assert new in text and old not in text, m.name
+            assert b"gemm_q4_k" in nvrtc.compile_cubin("gemm.cu", "sm_90"), m.name
+    assert (nvrtc.KERNELS_DIR / "gemm.cu").read_text() == before
+    assert not {m.name for m in mutants.WGMMA_GEMM_MUTANTS} & set(mutants.BY_NAME)  # the GEMM is off
+
+
 def test_each_kernel_edit_finds_its_text_once():
     """A kernel-source mutant's text to replace is in its file exactly once
     (the edit replaces every copy: a second copy elsewhere would be a second,
@@ -172,7 +188,8 @@ def test_each_kernel_edit_finds_its_text_once():
 
     # its `if (u < n_active) {` is in both merges: it was run on the H200 like that
     twice = {"attn-merge-few-last-split"}
-    edited = [m for m in mutants.MUTANTS + mutants.INT8_GEMM_MUTANTS if hasattr(m.patches, "kernel_edits")]
+    edited = [m for m in mutants.MUTANTS + mutants.INT8_GEMM_MUTANTS + mutants.WGMMA_GEMM_MUTANTS
+              if hasattr(m.patches, "kernel_edits")]
     assert {"gemv-acc-f16", "xq-scale-bf16", "xq-block-sum-word-dropped", "kv-bf16", "attn-merge-deep-last-split",
             "deltanet-chunk-boundary-off-by-one"} <= {m.name for m in edited}
     for m in edited:
