@@ -568,8 +568,8 @@ WGMMA_GEMM_MUTANTS = [
            backends=("cuda",)),
     Mutant("gemm-wgmma-first-tile-rows", "prefill GEMM from the quantised blocks: every 128-token tile reads "
            "the first tile's tokens (shows past 128 tokens only)", _any,
-           _kernel_source("gemm.cu", "a_src[j] = x + (size_t)min(t0 + r, T - 1) * K + 8 * (c & 7);",
-                          "a_src[j] = x + (size_t)min(r, T - 1) * K + 8 * (c & 7);"),
+           _kernel_source("gemm.cu", "a_src[j] = x + min(t0 + (tid >> 3) + 32 * j, T - 1) * K",
+                          "a_src[j] = x + min((tid >> 3) + 32 * j, T - 1) * K"),
            backends=("cuda",)),
 ]
 

@@ -76,7 +76,7 @@ def test_gemm_launcher_matches_kernel(monkeypatch):
         assert block == (gemm.THREADS, 1, 1) and 1 <= grid[0] < 2**31
         assert shared <= 227 * 1024, (fn, shared)
     # the largest staging (Q8_0: 8 blocks of 34 bytes a raw step) still fits beside the tiles
-    assert gemm.smem(QType.Q8_0) == 1024 + 7 * 16384 + 2 * 128 * 288
+    assert gemm.smem(QType.Q8_0) == 1024 + 8 * 16384 + 2 * 128 * 288
 
 
 def test_gemm_refuses_bad_shapes_in_one_line(monkeypatch):
@@ -85,7 +85,7 @@ def test_gemm_refuses_bad_shapes_in_one_line(monkeypatch):
     W = fd.empty((128 * 144,), np.uint8)
     with pytest.raises(AnvilError, match=r"no wgmma GEMM for F16 weights \(it has Q4_0, "):
         gemm.gemm(fd, W, QType.F16, x, [fd.empty((4, 128))], 4, 256)
-    with pytest.raises(AnvilError, match="n_in a multiple of 64 and even output widths, got n_in 256, widths"):
+    with pytest.raises(AnvilError, match="n_in a multiple of 64, even output widths and T·n_in inside int, got n_in 256, widths"):
         gemm.gemm(fd, W, QType.Q4_K, x, [fd.empty((4, 127))], 4, 256)
     with pytest.raises(AnvilError, match="1 to 3 outputs, got 4"):
         gemm.gemm(fd, W, QType.Q4_K, x, [fd.empty((4, 32))] * 4, 4, 256)

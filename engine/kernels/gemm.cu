@@ -36,9 +36,13 @@
 //   5. dequantises B of s+1 from the raw bytes (32 weights a thread) while the
 //      tensor cores multiply s.
 // So A takes 4 buffers (s+2 is written while s is read and s-1 may still be),
-// B 3 (s+1 written, s and s-1), the raw bytes 2 (256 columns each): a buffer is
-// written only after the barrier that follows every warpgroup's wait for the
-// wgmma that last read it.
+// B 3 (s+1 written, s and s-1; 4 are kept so that a buffer index is a mask),
+// the raw bytes 2 (256 columns each): a buffer is written only after the
+// barrier that follows every warpgroup's wait for the wgmma that last read it.
+// Per sub-step a thread issues ~250 instructions besides the wgmma, most of
+// them the dequantisation (about 4 a weight: the nibble into a float, the
+// scale and min in one fma, the bf16 rounding), against 512 cycles of tensor
+// work for the block: its addresses are worked out once, before the loop.
 #include "gemv.cuh"  // cp.async, WeightSteps, check_stage_smem
 
 #define GEMM_BM 128  // tokens a block
@@ -46,7 +50,7 @@
 #define GEMM_BK 64   // columns a sub-step: one 128-byte swizzled row of bf16
 #define GEMM_THREADS 256
 #define GEMM_A_SLOTS 4
-#define GEMM_B_SLOTS 3
+#define GEMM_B_SLOTS 4
 
 template <class Dq>
 struct QGemmShape {
@@ -61,6 +65,7 @@ struct QGemmShape {
     static constexpr int RAW_OFF = B_OFF + GEMM_B_SLOTS * TILE;
     static constexpr int SMEM = 1024 + RAW_OFF + 2 * GEMM_BN * SPAN;  // + 1024: the base aligned up
     static_assert(GEMM_BM == GEMM_BN, "A and B tiles share TILE");
+    static_assert(SUB == 4 && GEMM_A_SLOTS == 4 && GEMM_B_SLOTS == 4, "indices by masks");
 };
 
 // The wgmma shared-memory descriptor of a K-major tile in the 128-byte swizzle:
@@ -119,16 +124,15 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
     auto w_row = [&](int r) { return W + (size_t)min(f0 + r, N - 1) * row_bytes; };  // rows past N: the last
     const int steps = K / BK, raw_steps = (K + S::RAWK - 1) / S::RAWK;
 
-    // A: 128 rows x 8 chunks of 16 bytes a sub-step, 4 chunks a thread
+    // A: 128 rows x 8 chunks of 16 bytes a sub-step, 4 chunks a thread: chunk tid % 8 of rows
+    // tid / 8 + 32 j, which is the same swizzled chunk in each (32 j is a multiple of 8). Rows
+    // past T read the last (the launcher keeps T·K inside int).
+    // Each pointer moves on by a sub-step as its copy is issued (so it is kept, not worked out anew).
     constexpr int ACH = BM * 8 / NT;
+    const int a_dst = swz(tid >> 3, tid & 7);
     const __nv_bfloat16* a_src[ACH];
-    int a_dst[ACH];
 #pragma unroll
-    for (int j = 0; j < ACH; j++) {
-        const int c = tid + j * NT, r = c >> 3;
-        a_src[j] = x + (size_t)min(t0 + r, T - 1) * K + 8 * (c & 7);
-        a_dst[j] = swz(r, c & 7);
-    }
+    for (int j = 0; j < ACH; j++) a_src[j] = x + min(t0 + (tid >> 3) + 32 * j, T - 1) * K + 8 * (tid & 7);
     WeightSteps<BN, S::SPAN, NT> wsteps;
     wsteps.init(w_row, tid);
     // dequantisation: 32 weights a thread, row d_row, columns [32 d_half, 32 d_half + 32) of the
@@ -136,24 +140,31 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
     const int d_row = (tid >> 4) * 8 + (tid & 7), d_half = (tid >> 3) & 1;
     const int d_mod = (int)(reinterpret_cast<size_t>(w_row(d_row)) & 15);
 
-    auto issue = [&](int s) {  // the copies of sub-step s's A and, when s is a raw step's first, of its raw bytes
+    auto issue = [&](int s) {  // the copies of A for sub-step s+2 and, when s+3 begins a raw step, of its raw bytes
         if (s + 2 >= 0 && s + 2 < steps) {
-            uint8_t* a = smem + S::A_OFF + ((s + 2) % GEMM_A_SLOTS) * S::TILE;
+            uint8_t* a = smem + S::A_OFF + ((s + 2) & 3) * S::TILE + a_dst;
 #pragma unroll
-            for (int j = 0; j < ACH; j++) cp_async16(a + a_dst[j], a_src[j] + (size_t)(s + 2) * BK);
+            for (int j = 0; j < ACH; j++) {
+                cp_async16(a + 32 * 128 * j, a_src[j]);
+                a_src[j] += BK;
+            }
         }
-        if ((s + 3) % S::SUB == 0 && (s + 3) / S::SUB < raw_steps) {
-            const int r = (s + 3) / S::SUB, k0 = r * S::RAWK;
+        if (((s + 3) & 3) == 0 && (s + 3) >> 2 < raw_steps) {
+            const int r = (s + 3) >> 2, k0 = r * S::RAWK;
             wsteps.issue(raw + (r & 1) * BN * S::SPAN, r * S::RAW, min(S::RAWK, K - k0) / Dq::QK * Dq::BYTES);
         }
         cp_async_commit();  // one group a sub-step, empty or not
     };
     auto dequant = [&](int s) {  // B of sub-step s from the raw bytes, as bf16
-        const int r = s / S::SUB, col = (s % S::SUB) * BK + 32 * d_half;  // column within the raw step
+        const int r = s >> 2, col = (s & 3) * BK + 32 * d_half;  // column within the raw step
         const int off = (d_mod + r * S::RAW) & 15;
         float v[32];
-        Dq::deq32(raw + ((r & 1) * BN + d_row) * S::SPAN + off + (col / Dq::QK) * Dq::BYTES, col % Dq::QK, v);
-        uint8_t* b = smem + S::B_OFF + (s % GEMM_B_SLOTS) * S::TILE;
+        const uint8_t* blk = raw + ((r & 1) * BN + d_row) * S::SPAN + off + (col / Dq::QK) * Dq::BYTES;
+        if constexpr (Dq::QK == 256 && Dq::BYTES % 16 == 0)  // Q4_K, Q5_K: whole granules, W aligned (launcher)
+            Dq::template deq32<true>(blk, col % Dq::QK, v);
+        else
+            Dq::deq32(blk, col % Dq::QK, v);
+        uint8_t* b = smem + S::B_OFF + (s & 3) * S::TILE;
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             __nv_bfloat162 o[4];
@@ -163,6 +174,8 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
         }
     };
 
+    // the descriptors of buffer 0 (this warpgroup's 64 rows of A; B): a buffer's is its offset / 16 more
+    const uint64_t da0 = wgmma_desc(smem_s + S::A_OFF + wg * 64 * 128), db0 = wgmma_desc(smem_s + S::B_OFF);
     float d[64];
 #pragma unroll
     for (int i = 0; i < 64; i++) d[i] = 0.0f;
@@ -171,11 +184,10 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
         fence_proxy_async();
         __syncthreads();
         if (s >= 0) {
-            const uint32_t a = smem_s + S::A_OFF + (s % GEMM_A_SLOTS) * S::TILE + wg * 64 * 128;
-            const uint32_t b = smem_s + S::B_OFF + (s % GEMM_B_SLOTS) * S::TILE;
+            const uint64_t buf = (uint64_t)((s & 3) * S::TILE) >> 4;
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++) wgmma_m64n128k16(d, wgmma_desc(a + 32 * kk), wgmma_desc(b + 32 * kk));
+            for (int kk = 0; kk < BK / 16; kk++) wgmma_m64n128k16(d, da0 + buf + 2 * kk, db0 + buf + 2 * kk);
             wgmma_commit();
             wgmma_wait<1>();  // s-1's batch is done: its buffers may be written after the next barrier
             fence_acc(d);

@@ -57,6 +57,19 @@ __device__ __forceinline__ float byte2f(uint32_t w) {
 // GLOBAL: p is in global memory and read-only for the kernel, so the loads take
 // the read-only path (deq8: the dequantisation and row lookups read the weights
 // in place; deq32 may read a copy in shared memory, so it keeps generic loads).
+// N little-endian words from p, which is 16-byte aligned: N/4 16-byte loads.
+template <int N>
+__device__ __forceinline__ void ld_words16(const uint8_t* p, uint32_t* w) {
+    static_assert(N % 4 == 0, "whole 16-byte loads");
+#pragma unroll
+    for (int i = 0; i < N / 4; i++) {
+        const uint4 v = reinterpret_cast<const uint4*>(p)[i];
+        w[4 * i] = v.x;
+        w[4 * i + 1] = v.y;
+        w[4 * i + 2] = v.z;
+        w[4 * i + 3] = v.w;
+    }
+}
 template <int N, bool GLOBAL = false>
 __device__ __forceinline__ void ld_words(const uint8_t* p, uint32_t* w) {
     const uint32_t* a = reinterpret_cast<const uint32_t*>(reinterpret_cast<size_t>(p) & ~(size_t)3);
@@ -278,6 +291,9 @@ struct DqQ4_K {
             y[4 * i + 3] = d1 * byte2f<3>(v) - m1;
         }
     }
+    // A16: the block is 16-byte aligned (144 = 9 * 16: every block of an aligned row), so the quants are two
+    // 16-byte loads (the prefill GEMM's staged rows, gemm.cu)
+    template <bool A16 = false>
     __device__ static void deq32(const uint8_t* p, int i0, float* y) {  // sub-block i0/32
         const block_q4_K* b = reinterpret_cast<const block_q4_K*>(p);
         const int s = i0 >> 5, sh = (s & 1) * 4;
@@ -285,7 +301,10 @@ struct DqQ4_K {
         scale_min_k4(s, b->scales, sc, mn);
         const float d1 = __half2float(b->d) * (float)sc, m1 = __half2float(b->dmin) * (float)mn;
         uint32_t w[8];
-        ld_words<8>(b->qs + 32 * (s >> 1), w);
+        if constexpr (A16)
+            ld_words16<8>(b->qs + 32 * (s >> 1), w);
+        else
+            ld_words<8>(b->qs + 32 * (s >> 1), w);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             const uint32_t v = (w[i] >> sh) & 0x0F0F0F0Fu;
@@ -311,6 +330,7 @@ struct DqQ5_K {
 #pragma unroll
         for (int t = 0; t < 8; t++) y[t] = d1 * u2f(((q[t] >> sh) & 15) | (((h[t] >> s) & 1) << 4)) - m1;
     }
+    template <bool A16 = false>  // as Q4_K's (176 = 11 * 16)
     __device__ static void deq32(const uint8_t* p, int i0, float* y) {  // sub-block i0/32
         const block_q5_K* b = reinterpret_cast<const block_q5_K*>(p);
         const int s = i0 >> 5, sh = (s & 1) * 4;
@@ -318,8 +338,13 @@ struct DqQ5_K {
         scale_min_k4(s, b->scales, sc, mn);
         const float d1 = __half2float(b->d) * (float)sc, m1 = __half2float(b->dmin) * (float)mn;
         uint32_t w[8], h[8];
-        ld_words<8>(b->qs + 32 * (s >> 1), w);
-        ld_words<8>(b->qh, h);
+        if constexpr (A16) {
+            ld_words16<8>(b->qs + 32 * (s >> 1), w);
+            ld_words16<8>(b->qh, h);
+        } else {
+            ld_words<8>(b->qs + 32 * (s >> 1), w);
+            ld_words<8>(b->qh, h);
+        }
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             const uint32_t v = ((w[i] >> sh) & 0x0F0F0F0Fu) | (((h[i] >> s) & 0x01010101u) << 4);

@@ -18,7 +18,7 @@ BM = BN = 128    # gemm.cu GEMM_BM, GEMM_BN: a block's tile (tokens x features)
 BK = 64          # gemm.cu GEMM_BK: columns a sub-step
 THREADS = 256    # gemm.cu GEMM_THREADS
 RAWK = 256       # gemm.cu QGemmShape::RAWK: columns of raw weight bytes a copy step
-A_SLOTS, B_SLOTS = 4, 3  # gemm.cu GEMM_A_SLOTS, GEMM_B_SLOTS
+A_SLOTS, B_SLOTS = 4, 4  # gemm.cu GEMM_A_SLOTS, GEMM_B_SLOTS
 MAX_OUTS = 3     # outputs one launch splits its columns into
 TYPES = frozenset({QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0, QType.Q4_K, QType.Q5_K, QType.Q6_K})
 ARCH = "sm_90"   # wgmma: Hopper only (compile.ARCH_SPECIFIC builds gemm.cu for sm_90a)
@@ -54,13 +54,14 @@ def gemm(dev: Device, W: DArray, qtype, x: DArray, outs: list[DArray], T: int, n
         raise AnvilError(f"CUDA gemm: 1 to {MAX_OUTS} outputs, got {len(outs)}")
     widths = [o.shape[-1] for o in outs]
     N = sum(widths)
-    if n_in % BK or any(w % 2 for w in widths) or T < 1:
-        raise AnvilError(f"CUDA gemm: needs n_in a multiple of {BK} and even output widths, got n_in {n_in}, "
-                         f"widths {widths}, {T} tokens")
+    if n_in % BK or any(w % 2 for w in widths) or not 1 <= T * n_in < 2**31:
+        raise AnvilError(f"CUDA gemm: needs n_in a multiple of {BK}, even output widths and T·n_in inside int, "
+                         f"got n_in {n_in}, widths {widths}, {T} tokens")
     launch.check_f32(*outs)
     if W.nbytes < N * row_bytes(qt, n_in) or x.nbytes < 2 * T * n_in or any(o.size < T * w for o, w in zip(outs, widths)):
         raise AnvilError(f"CUDA gemm {qt.name} [{N} x {n_in}] for {T} tokens: W {W.nbytes} bytes, "
                          f"x {x.nbytes} bytes, outputs {[o.shape for o in outs]}")
+    launch.aligned(W, "W")  # Q4_K/Q5_K blocks then lie on 16-byte granules in shared memory too
     launch.aligned(x, "x")
     for o in outs:
         launch.aligned(o, "an output", 8)
