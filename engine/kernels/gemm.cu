@@ -39,7 +39,7 @@
 // B 3 (s+1 written, s and s-1; 4 are kept so that a buffer index is a mask),
 // the raw bytes 2 (256 columns each): a buffer is written only after the
 // barrier that follows every warpgroup's wait for the wgmma that last read it.
-// Per sub-step a thread issues ~250 instructions besides the wgmma, most of
+// Per sub-step a thread issues ~280 instructions besides the wgmma, most of
 // them the dequantisation (about 4 a weight: the nibble into a float, the
 // scale and min in one fma, the bf16 rounding), against 512 cycles of tensor
 // work for the block: its addresses are worked out once, before the loop.
