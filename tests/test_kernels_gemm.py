@@ -35,8 +35,11 @@ TYPES = sorted(gemm.TYPES)
 gpu = pytest.mark.gpu
 
 
-def kernel_name(t: QType) -> str:
-    return f"gemm_{launch.TYPE_SUFFIX[t]}"
+def kernel_name(t: QType, bm: int = 128) -> str:
+    return f"gemm{'' if bm == 128 else bm}_{launch.TYPE_SUFFIX[t]}"
+
+
+KERNELS = [kernel_name(t) for t in TYPES] + [kernel_name(t, 256) for t in sorted(gemm.TYPES256)]
 
 
 # ---- CPU ---------------------------------------------------------------------------
@@ -45,9 +48,9 @@ def kernel_name(t: QType) -> str:
 def test_gemm_compiles_for_hopper_without_serialised_wgmma():
     code = nvrtc.compile_cubin("gemm.cu", "sm_90")
     res = cubin.resources(code)
-    for t in TYPES:
-        r = res[kernel_name(t)]
-        assert r.local_bytes == 0, f"{kernel_name(t)} spills ({r})"
+    assert set(res) == set(KERNELS)
+    for name in KERNELS:
+        assert res[name].local_bytes == 0, f"{name} spills ({res[name]})"
     log = nvrtc.compile_log("gemm.cu", "sm_90")
     assert "for 'sm_90a'" in log
     # C7510/C7517 and their kind: ptxas made a wgmma wait where the program has none
@@ -59,7 +62,7 @@ def test_gemm_compiles_for_hopper_without_serialised_wgmma():
 
 def test_gemm_launcher_matches_kernel(monkeypatch):
     src = (nvrtc.KERNELS_DIR / "gemm.cu").read_text().replace("\\\n", " ")
-    params = re.search(r"gemm_##name\(\s*([^)]*)\)", src).group(1)
+    params = re.search(r"__launch_bounds__\(GEMM_THREADS, 1\) kernel\(\s*([^)]*)\)", src).group(1)
     want = param_kinds(params)
     monkeypatch.setattr(gemm, "WGMMA", True)
     fd = RecordingDevice()
@@ -69,22 +72,28 @@ def test_gemm_launcher_matches_kernel(monkeypatch):
         for widths in ([4096], [1024, 512], [4096, 1024, 1024]):
             W = fd.empty((sum(widths) * n_el,), np.uint8)
             assert gemm.takes(fd, t, K, widths)
-            gemm.gemm(fd, W, t, fd.empty((T, K), np.uint16), [fd.empty((T, w)) for w in widths], T, K)
-    assert {name for (_, name), *_ in fd.launches} == {kernel_name(t) for t in TYPES}
+            for bm in gemm.BMS if t in gemm.TYPES256 else (128,):
+                gemm.gemm(fd, W, t, fd.empty((T, K), np.uint16), [fd.empty((T, w)) for w in widths], T, K, bm=bm)
+    assert {name for (_, name), *_ in fd.launches} == set(KERNELS)
     for (file, fn), grid, block, shared, kinds in fd.launches:
         assert file == "gemm.cu" and kinds == want, f"{fn}: launcher passes {kinds}, kernel takes {want}"
         assert block == (gemm.THREADS, 1, 1) and 1 <= grid[0] < 2**31
         assert shared <= 227 * 1024, (fn, shared)
-    # the largest staging (Q8_0: 8 blocks of 34 bytes a raw step) still fits beside the tiles
+    # the largest staging (Q8_0: 8 blocks of 34 bytes a raw step) still fits beside the tiles, and the
+    # largest of 256 tokens a block (Q5_K: 176 bytes a row) beside theirs
     assert gemm.smem(QType.Q8_0) == 1024 + 8 * 16384 + 2 * 128 * 288
+    assert gemm.smem(QType.Q5_K, 256) == 1024 + 4 * 32768 + 3 * 16384 + 2 * 128 * 192 <= 227 * 1024
+    assert gemm.smem(QType.Q6_K, 256) > 227 * 1024
 
 
 def test_gemm_refuses_bad_shapes_in_one_line(monkeypatch):
     fd = RecordingDevice()
     x = fd.empty((4, 256), np.uint16)
     W = fd.empty((128 * 144,), np.uint8)
-    with pytest.raises(AnvilError, match=r"no wgmma GEMM for F16 weights \(it has Q4_0, "):
+    with pytest.raises(AnvilError, match=r"no wgmma GEMM of 128 tokens a block for F16 weights \(it has Q4_0, "):
         gemm.gemm(fd, W, QType.F16, x, [fd.empty((4, 128))], 4, 256)
+    with pytest.raises(AnvilError, match=r"no wgmma GEMM of 256 tokens a block for Q6_K weights \(it has Q4_0, "):
+        gemm.gemm(fd, W, QType.Q6_K, x, [fd.empty((4, 128))], 4, 256, bm=256)
     with pytest.raises(AnvilError, match="n_in a multiple of 64, even output widths and T·n_in inside int, got n_in 256, widths"):
         gemm.gemm(fd, W, QType.Q4_K, x, [fd.empty((4, 127))], 4, 256)
     with pytest.raises(AnvilError, match="1 to 3 outputs, got 4"):
@@ -141,21 +150,23 @@ CASES = [  # tokens, n_in, output widths: partial tiles of tokens and features, 
     (64, 768, [200]),
     (1, 256, [130]),
     (257, 1024, [384, 128]),
+    (600, 512, [256]),
 ]
 
 
 @gpu
-@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("t,bm", [(t, 128) for t in TYPES] + [(t, 256) for t in sorted(gemm.TYPES256)],
+                         ids=lambda v: v.name if isinstance(v, QType) else str(v))
 @pytest.mark.parametrize("case", range(len(CASES)))
 @pytest.mark.parametrize("accumulate", [False, True], ids=["store", "accumulate"])
-def test_gemm(dev, t, case, accumulate, monkeypatch):
+def test_gemm(dev, t, bm, case, accumulate, monkeypatch):
     monkeypatch.setattr(gemm, "WGMMA", True)
     T, K, widths = CASES[case]
     if not gemm.takes(dev, t, K, widths):
         pytest.skip(f"{dev.arch}: no wgmma GEMM")
     if BLOCK[t][0] == 32:
         K += 64  # a short last raw step (K not a multiple of 256)
-    g = rng("gemm", t, case, accumulate)
+    g = rng("gemm", t, bm, case, accumulate)
     N = sum(widths)
     raw = gemv_bench.random_weights(g, t, N, K)
     w = bf16(dequantize(raw, t, (N, K)).astype(np.float32)).astype(np.float64)  # the kernel's bf16 weights, exactly
@@ -164,7 +175,7 @@ def test_gemm(dev, t, case, accumulate, monkeypatch):
     xf = from_bf16_bits(xb).astype(np.float64)
     base = [g.standard_normal((T, n), dtype=np.float32) for n in widths]
     outs = [dev.upload(b) if accumulate else poisoned(dev, (T, n)) for b, n in zip(base, widths)]
-    gemm.gemm(dev, dev.upload(raw), t, dev.upload(xb), outs, T, K, accumulate=accumulate)
+    gemm.gemm(dev, dev.upload(raw), t, dev.upload(xb), outs, T, K, accumulate=accumulate, bm=bm)
     want = xf @ w.T
     # exact bf16 products, fp32 accumulation over K terms: 2^-16 of sum |w x| leaves room (test_kernels_moe's bound)
     bound = 2.0**-16 * (np.abs(xf) @ np.abs(w).T)
@@ -172,5 +183,5 @@ def test_gemm(dev, t, case, accumulate, monkeypatch):
     for o, b, n in zip(outs, base, widths):
         got = o.numpy() - (b if accumulate else 0)
         assert_close(got, want[:, c0:c0 + n], bound[:, c0:c0 + n] + (2.0**-22 * np.abs(b) if accumulate else 0),
-                     0.0, f"gemm {t.name} T={T} K={K} widths={widths} output at column {c0}")
+                     0.0, f"gemm {t.name} bm={bm} T={T} K={K} widths={widths} output at column {c0}")
         c0 += n

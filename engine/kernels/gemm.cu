@@ -16,9 +16,11 @@
 // bf16 values are summed in fp32 by the tensor cores. The roundings of the
 // dequant + cuBLAS path; only the order of the fp32 sums differs.
 //
-// A block of 256 threads, two warpgroups, makes a tile of GEMM_BM = 128 tokens x
-// GEMM_BN = 128 features: warpgroup g the tokens [64g, 64g+64) with one
-// wgmma.m64n128k16 per 16 columns (64 fp32 accumulators a thread). K goes by in
+// A block of 256 threads, two warpgroups, makes a tile of BM = 128·MT tokens x
+// GEMM_BN = 128 features: warpgroup g the tokens [64·MT·g, 64·MT·(g+1)) with MT
+// wgmma.m64n128k16 per 16 columns (64·MT fp32 accumulators a thread). MT = 2
+// (gemm256_<t>) makes each dequantised weight serve twice the tokens, for the
+// types whose staging fits beside the larger A buffers. K goes by in
 // sub-steps of 64 columns. The A (x) and B (W as bf16) tiles of a sub-step are
 // 128-byte rows in the layout wgmma reads with the 128-byte swizzle: the 16-byte
 // chunk c of row r at chunk c ^ (r % 8) of the row, 8 rows in 1024 aligned bytes.
@@ -36,7 +38,7 @@
 //   5. dequantises B of s+1 from the raw bytes (32 weights a thread) while the
 //      tensor cores multiply s.
 // So A takes 4 buffers (s+2 is written while s is read and s-1 may still be),
-// B 3 (s+1 written, s and s-1; 4 are kept so that a buffer index is a mask),
+// B 3 (s+1 written, s and s-1; with MT = 1, 4, so that its index is a mask),
 // the raw bytes 2 (256 columns each): a buffer is written only after the
 // barrier that follows every warpgroup's wait for the wgmma that last read it.
 // Per sub-step a thread issues ~280 instructions besides the wgmma, most of
@@ -45,27 +47,28 @@
 // work for the block: its addresses are worked out once, before the loop.
 #include "gemv.cuh"  // cp.async, WeightSteps, check_stage_smem
 
-#define GEMM_BM 128  // tokens a block
 #define GEMM_BN 128  // features a block
 #define GEMM_BK 64   // columns a sub-step: one 128-byte swizzled row of bf16
 #define GEMM_THREADS 256
 #define GEMM_A_SLOTS 4
-#define GEMM_B_SLOTS 4
 
-template <class Dq>
+template <class Dq, int MT>
 struct QGemmShape {
     static_assert(Dq::QK == 32 || Dq::QK == 256, "block-quantised types only");
+    static constexpr int BM = 128 * MT;                           // tokens a block
     static constexpr int RAWK = 256;                              // columns a raw step
     static constexpr int SUB = RAWK / GEMM_BK;                    // sub-steps a raw step
     static constexpr int RAW = RAWK / Dq::QK * Dq::BYTES;         // a row's bytes a raw step
     static constexpr int SPAN = (RAW + 15 + 15) / 16 * 16;        // staged, with alignment slack
-    static constexpr int TILE = GEMM_BM * GEMM_BK * 2;            // an A or B tile: 16 KB
+    static constexpr int A_TILE = BM * GEMM_BK * 2;               // 16 KB a 128 tokens
+    static constexpr int B_TILE = GEMM_BN * GEMM_BK * 2;          // 16 KB
+    static constexpr int B_SLOTS = MT == 1 ? 4 : 3;
     static constexpr int A_OFF = 0;
-    static constexpr int B_OFF = GEMM_A_SLOTS * TILE;
-    static constexpr int RAW_OFF = B_OFF + GEMM_B_SLOTS * TILE;
+    static constexpr int B_OFF = GEMM_A_SLOTS * A_TILE;
+    static constexpr int RAW_OFF = B_OFF + B_SLOTS * B_TILE;
     static constexpr int SMEM = 1024 + RAW_OFF + 2 * GEMM_BN * SPAN;  // + 1024: the base aligned up
-    static_assert(GEMM_BM == GEMM_BN, "A and B tiles share TILE");
-    static_assert(SUB == 4 && GEMM_A_SLOTS == 4 && GEMM_B_SLOTS == 4, "indices by masks");
+    static_assert(SUB == 4 && GEMM_A_SLOTS == 4, "indices by masks");
+    static_assert(SMEM <= 227 * 1024, "shared memory of a block");
 };
 
 // The wgmma shared-memory descriptor of a K-major tile in the 128-byte swizzle:
@@ -104,12 +107,12 @@ __device__ __forceinline__ void fence_acc(float* d) {
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-template <class Dq>
+template <class Dq, int MT>
 __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const __nv_bfloat16* __restrict__ x,
                                            float* y0, float* y1, float* y2, int n0, int n1, int T, int N, int K,
                                            int accumulate) {
-    using S = QGemmShape<Dq>;
-    constexpr int BM = GEMM_BM, BN = GEMM_BN, BK = GEMM_BK, NT = GEMM_THREADS;
+    using S = QGemmShape<Dq, MT>;
+    constexpr int BM = S::BM, BN = GEMM_BN, BK = GEMM_BK, NT = GEMM_THREADS;
     extern __shared__ __align__(16) uint8_t qgemm_smem[];
     check_stage_smem(S::SMEM);
     const uint32_t base_s = (uint32_t)__cvta_generic_to_shared(qgemm_smem);
@@ -124,7 +127,7 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
     auto w_row = [&](int r) { return W + (size_t)min(f0 + r, N - 1) * row_bytes; };  // rows past N: the last
     const int steps = K / BK, raw_steps = (K + S::RAWK - 1) / S::RAWK;
 
-    // A: 128 rows x 8 chunks of 16 bytes a sub-step, 4 chunks a thread: chunk tid % 8 of rows
+    // A: BM rows x 8 chunks of 16 bytes a sub-step, 4·MT chunks a thread: chunk tid % 8 of rows
     // tid / 8 + 32 j, which is the same swizzled chunk in each (32 j is a multiple of 8). Rows
     // past T read the last (the launcher keeps T·K inside int).
     // Each pointer moves on by a sub-step as its copy is issued (so it is kept, not worked out anew).
@@ -142,7 +145,7 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
 
     auto issue = [&](int s) {  // the copies of A for sub-step s+2 and, when s+3 begins a raw step, of its raw bytes
         if (s + 2 >= 0 && s + 2 < steps) {
-            uint8_t* a = smem + S::A_OFF + ((s + 2) & 3) * S::TILE + a_dst;
+            uint8_t* a = smem + S::A_OFF + ((s + 2) & 3) * S::A_TILE + a_dst;
 #pragma unroll
             for (int j = 0; j < ACH; j++) {
                 cp_async16(a + 32 * 128 * j, a_src[j]);
@@ -164,7 +167,7 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
             Dq::template deq32<true>(blk, col % Dq::QK, v);
         else
             Dq::deq32(blk, col % Dq::QK, v);
-        uint8_t* b = smem + S::B_OFF + (s & 3) * S::TILE;
+        uint8_t* b = smem + S::B_OFF + (unsigned)s % S::B_SLOTS * S::B_TILE;
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             __nv_bfloat162 o[4];
@@ -174,34 +177,46 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
         }
     };
 
-    // the descriptors of buffer 0 (this warpgroup's 64 rows of A; B): a buffer's is its offset / 16 more
-    const uint64_t da0 = wgmma_desc(smem_s + S::A_OFF + wg * 64 * 128), db0 = wgmma_desc(smem_s + S::B_OFF);
-    float d[64];
+    // the descriptors of buffer 0 (this warpgroup's first 64 rows of A; B): a buffer's is its offset / 16 more
+    const uint64_t da0 = wgmma_desc(smem_s + S::A_OFF + wg * MT * 64 * 128), db0 = wgmma_desc(smem_s + S::B_OFF);
+    float d[MT][64];
 #pragma unroll
-    for (int i = 0; i < 64; i++) d[i] = 0.0f;
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int i = 0; i < 64; i++) d[m][i] = 0.0f;
     for (int s = -3; s < steps; s++) {
         cp_async_wait<1>();  // this thread's copies of sub-steps up to s-2 (A of s, raw of s+1) landed
         fence_proxy_async();
         __syncthreads();
         if (s >= 0) {
-            const uint64_t buf = (uint64_t)((s & 3) * S::TILE) >> 4;
+            const uint64_t abuf = (uint64_t)((s & 3) * S::A_TILE) >> 4;
+            const uint64_t bbuf = (uint64_t)((unsigned)s % S::B_SLOTS * S::B_TILE) >> 4;
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++) wgmma_m64n128k16(d, da0 + buf + 2 * kk, db0 + buf + 2 * kk);
+            for (int kk = 0; kk < BK / 16; kk++)
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+                    wgmma_m64n128k16(d[m], da0 + abuf + m * (64 * 128 >> 4) + 2 * kk, db0 + bbuf + 2 * kk);
             wgmma_commit();
             wgmma_wait<1>();  // s-1's batch is done: its buffers may be written after the next barrier
-            fence_acc(d);
+#pragma unroll
+            for (int m = 0; m < MT; m++) fence_acc(d[m]);
         }
         issue(s);
         if (s + 1 >= 0 && s + 1 < steps) dequant(s + 1);
     }
     wgmma_wait<0>();
-    fence_acc(d);
+#pragma unroll
+    for (int m = 0; m < MT; m++) fence_acc(d[m]);
 
-    // d[4j + i]: row 16·warp + lane/4 (+8 for i >= 2), column 8j + 2·(lane%4) (+1 for odd i) of the warpgroup's tile
-    const int lane = tid & 31, row = t0 + 64 * wg + 16 * ((tid >> 5) & 3) + (lane >> 2);
+    // d[m][4j + i]: row 16·warp + lane/4 (+8 for i >= 2) of the warpgroup's m-th 64 rows, column
+    // 8j + 2·(lane%4) (+1 for odd i)
+    const int lane = tid & 31;
+#pragma unroll
+    for (int m = 0; m < MT; m++)
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
+        const int row = t0 + 64 * (MT * wg + m) + 16 * ((tid >> 5) & 3) + (lane >> 2);
         const int c = f0 + 8 * j + 2 * (lane & 3);  // even; n0 and n1 are even, so c and c+1 share an output
         if (c >= N) continue;
         float* out = c < n0 ? y0 : c < n0 + n1 ? y1 : y2;
@@ -211,7 +226,7 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
             const int t = row + 8 * h;
             if (t >= T) continue;
             float2* p = reinterpret_cast<float2*>(out + (size_t)t * ld + oc);
-            float2 v = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+            float2 v = make_float2(d[m][4 * j + 2 * h], d[m][4 * j + 2 * h + 1]);
             if (accumulate) {
                 const float2 o = *p;
                 v.x += o.x;
@@ -222,18 +237,24 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
     }
 }
 
-#define QGEMM(name, Dq)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name(                                    \
+#define QGEMM(kernel, Dq, MT)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) kernel(                                         \
         const void* W, const __nv_bfloat16* x, float* y0, float* y1, float* y2, int n0, int n1, int T, int N,    \
         int K, int accumulate) {                                                                                 \
         KERNEL_START();                                                                                          \
-        qgemm_impl<Dq>(static_cast<const uint8_t*>(W), x, y0, y1, y2, n0, n1, T, N, K, accumulate);              \
+        qgemm_impl<Dq, MT>(static_cast<const uint8_t*>(W), x, y0, y1, y2, n0, n1, T, N, K, accumulate);          \
     }
-QGEMM(q4_0, DqQ4_0)
-QGEMM(q4_1, DqQ4_1)
-QGEMM(q5_0, DqQ5_0)
-QGEMM(q5_1, DqQ5_1)
-QGEMM(q8_0, DqQ8_0)
-QGEMM(q4_k, DqQ4_K)
-QGEMM(q5_k, DqQ5_K)
-QGEMM(q6_k, DqQ6_K)
+QGEMM(gemm_q4_0, DqQ4_0, 1)
+QGEMM(gemm_q4_1, DqQ4_1, 1)
+QGEMM(gemm_q5_0, DqQ5_0, 1)
+QGEMM(gemm_q5_1, DqQ5_1, 1)
+QGEMM(gemm_q8_0, DqQ8_0, 1)
+QGEMM(gemm_q4_k, DqQ4_K, 1)
+QGEMM(gemm_q5_k, DqQ5_K, 1)
+QGEMM(gemm_q6_k, DqQ6_K, 1)
+// 256 tokens a block: the types whose raw step (at most 176 bytes a row) fits beside 4 A buffers of 32 KB
+QGEMM(gemm256_q4_0, DqQ4_0, 2)
+QGEMM(gemm256_q4_1, DqQ4_1, 2)
+QGEMM(gemm256_q5_0, DqQ5_0, 2)
+QGEMM(gemm256_q4_k, DqQ4_K, 2)
+QGEMM(gemm256_q5_k, DqQ5_K, 2)

@@ -16,8 +16,9 @@
 #       the tiny MoE models (their stage-wise MoE check holds it to the faithful oracle, which
 #       follows the switch), then tiny-gemma4moe's stages printed
 #   bash scripts/gpu/switch_trial.sh wgmma   the prefill GEMM from the quantised blocks (gemm.cu):
-#       test_kernels_gemm, gemm_bench at the Qwen3-8B shapes (and the kernels' SASS checked for
-#       HGMMA), MODEL qwen3-8b, then qwen3-8b and the tiny dense models validated
+#       test_kernels_gemm, gemm_bench at the Qwen3-8B shapes with tiles of 128 and 256 tokens (and
+#       the kernels' SASS checked for HGMMA), MODEL qwen3-8b, then qwen3-8b and the tiny dense
+#       models validated
 # Nothing is saved under reports/ (a build with a switch on would carry the
 # tree's build hash): logs, the benchmarks among them, in $OUT/<switch>-logs.tgz.
 set -uo pipefail
@@ -38,7 +39,9 @@ d = Device(); moe_bench.bench_grouped(d, QType.Q4_K, 2048, 768, iters=1); moe_be
 gemm_bench.bench_all(Device())"
     ncu_kernels="regex:gemm|dequant"
     ncu_run="from engine.backends.cuda import gemm_bench; from engine.backends.cuda.device import Device; from engine.quants import QType
-d = Device(); gemm_bench.bench_gemm(d, QType.Q4_K, 512, 4096, (12288, 12288), 'cublas', iters=1); gemm_bench.bench_gemm(d, QType.Q4_K, 512, 4096, (12288, 12288), 'wgmma', iters=1)"
+d = Device()
+for path, bm in (('cublas', 128), ('wgmma', 128), ('wgmma', 256)):
+    gemm_bench.bench_gemm(d, QType.Q4_K, 512, 4096, (12288, 12288), path, iters=1, bm=bm)"
     model=${MODEL:-qwen3-8b}
     validate=${VALIDATE:-"qwen3-8b tiny-qwen3 tiny-llama tiny-qwen2 tiny-gemma3 tiny-qwen35 tiny-gemma4 tiny-qwen3-f32"} ;;
   *) echo "usage: switch_trial.sh int8|wgmma" >&2; exit 2 ;;
@@ -66,7 +69,7 @@ timeout 120 ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum,\
 l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,\
 sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,\
 lts__throughput.avg.pct_of_peak_sustained_elapsed \
-  --kernel-name "$ncu_kernels" --launch-count 8 --csv python3 -c "$ncu_run" \
+  --kernel-name "$ncu_kernels" --launch-count 12 --csv python3 -c "$ncu_run" \
   > $LOG/ncu.csv 2>&1; grep -E "gemm|dequant" $LOG/ncu.csv | cut -c1-220 | tail -16
 wait  # the models
 tail -3 $LOG/models.txt

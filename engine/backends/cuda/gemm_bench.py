@@ -20,11 +20,12 @@ from .launchers import dequant, gemm
 
 
 def bench_gemm(dev: Device, qtype, T: int, n_in: int, widths, path: str, iters: int = 10, seed: int = 0,
-               cublas: Cublas | None = None) -> dict:
+               cublas: Cublas | None = None, bm: int = 128) -> dict:
     """One prefill run (``widths``: the output widths of the projections stored
     back to back) of T tokens, ``iters`` times in one graph: us per run and
     TFLOPS. ``path`` "cublas": one dequant_bf16 of the run, then a cuBLAS bf16
-    GEMM per projection (Ops._gemms's other path); "wgmma": one gemm.cu launch."""
+    GEMM per projection (Ops._gemms's other path); "wgmma": one gemm.cu launch
+    of ``bm`` tokens a block."""
     qt = QType(int(qtype))
     N = sum(widths)
     rng = np.random.default_rng(seed)
@@ -49,15 +50,15 @@ def bench_gemm(dev: Device, qtype, T: int, n_in: int, widths, path: str, iters: 
                     r0 += w
         elif path == "wgmma":
             def one() -> None:
-                gemm.gemm(dev, W, qt, x, ys, T, n_in)
+                gemm.gemm(dev, W, qt, x, ys, T, n_in, bm=bm)
         else:
             raise ValueError(f"path {path!r}: cublas or wgmma")
         one()
         dev.synchronize()
         ms = time_graph(dev, lambda: [one() for _ in range(iters)])
     us = ms * 1e3 / iters
-    return dict(path=path, type=qt.name, T=T, n_in=n_in, widths=list(widths), us=us,
-                tflops=2.0 * T * n_in * N / us / 1e6)
+    return dict(path=path if path == "cublas" else f"{path}{bm}", type=qt.name, T=T, n_in=n_in,
+                widths=list(widths), us=us, tflops=2.0 * T * n_in * N / us / 1e6)
 
 
 # Qwen3-8B's prefill runs (n_in, widths): Q/K/V, the output projection, gate/up, down
@@ -65,17 +66,19 @@ QWEN3_8B_RUNS = ((4096, (4096, 1024, 1024)), (4096, (4096,)), (4096, (12288, 122
 
 
 def bench_all(dev: Device, runs=QWEN3_8B_RUNS, tokens=(512, 4096), types=(QType.Q4_K, QType.Q6_K)) -> list[dict]:
-    """Both paths for every run, token count and type, printed as a table
-    (the wgmma path's time over cuBLAS's last)."""
+    """Both paths for every run, token count and type, the wgmma GEMM with
+    each tile height its type has, printed as a table (each one's time over
+    cuBLAS's)."""
     out = []
-    print(f"{'type':5s} {'T':>5s} {'n_in':>6s} {'widths':>18s} {'cublas us':>10s} {'TFLOPS':>7s} "
-          f"{'wgmma us':>9s} {'TFLOPS':>7s} {'ratio':>6s}")
+    print(f"{'type':5s} {'T':>5s} {'n_in':>6s} {'widths':>18s} {'path':>9s} {'us':>9s} {'TFLOPS':>7s} {'ratio':>6s}")
     for T in tokens:
         for qt in types:
             for n_in, widths in runs:
                 a = bench_gemm(dev, qt, T, n_in, widths, "cublas")
-                b = bench_gemm(dev, qt, T, n_in, widths, "wgmma")
-                out += [a, b]
-                print(f"{qt.name:5s} {T:5d} {n_in:6d} {'+'.join(map(str, widths)):>18s} {a['us']:10.1f} "
-                      f"{a['tflops']:7.1f} {b['us']:9.1f} {b['tflops']:7.1f} {b['us'] / a['us']:6.3f}", flush=True)
+                rows = [a] + [bench_gemm(dev, qt, T, n_in, widths, "wgmma", bm=bm)
+                              for bm in gemm.BMS if bm == 128 or qt in gemm.TYPES256]
+                out += rows
+                for r in rows:
+                    print(f"{qt.name:5s} {T:5d} {n_in:6d} {'+'.join(map(str, widths)):>18s} {r['path']:>9s} "
+                          f"{r['us']:9.1f} {r['tflops']:7.1f} {r['us'] / a['us']:6.3f}", flush=True)
     return out

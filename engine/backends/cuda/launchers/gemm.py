@@ -14,22 +14,26 @@ from .. import launch
 from ..device import DArray, Device
 
 WGMMA = False
-BM = BN = 128    # gemm.cu GEMM_BM, GEMM_BN: a block's tile (tokens x features)
+BN = 128         # gemm.cu GEMM_BN: features a block
+BMS = (128, 256) # tokens a block: gemm_<t> (MT 1) and gemm256_<t> (MT 2)
 BK = 64          # gemm.cu GEMM_BK: columns a sub-step
 THREADS = 256    # gemm.cu GEMM_THREADS
 RAWK = 256       # gemm.cu QGemmShape::RAWK: columns of raw weight bytes a copy step
-A_SLOTS, B_SLOTS = 4, 4  # gemm.cu GEMM_A_SLOTS, GEMM_B_SLOTS
+A_SLOTS = 4      # gemm.cu GEMM_A_SLOTS; B's: QGemmShape::B_SLOTS
 MAX_OUTS = 3     # outputs one launch splits its columns into
 TYPES = frozenset({QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0, QType.Q4_K, QType.Q5_K, QType.Q6_K})
+# gemm256_<t>: the types whose raw step fits in shared memory beside the 256-token A buffers
+TYPES256 = frozenset({QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q4_K, QType.Q5_K})
 ARCH = "sm_90"   # wgmma: Hopper only (compile.ARCH_SPECIFIC builds gemm.cu for sm_90a)
 
 
-def smem(qtype) -> int:
-    """gemm.cu QGemmShape<Dq>::SMEM: the A and B tile buffers, two raw steps of
-    BN rows, and 1024 bytes to align the base to the swizzle's period."""
+def smem(qtype, bm: int = 128) -> int:
+    """gemm.cu QGemmShape<Dq, MT>::SMEM: the A and B tile buffers, two raw
+    steps of BN rows, and 1024 bytes to align the base to the swizzle's period."""
     qk, nbytes = BLOCK[QType(int(qtype))]
     span = (RAWK // qk * nbytes + 30) // 16 * 16
-    return 1024 + (A_SLOTS + B_SLOTS) * BM * BK * 2 + 2 * BN * span
+    b_slots = 4 if bm == 128 else 3
+    return 1024 + A_SLOTS * bm * BK * 2 + b_slots * BN * BK * 2 + 2 * BN * span
 
 
 def takes(dev: Device, qtype, n_in: int, widths) -> bool:
@@ -41,15 +45,17 @@ def takes(dev: Device, qtype, n_in: int, widths) -> bool:
 
 
 def gemm(dev: Device, W: DArray, qtype, x: DArray, outs: list[DArray], T: int, n_in: int,
-         accumulate: bool = False) -> None:
+         accumulate: bool = False, bm: int = 128) -> None:
     """outs = x · Wᵀ split by columns: W [N, n_in] raw blocks (N = the outputs'
     widths summed, at most MAX_OUTS of them, each [T, width] fp32, each width
     even), x [T, n_in] bf16 bits; bf16 weights (as dequant_bf16 rounds them),
-    fp32 sums. ``accumulate``: added to what the outputs hold."""
+    fp32 sums. ``accumulate``: added to what the outputs hold. ``bm``: tokens
+    a block (256: the types of TYPES256)."""
     qt = launch.weight_type(qtype, "gemm")
-    if qt not in TYPES:
-        raise AnvilError(f"CUDA gemm: no wgmma GEMM for {qt.name} weights (it has "
-                         f"{', '.join(sorted(t.name for t in TYPES))})")
+    types = TYPES if bm == 128 else TYPES256 if bm == 256 else frozenset()
+    if qt not in types:
+        raise AnvilError(f"CUDA gemm: no wgmma GEMM of {bm} tokens a block for {qt.name} weights (it has "
+                         f"{', '.join(sorted(t.name for t in types)) or 'none'})")
     if not 1 <= len(outs) <= MAX_OUTS:
         raise AnvilError(f"CUDA gemm: 1 to {MAX_OUTS} outputs, got {len(outs)}")
     widths = [o.shape[-1] for o in outs]
@@ -68,7 +74,7 @@ def gemm(dev: Device, W: DArray, qtype, x: DArray, outs: list[DArray], T: int, n
     ys = list(outs) + [outs[-1]] * (MAX_OUTS - len(outs))
     n0 = widths[0]
     n1 = widths[1] if len(widths) > 1 else 0
-    shared = smem(qt)
-    fn = launch.function(dev, "gemm.cu", f"gemm_{launch.TYPE_SUFFIX[qt]}", shared=shared)
-    grid = (launch.ceil_div(T, BM) * launch.ceil_div(N, BN),)
+    shared = smem(qt, bm)
+    fn = launch.function(dev, "gemm.cu", f"gemm{'' if bm == 128 else bm}_{launch.TYPE_SUFFIX[qt]}", shared=shared)
+    grid = (launch.ceil_div(T, bm) * launch.ceil_div(N, BN),)
     dev.launch(fn, grid, (THREADS,), (W, x, *ys, n0, n1, T, N, n_in, int(accumulate)), shared=shared)
