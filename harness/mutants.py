@@ -568,8 +568,12 @@ WGMMA_GEMM_MUTANTS = [
            backends=("cuda",)),
     Mutant("gemm-wgmma-first-tile-rows", "prefill GEMM from the quantised blocks: every 128-token tile reads "
            "the first tile's tokens (shows past 128 tokens only)", _any,
-           _kernel_source("gemm.cu", "a_src[j] = x + min(t0 + (tid >> 3) + 32 * j, T - 1) * K",
-                          "a_src[j] = x + min((tid >> 3) + 32 * j, T - 1) * K"),
+           _kernel_source("gemm.cu", "W, x + (size_t)t0 * K, min(BM, T - t0)", "W, x, min(BM, T - t0)"),
+           backends=("cuda",)),
+    Mutant("gemm-wgmma-grouped-first-rows", "grouped expert GEMM from the quantised blocks: an expert's rows past "
+           "its first 128 read its first 128 again (shows where an expert gets more than 128 tokens)", _moe,
+           _kernel_source("gemm.cu", "xs + (size_t)r0 * K, min(BM, end - r0)", "xs + (size_t)offsets[e] * K, "
+                          "min(BM, end - r0)"),
            backends=("cuda",)),
 ]
 

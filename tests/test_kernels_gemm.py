@@ -23,7 +23,7 @@ import pytest
 
 from engine.backends.cuda import compile as nvrtc
 from engine.backends.cuda import cubin, gemv_bench, launch
-from engine.backends.cuda.launchers import gemm
+from engine.backends.cuda.launchers import gemm, moe_gemm
 from engine.backends.cuda.recording import RecordingDevice
 from engine.backends.numpy.faithful import bf16, from_bf16_bits
 from engine.errors import AnvilError
@@ -39,7 +39,8 @@ def kernel_name(t: QType, bm: int = 128) -> str:
     return f"gemm{'' if bm == 128 else bm}_{launch.TYPE_SUFFIX[t]}"
 
 
-KERNELS = [kernel_name(t) for t in TYPES] + [kernel_name(t, 256) for t in sorted(gemm.TYPES256)]
+KERNELS = ([kernel_name(t) for t in TYPES] + [kernel_name(t, 256) for t in sorted(gemm.TYPES256)]
+           + [f"gemm_grouped_{launch.TYPE_SUFFIX[t]}" for t in TYPES])
 
 
 # ---- CPU ---------------------------------------------------------------------------
@@ -62,8 +63,8 @@ def test_gemm_compiles_for_hopper_without_serialised_wgmma():
 
 def test_gemm_launcher_matches_kernel(monkeypatch):
     src = (nvrtc.KERNELS_DIR / "gemm.cu").read_text().replace("\\\n", " ")
-    params = re.search(r"__launch_bounds__\(GEMM_THREADS, 1\) kernel\(\s*([^)]*)\)", src).group(1)
-    want = param_kinds(params)
+    dense, grouped = (param_kinds(p) for p in re.findall(r"__launch_bounds__\(GEMM_THREADS, 1\) kernel\(\s*([^)]*)\)",
+                                                         src))
     monkeypatch.setattr(gemm, "WGMMA", True)
     fd = RecordingDevice()
     T, K = 300, 4096
@@ -74,8 +75,14 @@ def test_gemm_launcher_matches_kernel(monkeypatch):
             assert gemm.takes(fd, t, K, widths)
             for bm in gemm.BMS if t in gemm.TYPES256 else (128,):
                 gemm.gemm(fd, W, t, fd.empty((T, K), np.uint16), [fd.empty((T, w)) for w in widths], T, K, bm=bm)
+        E, k, F = 128, 8, 768
+        g = moe_gemm.Grouping.empty(fd.empty, T * k, E)
+        assert gemm.takes_grouped(fd, t, K, F)
+        gemm.grouped(fd, fd.empty((E * F * n_el,), np.uint8), t, fd.empty((T * k, K), np.uint16), g,
+                     fd.empty((T * k, F)), K, F)
     assert {name for (_, name), *_ in fd.launches} == set(KERNELS)
     for (file, fn), grid, block, shared, kinds in fd.launches:
+        want = grouped if "grouped" in fn else dense
         assert file == "gemm.cu" and kinds == want, f"{fn}: launcher passes {kinds}, kernel takes {want}"
         assert block == (gemm.THREADS, 1, 1) and 1 <= grid[0] < 2**31
         assert shared <= 227 * 1024, (fn, shared)
@@ -142,6 +149,30 @@ def test_prefill_takes_the_gemm_exactly_when_switched_on(on, monkeypatch):
         assert counts["f32_to_bf16"] == 0, counts  # the inputs are the norms' and the GLU's own bf16 copies
 
 
+@pytest.mark.parametrize("on", [False, True], ids=["moe_gemm", "wgmma"])
+def test_moe_prefill_takes_the_grouped_gemm_exactly_when_switched_on(on, monkeypatch):
+    """tiny-qwen3moe's prefill on the recording device: with the switch on,
+    each expert projection (gate, up, down) of every layer is one
+    gemm_grouped launch and moe_gemm's grouped GEMM never runs; off, the
+    reverse."""
+    from collections import Counter
+
+    from engine.backends.cuda.recording import RecordingCublas, RecordingDevice
+    from engine.model import Model
+    from harness import catalog
+
+    monkeypatch.setattr(gemm, "WGMMA", on)
+    dev = RecordingDevice()
+    m = Model(catalog.model_path("tiny-qwen3moe", progress=False), backend="cuda", eager=True, device=dev,
+              cublas=RecordingCublas())
+    m.forward(list(range(1, 65)))
+    counts = Counter(name for (_, name), *_ in dev.launches)
+    grouped = sum(v for n, v in counts.items() if n.startswith("gemm_grouped_"))
+    theirs = sum(v for n, v in counts.items() if n.startswith("moe_gemm_"))
+    n_moe = 3 * m.config.n_layer  # every layer of tiny-qwen3moe is MoE
+    assert (grouped, theirs) == ((n_moe, 0) if on else (0, n_moe)), counts
+
+
 # ---- GPU ---------------------------------------------------------------------------
 
 
@@ -185,3 +216,38 @@ def test_gemm(dev, t, bm, case, accumulate, monkeypatch):
         assert_close(got, want[:, c0:c0 + n], bound[:, c0:c0 + n] + (2.0**-22 * np.abs(b) if accumulate else 0),
                      0.0, f"gemm {t.name} bm={bm} T={T} K={K} widths={widths} output at column {c0}")
         c0 += n
+
+
+@gpu
+@pytest.mark.parametrize("t", [QType.Q4_K, QType.Q6_K, QType.Q8_0, QType.Q5_0], ids=lambda t: t.name)
+def test_gemm_grouped(dev, t, monkeypatch):
+    """The grouped expert GEMM: experts with no pairs, with fewer than a tile,
+    with more than one tile (a block walks them with the same buffers), and a
+    short last raw step (Q8_0, Q5_0), against each pair's product with its
+    expert in float64 from the bf16 inputs."""
+    from test_kernels_moe import expert_tensor
+
+    monkeypatch.setattr(gemm, "WGMMA", True)
+    if not gemm.takes_grouped(dev, t, 256, 160):
+        pytest.skip(f"{dev.arch}: no wgmma GEMM")
+    g = rng("gemm-grouped", t)
+    T, E, k, n_out = 200, 6, 2, 160
+    n_in = 512 if BLOCK[t][0] == 256 else 320
+    raw, w3 = expert_tensor(g, t, E, n_out, n_in)
+    ids = np.stack([g.choice(E - 1, k, replace=False) for _ in range(T)]).astype(np.int32)  # expert 5 idle
+    ids[:150, 0] = 2  # expert 2: 150+ pairs, two tiles
+    ids[:150, 1] = np.where(ids[:150, 1] == 2, 3, ids[:150, 1])
+    P = T * k
+    grouping = moe_gemm.Grouping.empty(dev.empty, P, E)
+    moe_gemm.sort(dev, dev.upload(ids), grouping)
+    pair_at = grouping.pair_at.numpy()
+    x = g.standard_normal((P, n_in), dtype=np.float32)
+    xb = (x.view(np.uint32) >> 16).astype(np.uint16)
+    xf = from_bf16_bits(xb).astype(np.float64)
+    y = poisoned(dev, (P, n_out))
+    gemm.grouped(dev, dev.upload(raw), t, dev.upload(xb), grouping, y, n_in, n_out)
+    flat = ids.reshape(-1)
+    wb = bf16(w3.astype(np.float32)).astype(np.float64)
+    want = np.stack([wb[flat[p]] @ xf[i] for i, p in enumerate(pair_at)])
+    bound = 2.0**-16 * np.stack([np.abs(wb[flat[p]]) @ np.abs(xf[i]) for i, p in enumerate(pair_at)])
+    assert_close(y.numpy(), want, bound, 0.0, f"gemm_grouped {t.name}")

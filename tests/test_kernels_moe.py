@@ -438,14 +438,18 @@ def test_grouped_prefill_int8(dev, t):
 @gpu
 @pytest.mark.parametrize("T", [1, 40])
 @pytest.mark.parametrize("gemma4", [False, True])
-@pytest.mark.parametrize("int8", [False, True], ids=["bf16", "int8"])
-def test_ops_moe_against_numpy(T, gemma4, int8, monkeypatch):
+@pytest.mark.parametrize("gemm", ["bf16", "int8", "wgmma"])
+def test_ops_moe_against_numpy(T, gemma4, gemm, monkeypatch):
     """The CUDA Ops (router matmul + route, then the decode or the grouped
     path) against the NumPy ops on a tiny-qwen3moe-like layer: the same
     experts, outputs within bf16 (prefill) or fp32 (decode) tolerance.
     gemma4: GeGLU experts, a scale on the router's input and one per expert.
-    int8: the grouped GEMMs on the int8 tensor cores (moe_gemm.INT8)."""
-    monkeypatch.setattr(moe_gemm, "INT8", int8)
+    The grouped GEMMs: moe_gemm's on the bf16 tensor cores, on the int8 ones
+    (moe_gemm.INT8), or gemm.cu's by wgmma (gemm.WGMMA)."""
+    from engine.backends.cuda.launchers import gemm as gemm_launcher
+
+    monkeypatch.setattr(moe_gemm, "INT8", gemm == "int8")
+    monkeypatch.setattr(gemm_launcher, "WGMMA", gemm == "wgmma")
     from types import SimpleNamespace
 
     from engine.backends.cuda import Ops, QWeight

@@ -10,6 +10,13 @@
 //     y  the [T][N] fp32 product split by columns: W's rows [0, n0) into y0
 //        ([T][n0]), [n0, n0+n1) into y1 ([T][n1]), the rest into y2;
 //        accumulate != 0: added to what y holds (the residual stream)
+//   gemm_grouped_<t>(W, expert_bytes, xs, offsets, y, N, K)
+//     the Mixture-of-Experts prefill's grouped projection (moe_gemm.cu's
+//     layout: xs and y [P][K], [P][N] in expert order, expert e's rows
+//     offsets[e]..offsets[e+1]-1, its matrix expert_bytes after e-1's):
+//     y[i] = W[expert of i] · xs[i]. A block takes one expert's BN features
+//     and walks its rows BM at a time, so each expert's weights are
+//     dequantised once per BM of its rows.
 //
 // Numerics: every weight is quants.cuh deq32's exact value rounded to bf16
 // (nearest even), the values dequant_bf16 writes for cuBLAS; the products of
@@ -107,21 +114,26 @@ __device__ __forceinline__ void fence_acc(float* d) {
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-template <class Dq, int MT>
-__device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const __nv_bfloat16* __restrict__ x,
-                                           float* y0, float* y1, float* y2, int n0, int n1, int T, int N, int K,
-                                           int accumulate) {
-    using S = QGemmShape<Dq, MT>;
-    constexpr int BM = S::BM, BN = GEMM_BN, BK = GEMM_BK, NT = GEMM_THREADS;
+// The block's shared memory, its base aligned up to 1024 bytes (the swizzle's period).
+template <class S>
+__device__ __forceinline__ uint8_t* qgemm_smem_base() {
     extern __shared__ __align__(16) uint8_t qgemm_smem[];
     check_stage_smem(S::SMEM);
     const uint32_t base_s = (uint32_t)__cvta_generic_to_shared(qgemm_smem);
-    uint8_t* smem = qgemm_smem + (((base_s + 1023) & ~1023u) - base_s);  // 1024-aligned: the swizzle's period
+    return qgemm_smem + (((base_s + 1023) & ~1023u) - base_s);
+}
+
+// One tile: rows [0, rows) of x (rows at most BM; x's rows K apart, those past
+// `rows` read as the last) times W's rows [f0, f0 + BN) (past N: the last);
+// out(i, c, v) takes the products of row i, columns c and c+1 (c even, < N).
+template <class Dq, int MT, class Out>
+__device__ __forceinline__ void qgemm_tile(uint8_t* smem, const uint8_t* __restrict__ W,
+                                           const __nv_bfloat16* __restrict__ x, int rows, int f0, int N, int K,
+                                           Out out) {
+    using S = QGemmShape<Dq, MT>;
+    constexpr int BM = S::BM, BN = GEMM_BN, BK = GEMM_BK, NT = GEMM_THREADS;
     const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
     uint8_t* raw = smem + S::RAW_OFF;
-
-    const int m_tiles = (T + BM - 1) / BM;
-    const int t0 = (blockIdx.x % m_tiles) * BM, f0 = (blockIdx.x / m_tiles) * BN;  // tokens fastest: W tile shared
     const int tid = threadIdx.x, wg = tid >> 7;
     const size_t row_bytes = (size_t)(K / Dq::QK) * Dq::BYTES;
     auto w_row = [&](int r) { return W + (size_t)min(f0 + r, N - 1) * row_bytes; };  // rows past N: the last
@@ -129,13 +141,13 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
 
     // A: BM rows x 8 chunks of 16 bytes a sub-step, 4·MT chunks a thread: chunk tid % 8 of rows
     // tid / 8 + 32 j, which is the same swizzled chunk in each (32 j is a multiple of 8). Rows
-    // past T read the last (the launcher keeps T·K inside int).
+    // past `rows` read the last (the launcher keeps the row offsets inside int).
     // Each pointer moves on by a sub-step as its copy is issued (so it is kept, not worked out anew).
     constexpr int ACH = BM * 8 / NT;
     const int a_dst = swz(tid >> 3, tid & 7);
     const __nv_bfloat16* a_src[ACH];
 #pragma unroll
-    for (int j = 0; j < ACH; j++) a_src[j] = x + min(t0 + (tid >> 3) + 32 * j, T - 1) * K + 8 * (tid & 7);
+    for (int j = 0; j < ACH; j++) a_src[j] = x + min((tid >> 3) + 32 * j, rows - 1) * K + 8 * (tid & 7);
     WeightSteps<BN, S::SPAN, NT> wsteps;
     wsteps.init(w_row, tid);
     // dequantisation: 32 weights a thread, row d_row, columns [32 d_half, 32 d_half + 32) of the
@@ -215,25 +227,48 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-        const int row = t0 + 64 * (MT * wg + m) + 16 * ((tid >> 5) & 3) + (lane >> 2);
-        const int c = f0 + 8 * j + 2 * (lane & 3);  // even; n0 and n1 are even, so c and c+1 share an output
-        if (c >= N) continue;
-        float* out = c < n0 ? y0 : c < n0 + n1 ? y1 : y2;
-        const int ld = c < n0 ? n0 : c < n0 + n1 ? n1 : N - n0 - n1, oc = c < n0 ? c : c < n0 + n1 ? c - n0 : c - n0 - n1;
+        for (int j = 0; j < BN / 8; j++) {
+            const int row = 64 * (MT * wg + m) + 16 * ((tid >> 5) & 3) + (lane >> 2), c = f0 + 8 * j + 2 * (lane & 3);
+            if (c >= N) continue;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int t = row + 8 * h;
-            if (t >= T) continue;
-            float2* p = reinterpret_cast<float2*>(out + (size_t)t * ld + oc);
-            float2 v = make_float2(d[m][4 * j + 2 * h], d[m][4 * j + 2 * h + 1]);
-            if (accumulate) {
-                const float2 o = *p;
-                v.x += o.x;
-                v.y += o.y;
-            }
-            *p = v;
+            for (int h = 0; h < 2; h++)
+                if (row + 8 * h < rows) out(row + 8 * h, c, make_float2(d[m][4 * j + 2 * h], d[m][4 * j + 2 * h + 1]));
         }
+}
+
+// gemm_<t>: the block's tokens [t0, t0 + BM) (tokens fastest: consecutive blocks share a W tile).
+template <class Dq, int MT>
+__device__ __forceinline__ void qgemm_dense(const uint8_t* W, const __nv_bfloat16* x, float* y0, float* y1,
+                                            float* y2, int n0, int n1, int T, int N, int K, int accumulate) {
+    constexpr int BM = QGemmShape<Dq, MT>::BM;
+    const int m_tiles = (T + BM - 1) / BM;
+    const int t0 = (blockIdx.x % m_tiles) * BM, f0 = (blockIdx.x / m_tiles) * GEMM_BN;
+    // n0 and n1 are even, so columns c and c+1 go to one output
+    auto out = [&](int i, int c, float2 v) {
+        float* y = c < n0 ? y0 : c < n0 + n1 ? y1 : y2;
+        const int ld = c < n0 ? n0 : c < n0 + n1 ? n1 : N - n0 - n1, oc = c < n0 ? c : c < n0 + n1 ? c - n0 : c - n0 - n1;
+        float2* p = reinterpret_cast<float2*>(y + (size_t)(t0 + i) * ld + oc);
+        if (accumulate) {
+            const float2 o = *p;
+            v.x += o.x;
+            v.y += o.y;
+        }
+        *p = v;
+    };
+    qgemm_tile<Dq, MT>(qgemm_smem_base<QGemmShape<Dq, MT>>(), W, x + (size_t)t0 * K, min(BM, T - t0), f0, N, K, out);
+}
+
+// gemm_grouped_<t>: expert blockIdx.y's features [f0, f0 + BN), its rows BM at a time. A tile's first
+// barrier comes after the last one's wgmma waits, so the buffers pass from one tile to the next.
+template <class Dq, int MT>
+__device__ __forceinline__ void qgemm_grouped(const uint8_t* W, int expert_bytes, const __nv_bfloat16* xs,
+                                              const int* offsets, float* y, int N, int K) {
+    constexpr int BM = QGemmShape<Dq, MT>::BM;
+    const int e = blockIdx.y, f0 = blockIdx.x * GEMM_BN, end = offsets[e + 1];
+    uint8_t* smem = qgemm_smem_base<QGemmShape<Dq, MT>>();
+    for (int r0 = offsets[e]; r0 < end; r0 += BM) {
+        auto out = [&](int i, int c, float2 v) { *reinterpret_cast<float2*>(y + (size_t)(r0 + i) * N + c) = v; };
+        qgemm_tile<Dq, MT>(smem, W + (size_t)e * expert_bytes, xs + (size_t)r0 * K, min(BM, end - r0), f0, N, K, out);
     }
 }
 
@@ -242,7 +277,13 @@ __device__ __forceinline__ void qgemm_impl(const uint8_t* __restrict__ W, const 
         const void* W, const __nv_bfloat16* x, float* y0, float* y1, float* y2, int n0, int n1, int T, int N,    \
         int K, int accumulate) {                                                                                 \
         KERNEL_START();                                                                                          \
-        qgemm_impl<Dq, MT>(static_cast<const uint8_t*>(W), x, y0, y1, y2, n0, n1, T, N, K, accumulate);          \
+        qgemm_dense<Dq, MT>(static_cast<const uint8_t*>(W), x, y0, y1, y2, n0, n1, T, N, K, accumulate);         \
+    }
+#define QGEMM_GROUPED(kernel, Dq, MT)                                                                         \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) kernel(                                     \
+        const void* W, int expert_bytes, const __nv_bfloat16* xs, const int* offsets, float* y, int N, int K) { \
+        KERNEL_START();                                                                                      \
+        qgemm_grouped<Dq, MT>(static_cast<const uint8_t*>(W), expert_bytes, xs, offsets, y, N, K);            \
     }
 QGEMM(gemm_q4_0, DqQ4_0, 1)
 QGEMM(gemm_q4_1, DqQ4_1, 1)
@@ -258,3 +299,11 @@ QGEMM(gemm256_q4_1, DqQ4_1, 2)
 QGEMM(gemm256_q5_0, DqQ5_0, 2)
 QGEMM(gemm256_q4_k, DqQ4_K, 2)
 QGEMM(gemm256_q5_k, DqQ5_K, 2)
+QGEMM_GROUPED(gemm_grouped_q4_0, DqQ4_0, 1)
+QGEMM_GROUPED(gemm_grouped_q4_1, DqQ4_1, 1)
+QGEMM_GROUPED(gemm_grouped_q5_0, DqQ5_0, 1)
+QGEMM_GROUPED(gemm_grouped_q5_1, DqQ5_1, 1)
+QGEMM_GROUPED(gemm_grouped_q8_0, DqQ8_0, 1)
+QGEMM_GROUPED(gemm_grouped_q4_k, DqQ4_K, 1)
+QGEMM_GROUPED(gemm_grouped_q5_k, DqQ5_K, 1)
+QGEMM_GROUPED(gemm_grouped_q6_k, DqQ6_K, 1)

@@ -13,6 +13,7 @@ import numpy as np
 from ...quants import QType, row_bytes
 from .device import Device
 from .gemv_bench import _Scratch, random_weights, time_graph
+from .launchers import gemm as wgmma_gemm
 from .launchers import moe, moe_gemm
 
 
@@ -56,12 +57,14 @@ def bench_experts(dev: Device, kind: str, qtype, n_in: int, n_out: int, n_expert
 
 
 def bench_grouped(dev: Device, qtype, n_in: int, n_out: int, n_expert: int = 128, k: int = 8, T: int = 512,
-                  bn: int = moe_gemm.BN, iters: int = 10, seed: int = 0, int8: bool = False) -> dict:
+                  bn: int = moe_gemm.BN, iters: int = 10, seed: int = 0, gemm: str = "bf16") -> dict:
     """One prefill projection of T tokens as the grouped GEMM (random routing,
     sorted once) with the rounding of its input, as the engine runs them: us
     per launch, TFLOPS of the T·k products, GB/s of the expert tensor (every
-    expert is read). ``int8``: the int8 GEMM (quant_q8, gemm_i8; its tile
-    fixed), kind "gemm_i8"; else the bf16 one (gather_bf16, gemm), "gemm"."""
+    expert is read). ``gemm``: "int8", the int8 GEMM (quant_q8, gemm_i8; its
+    tile fixed), kind "gemm_i8"; "bf16", moe_gemm's bf16 one (gather_bf16,
+    gemm), kind "gemm"; "wgmma", gemm.cu's (gather_bf16, gemm.grouped), kind
+    "wgmma"."""
     qt = QType(int(qtype))
     rng = np.random.default_rng(seed)
     raw = random_weights(rng, qt, n_expert * n_out, n_in)
@@ -72,25 +75,30 @@ def bench_grouped(dev: Device, qtype, n_in: int, n_out: int, n_expert: int = 128
         moe_gemm.sort(dev, dev.upload(_random_ids(rng, T, n_expert, k), s.empty((T, k), np.int32)), g)
         x = dev.upload(rng.standard_normal((T, n_in), dtype=np.float32), s.empty((T, n_in), np.float32))
         y = s.empty((P, n_out), np.float32)
-        if int8:
+        if gemm == "int8":
             xq = moe_gemm.Q8Rows.empty(s.empty, P, n_in)
 
             def one() -> None:
                 moe_gemm.quant_q8(dev, x, xq, g, k)
                 moe_gemm.gemm_i8(dev, W, qt, xq, g, y, n_in, n_out)
-        else:
+        elif gemm in ("bf16", "wgmma"):
             xs = s.empty((P, n_in), np.uint16)
 
             def one() -> None:
                 moe_gemm.gather_bf16(dev, x, g, k, xs)
-                moe_gemm.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn)
+                if gemm == "wgmma":
+                    wgmma_gemm.grouped(dev, W, qt, xs, g, y, n_in, n_out)
+                else:
+                    moe_gemm.gemm(dev, W, qt, xs, g, y, n_in, n_out, bn)
+        else:
+            raise ValueError(f"gemm {gemm!r}: bf16, int8 or wgmma")
         one()
         dev.synchronize()
         ms = time_graph(dev, lambda: [one() for _ in range(iters)])
     us = ms * 1e3 / iters
-    return dict(kind="gemm_i8" if int8 else "gemm", type=qt.name, n_in=n_in, n_out=n_out, T=T,
-                bn=moe_gemm.I8_BN if int8 else bn, us=us, tflops=2.0 * P * n_in * n_out / us / 1e6,
-                gbps=raw.nbytes / us / 1e3)
+    kind, tile = {"int8": ("gemm_i8", moe_gemm.I8_BN), "bf16": ("gemm", bn), "wgmma": ("wgmma", wgmma_gemm.BN)}[gemm]
+    return dict(kind=kind, type=qt.name, n_in=n_in, n_out=n_out, T=T, bn=tile, us=us,
+                tflops=2.0 * P * n_in * n_out / us / 1e6, gbps=raw.nbytes / us / 1e3)
 
 
 # Qwen3-30B-A3B (2048 hidden, 768 expert FFN, 128 experts, 8 used): Q4_K gate/up, Q4_K or Q6_K down
@@ -99,7 +107,7 @@ QWEN3_30B_A3B = dict(n_embd=2048, n_ff=768, n_expert=128, k=8)
 
 def bench_all(dev: Device, shape: dict = QWEN3_30B_A3B, rows=(None,), bns=(moe_gemm.BN,),
               tokens=(512,)) -> list[dict]:
-    """Decode glu/down and prefill grouped GEMMs (bf16 and int8) at ``shape``
+    """Decode glu/down and prefill grouped GEMMs (bf16, int8, wgmma) at ``shape``
     for each count of prompt ``tokens``, printed as a table."""
     D, F, E, k = shape["n_embd"], shape["n_ff"], shape["n_expert"], shape["k"]
     out = []
@@ -112,7 +120,8 @@ def bench_all(dev: Device, shape: dict = QWEN3_30B_A3B, rows=(None,), bns=(moe_g
         for qt, n_in, n_out in ((QType.Q4_K, D, F), (QType.Q4_K, F, D), (QType.Q6_K, F, D)):
             for bn in bns:
                 out.append(bench_grouped(dev, qt, n_in, n_out, E, k, T=T, bn=bn))
-            out.append(bench_grouped(dev, qt, n_in, n_out, E, k, T=T, int8=True))
+            out.append(bench_grouped(dev, qt, n_in, n_out, E, k, T=T, gemm="int8"))
+            out.append(bench_grouped(dev, qt, n_in, n_out, E, k, T=T, gemm="wgmma"))
     for r in out:
         cfg = f"T{r['T']}bn{r['bn']}" if r["kind"].startswith("gemm") else f"r{r['rows']}t{r['threads']}"
         print(f"{r['kind']:7s} {r['type']:5s} {r['n_in']:5d} {r['n_out']:5d} {cfg:>10s} {r['us']:8.2f} "

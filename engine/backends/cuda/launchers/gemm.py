@@ -1,10 +1,12 @@
-"""Launcher for gemm.cu: the prefill GEMM that reads the quantised weight
-blocks itself, on Hopper's warpgroup tensor cores, instead of dequantising the
-weights to a bf16 scratch matrix for cuBLAS (dequant.py + cublas.py).
+"""Launcher for gemm.cu: the prefill GEMMs that read the quantised weight
+blocks themselves, on Hopper's warpgroup tensor cores: a dense run of
+projections (``gemm``, instead of dequantising the weights to a bf16 scratch
+matrix for cuBLAS: dequant.py + cublas.py) and the Mixture-of-Experts grouped
+projection (``grouped``, instead of moe_gemm.py's grouped GEMM).
 
-``WGMMA`` switches the CUDA backend's prefill onto it (``Ops._gemms``). Off
-until it is timed against dequantisation + cuBLAS on the H200: the other path
-stays the one that runs."""
+``WGMMA`` switches the CUDA backend's prefill onto both (``Ops._gemms``,
+``Ops._grouped``). Off until they are timed against the kernels they replace
+on the H200: those stay the ones that run."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from ....errors import AnvilError
 from ....quants import BLOCK, QType, row_bytes
 from .. import launch
 from ..device import DArray, Device
+from .moe import check_experts
 
 WGMMA = False
 BN = 128         # gemm.cu GEMM_BN: features a block
@@ -78,3 +81,32 @@ def gemm(dev: Device, W: DArray, qtype, x: DArray, outs: list[DArray], T: int, n
     fn = launch.function(dev, "gemm.cu", f"gemm{'' if bm == 128 else bm}_{launch.TYPE_SUFFIX[qt]}", shared=shared)
     grid = (launch.ceil_div(T, bm) * launch.ceil_div(N, BN),)
     dev.launch(fn, grid, (THREADS,), (W, x, *ys, n0, n1, T, N, n_in, int(accumulate)), shared=shared)
+
+
+def takes_grouped(dev: Device, qtype, n_in: int, n_out: int) -> bool:
+    """Whether a grouped expert projection goes through ``grouped``."""
+    return takes(dev, qtype, n_in, [n_out])
+
+
+def grouped(dev: Device, W: DArray, qtype, xs: DArray, g, y: DArray, n_in: int, n_out: int) -> None:
+    """y[i] = W[expert of sorted pair i]·xs[i] for all P pairs of ``g``
+    (moe_gemm.Grouping): xs [P, n_in] bf16 bits, y [P, n_out] f32; the
+    numerics of ``gemm``."""
+    qt = launch.weight_type(qtype, "gemm_grouped")
+    if qt not in TYPES:
+        raise AnvilError(f"CUDA gemm_grouped: no wgmma GEMM for {qt.name} weights (it has "
+                         f"{', '.join(sorted(t.name for t in TYPES))})")
+    eb = check_experts("gemm_grouped", W, qt, g.n_expert, n_out, n_in)
+    if n_in % BK or n_out % 2 or not g.P * n_in < 2**31:
+        raise AnvilError(f"CUDA gemm_grouped: needs n_in a multiple of {BK}, n_out even and P·n_in inside int, "
+                         f"got n_in {n_in}, n_out {n_out}, {g.P} pairs")
+    launch.check_f32(y)
+    if xs.nbytes < 2 * g.P * n_in or y.size < g.P * n_out:
+        raise AnvilError(f"CUDA gemm_grouped: xs {xs.nbytes} bytes, y {y.shape} for {g.P} pairs [{n_out} x {n_in}]")
+    launch.aligned(W, "W")
+    launch.aligned(xs, "xs")
+    launch.aligned(y, "y", 8)
+    shared = smem(qt)
+    fn = launch.function(dev, "gemm.cu", f"gemm_grouped_{launch.TYPE_SUFFIX[qt]}", shared=shared)
+    dev.launch(fn, (launch.ceil_div(n_out, BN), g.n_expert), (THREADS,),
+               (W, eb, xs, g.offsets, y, n_out, n_in), shared=shared)
