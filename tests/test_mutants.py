@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from harness import catalog, mutants
 
 
@@ -147,36 +149,23 @@ def test_kernel_source_mutants_still_apply_and_compile():
         assert p.returncode == 0 and int(p.stdout) > 0, (name, p.stderr[-2000:])
 
 
-def test_int8_gemm_mutants_apply_and_compile():
-    """The int8 grouped GEMM's mutants (in the suite once the engine runs that
-    GEMM): each edit is made inside its block alone, and the result compiles."""
+@pytest.mark.parametrize("group,file,kernel", [("INT8_GEMM_MUTANTS", "moe_gemm.cu", b"moe_gemm_i8_q6_k"),
+                                               ("WGMMA_GEMM_MUTANTS", "gemm.cu", b"gemm_grouped_q4_k")])
+def test_switched_kernel_mutants_apply_and_compile(group, file, kernel):
+    """The mutants of a kernel that is off in the tree (the int8 grouped GEMM,
+    the wgmma GEMMs; in the suite once the engine runs it): each edit is made
+    inside its block alone, and the result compiles."""
     from engine.backends.cuda import compile as nvrtc
 
-    before = (nvrtc.KERNELS_DIR / "moe_gemm.cu").read_text()
-    for m in mutants.INT8_GEMM_MUTANTS:
+    before = (nvrtc.KERNELS_DIR / file).read_text()
+    for m in getattr(mutants, group):
         (old, new), = m.patches.kernel_edits[1]
         with m.on():
-            text = (nvrtc.KERNELS_DIR / "moe_gemm.cu").read_text()
+            text = (nvrtc.KERNELS_DIR / file).read_text()
             assert new in text and old not in text, m.name
-            assert b"moe_gemm_i8_q6_k" in nvrtc.compile_cubin("moe_gemm.cu", "sm_90"), m.name
-    assert (nvrtc.KERNELS_DIR / "moe_gemm.cu").read_text() == before
-    assert not {m.name for m in mutants.INT8_GEMM_MUTANTS} & set(mutants.BY_NAME)  # the GEMM is off
-
-
-def test_wgmma_gemm_mutants_apply_and_compile():
-    """The wgmma prefill GEMM's mutants (in the suite once the engine runs that
-    GEMM): each edit is made inside its block alone, and the result compiles."""
-    from engine.backends.cuda import compile as nvrtc
-
-    before = (nvrtc.KERNELS_DIR / "gemm.cu").read_text()
-    for m in mutants.WGMMA_GEMM_MUTANTS:
-        (old, new), = m.patches.kernel_edits[1]
-        with m.on():
-            text = (nvrtc.KERNELS_DIR / "gemm.cu").read_text()
-            assert new in text and old not in text, m.name
-            assert b"gemm_q4_k" in nvrtc.compile_cubin("gemm.cu", "sm_90"), m.name
-    assert (nvrtc.KERNELS_DIR / "gemm.cu").read_text() == before
-    assert not {m.name for m in mutants.WGMMA_GEMM_MUTANTS} & set(mutants.BY_NAME)  # the GEMM is off
+            assert kernel in nvrtc.compile_cubin(file, "sm_90"), m.name
+    assert (nvrtc.KERNELS_DIR / file).read_text() == before
+    assert not {m.name for m in getattr(mutants, group)} & set(mutants.BY_NAME)  # the kernel is off
 
 
 def test_each_kernel_edit_finds_its_text_once():
