@@ -564,7 +564,8 @@ WGMMA_GEMM_MUTANTS = [
            backends=("cuda",)),
     Mutant("gemm-wgmma-last-k16-dropped", "prefill GEMM from the quantised blocks: the last 16 columns of each "
            "64-column sub-step not multiplied", _any,
-           _kernel_source("gemm.cu", "for (int kk = 0; kk < BK / 16; kk++)", "for (int kk = 0; kk < BK / 16 - 1; kk++)"),
+           _kernel_source("gemm.cu", "for (int kk = 0; kk < BK / 16; kk++)",
+                          "for (int kk = 0; kk < BK / 16 - 1; kk++)"),
            backends=("cuda",)),
     Mutant("gemm-wgmma-first-tile-rows", "prefill GEMM from the quantised blocks: every 128-token tile reads "
            "the first tile's tokens (shows past 128 tokens only)", _any,

@@ -101,7 +101,8 @@ def test_gemm_refuses_bad_shapes_in_one_line(monkeypatch):
         gemm.gemm(fd, W, QType.F16, x, [fd.empty((4, 128))], 4, 256)
     with pytest.raises(AnvilError, match=r"no wgmma GEMM of 256 tokens a block for Q6_K weights \(it has Q4_0, "):
         gemm.gemm(fd, W, QType.Q6_K, x, [fd.empty((4, 128))], 4, 256, bm=256)
-    with pytest.raises(AnvilError, match="n_in a multiple of 64, even output widths and T·n_in inside int, got n_in 256, widths"):
+    with pytest.raises(AnvilError, match="n_in a multiple of 64, even output widths and T·n_in inside int, "
+                                         "got n_in 256, widths"):
         gemm.gemm(fd, W, QType.Q4_K, x, [fd.empty((4, 127))], 4, 256)
     with pytest.raises(AnvilError, match="1 to 3 outputs, got 4"):
         gemm.gemm(fd, W, QType.Q4_K, x, [fd.empty((4, 32))] * 4, 4, 256)

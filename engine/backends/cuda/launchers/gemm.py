@@ -67,7 +67,8 @@ def gemm(dev: Device, W: DArray, qtype, x: DArray, outs: list[DArray], T: int, n
         raise AnvilError(f"CUDA gemm: needs n_in a multiple of {BK}, even output widths and T·n_in inside int, "
                          f"got n_in {n_in}, widths {widths}, {T} tokens")
     launch.check_f32(*outs)
-    if W.nbytes < N * row_bytes(qt, n_in) or x.nbytes < 2 * T * n_in or any(o.size < T * w for o, w in zip(outs, widths)):
+    short = any(o.size < T * w for o, w in zip(outs, widths))
+    if W.nbytes < N * row_bytes(qt, n_in) or x.nbytes < 2 * T * n_in or short:
         raise AnvilError(f"CUDA gemm {qt.name} [{N} x {n_in}] for {T} tokens: W {W.nbytes} bytes, "
                          f"x {x.nbytes} bytes, outputs {[o.shape for o in outs]}")
     launch.aligned(W, "W")  # Q4_K/Q5_K blocks then lie on 16-byte granules in shared memory too
