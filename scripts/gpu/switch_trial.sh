@@ -61,7 +61,8 @@ finish() {
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $LOG/gpu.txt
 ( python3 -m harness.cli models -q "$model" $validate > $LOG/models.txt 2>&1 ) &  # generated beside 1-2
-python3 -m pytest -q -m gpu -p no:cacheprovider $tests -k "$k" > $LOG/tests.txt 2>&1
+# bounded: a kernel that hangs must not take the call's logs with it
+timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider $tests -k "$k" > $LOG/tests.txt 2>&1
 rc=$?; tail -3 $LOG/tests.txt
 if [ $rc -ne 0 ]; then grep -E "^E |Error|FAILED" $LOG/tests.txt | head -20; finish 1; fi
 if [ "$switch" = wgmma ]; then  # the warpgroup MMAs are in the machine code (HGMMA), not a fallback
@@ -69,7 +70,7 @@ if [ "$switch" = wgmma ]; then  # the warpgroup MMAs are in the machine code (HG
 open('$LOG/gemm.cubin', 'wb').write(nv.compile_cubin('gemm.cu', 'sm_90'))" \
     && cuobjdump -sass $LOG/gemm.cubin > $LOG/gemm.sass 2>&1; echo "HGMMA in gemm.cu: $(grep -c HGMMA $LOG/gemm.sass)"
 fi
-python3 -c "$bench" 2>&1 | tee $LOG/bench.txt | tail -20
+timeout 200 python3 -c "$bench" 2>&1 | tee $LOG/bench.txt | tail -70
 timeout 120 ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum,\
 l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,\
 sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,\
