@@ -571,6 +571,9 @@ WGMMA_GEMM_MUTANTS = [
            "the first tile's tokens (shows past 128 tokens only)", _any,
            _kernel_source("gemm.cu", "W, x + (size_t)t0 * K, min(BM, T - t0)", "W, x, min(BM, T - t0)"),
            backends=("cuda",)),
+]
+# ... and its grouped form for the MoE projections (launchers/gemm.py WGMMA_GROUPED)
+WGMMA_GROUPED_MUTANTS = [
     Mutant("gemm-wgmma-grouped-first-rows", "grouped expert GEMM from the quantised blocks: an expert's rows past "
            "its first 128 read its first 128 again (shows where an expert gets more than 128 tokens)", _moe,
            _kernel_source("gemm.cu", "xs + (size_t)r0 * K, min(BM, end - r0)", "xs + (size_t)offsets[e] * K, "
@@ -585,16 +588,18 @@ def _int8_gemm_on() -> bool:
     return moe_gemm.INT8
 
 
-def _wgmma_gemm_on() -> bool:
+def _wgmma_gemm_on() -> tuple[bool, bool]:
     from engine.backends.cuda.launchers import gemm
 
-    return gemm.WGMMA
+    return gemm.WGMMA, gemm.WGMMA_GROUPED
 
 
 if _int8_gemm_on():
     MUTANTS += INT8_GEMM_MUTANTS
-if _wgmma_gemm_on():
+if _wgmma_gemm_on()[0]:
     MUTANTS += WGMMA_GEMM_MUTANTS
+if _wgmma_gemm_on()[1]:
+    MUTANTS += WGMMA_GROUPED_MUTANTS
 BY_NAME = {m.name: m for m in MUTANTS}
 
 

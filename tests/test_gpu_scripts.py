@@ -230,7 +230,8 @@ def test_reference_set_keeps_the_committed_references_with_keep(host):
 
 
 @pytest.mark.parametrize("tests_rc", [0, 1])
-@pytest.mark.parametrize("switch,model,n_validated", [("int8", "tiny-qwen3moe", 6), ("wgmma", "tiny-qwen3", 10)])
+@pytest.mark.parametrize("switch,model,n_validated", [("int8", "tiny-qwen3moe", 6), ("wgmma", "tiny-qwen3", 8),
+                                                      ("wgmma_moe", "tiny-qwen3moe", 9)])
 def test_switch_trial_validates_with_the_switch_on_only_after_its_kernel_tests_pass(host, tests_rc, switch, model,
                                                                                   n_validated):
     """scripts/gpu/switch_trial.sh: the switched kernel's tests first; only when
@@ -254,4 +255,4 @@ def test_switch_trial_validates_with_the_switch_on_only_after_its_kernel_tests_p
 
 def test_switch_trial_refuses_an_unknown_switch(host):
     rc, out, _ = host.run("switch_trial.sh", "fp8")
-    assert rc == 2 and "usage: switch_trial.sh int8|wgmma" in out
+    assert rc == 2 and "usage: switch_trial.sh int8|wgmma|wgmma_moe" in out

@@ -66,6 +66,7 @@ def test_gemm_launcher_matches_kernel(monkeypatch):
     dense, grouped = (param_kinds(p) for p in re.findall(r"__launch_bounds__\(GEMM_THREADS, 1\) kernel\(\s*([^)]*)\)",
                                                          src))
     monkeypatch.setattr(gemm, "WGMMA", True)
+    monkeypatch.setattr(gemm, "WGMMA_GROUPED", True)
     fd = RecordingDevice()
     T, K = 300, 4096
     for t in TYPES:
@@ -162,7 +163,7 @@ def test_moe_prefill_takes_the_grouped_gemm_exactly_when_switched_on(on, monkeyp
     from engine.model import Model
     from harness import catalog
 
-    monkeypatch.setattr(gemm, "WGMMA", on)
+    monkeypatch.setattr(gemm, "WGMMA_GROUPED", on)
     dev = RecordingDevice()
     m = Model(catalog.model_path("tiny-qwen3moe", progress=False), backend="cuda", eager=True, device=dev,
               cublas=RecordingCublas())
@@ -172,6 +173,23 @@ def test_moe_prefill_takes_the_grouped_gemm_exactly_when_switched_on(on, monkeyp
     theirs = sum(v for n, v in counts.items() if n.startswith("moe_gemm_"))
     n_moe = 3 * m.config.n_layer  # every layer of tiny-qwen3moe is MoE
     assert (grouped, theirs) == ((n_moe, 0) if on else (0, n_moe)), counts
+
+
+def test_switches_reach_the_processes_a_run_starts():
+    """scripts/gpu/switched.py turns a switch on in its process and, through
+    ANVIL_SWITCHES, in those it starts (a mutant run's); unset, all are off."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from engine.backends.cuda.launchers import gemm, moe_gemm; "
+            "print(gemm.WGMMA, gemm.WGMMA_GROUPED, moe_gemm.INT8)")
+    env = {k: v for k, v in os.environ.items() if k != "ANVIL_SWITCHES"}
+    run = lambda **e: subprocess.run([sys.executable, "-c", code], env={**env, **e}, capture_output=True,  # noqa: E731
+                                     text=True, check=True).stdout.split()
+    assert run() == ["False", "False", "False"]
+    assert run(ANVIL_SWITCHES="wgmma_moe") == ["False", "True", "False"]
+    assert run(ANVIL_SWITCHES="int8,wgmma") == ["True", "False", "True"]
 
 
 # ---- GPU ---------------------------------------------------------------------------
@@ -228,7 +246,7 @@ def test_gemm_grouped(dev, t, monkeypatch):
     expert in float64 from the bf16 inputs."""
     from test_kernels_moe import expert_tensor
 
-    monkeypatch.setattr(gemm, "WGMMA", True)
+    monkeypatch.setattr(gemm, "WGMMA_GROUPED", True)
     if not gemm.takes_grouped(dev, t, 256, 160):
         pytest.skip(f"{dev.arch}: no wgmma GEMM")
     g = rng("gemm-grouped", t)

@@ -449,7 +449,7 @@ def test_ops_moe_against_numpy(T, gemma4, gemm, monkeypatch):
     from engine.backends.cuda.launchers import gemm as gemm_launcher
 
     monkeypatch.setattr(moe_gemm, "INT8", gemm == "int8")
-    monkeypatch.setattr(gemm_launcher, "WGMMA", gemm == "wgmma")
+    monkeypatch.setattr(gemm_launcher, "WGMMA_GROUPED", gemm == "wgmma")
     from types import SimpleNamespace
 
     from engine.backends.cuda import Ops, QWeight

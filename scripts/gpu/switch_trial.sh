@@ -15,11 +15,13 @@
 #       test_kernels_moe -k int8, moe_bench at the Qwen3-30B-A3B shapes, MODEL qwen3moe-30b-a3b,
 #       the tiny MoE models (their stage-wise MoE check holds it to the faithful oracle, which
 #       follows the switch), then tiny-gemma4moe's stages printed
-#   bash scripts/gpu/switch_trial.sh wgmma   the prefill GEMMs from the quantised blocks (gemm.cu,
-#       dense and grouped MoE): test_kernels_gemm and the MoE Ops test with it, gemm_bench at the
-#       Qwen3-8B shapes with tiles of 128 and 256 tokens and moe_bench's three grouped GEMMs at
-#       the Qwen3-30B-A3B shapes (and the kernels' SASS checked for HGMMA), MODEL qwen3-8b, then
-#       qwen3-8b, the tiny dense and tiny MoE models validated
+#   bash scripts/gpu/switch_trial.sh wgmma   the dense prefill GEMM from the quantised blocks
+#       (gemm.cu gemm_<t>, gemm256_<t>): test_kernels_gemm, gemm_bench at the Qwen3-8B shapes with
+#       tiles of 128 and 256 tokens (and the kernels' SASS checked for HGMMA), MODEL qwen3-8b, then
+#       qwen3-8b and the tiny dense models validated
+#   bash scripts/gpu/switch_trial.sh wgmma_moe   its grouped form for the MoE projections
+#       (gemm_grouped_<t>): its tests and the MoE Ops test with it, moe_bench's three grouped
+#       GEMMs, MODEL qwen3moe-30b-a3b, then it and the tiny MoE models validated
 # Nothing is saved under reports/ (a build with a switch on would carry the
 # tree's build hash): logs, the benchmarks among them, in $OUT/<switch>-logs.tgz.
 set -uo pipefail
@@ -37,19 +39,26 @@ d = Device(); moe_bench.bench_grouped(d, QType.Q4_K, 2048, 768, iters=1); moe_be
   wgmma)
     tests="tests/test_kernels_gemm.py tests/test_kernels_moe.py" k="gemm or wgmma"
     bench="from engine.backends.cuda import gemm_bench; from engine.backends.cuda.device import Device
-d = Device(); gemm_bench.bench_all(d)
-from engine.backends.cuda import moe_bench; moe_bench.bench_all(d, rows=(), tokens=(512, 4096))"
+gemm_bench.bench_all(Device())"
     ncu_kernels="regex:gemm|dequant"
     ncu_run="from engine.backends.cuda import gemm_bench; from engine.backends.cuda.device import Device; from engine.quants import QType
 d = Device()
 for path, bm in (('cublas', 128), ('wgmma', 128), ('wgmma', 256)):
-    gemm_bench.bench_gemm(d, QType.Q4_K, 512, 4096, (12288, 12288), path, iters=1, bm=bm)
-from engine.backends.cuda import moe_bench
+    gemm_bench.bench_gemm(d, QType.Q4_K, 512, 4096, (12288, 12288), path, iters=1, bm=bm)"
+    model=${MODEL:-qwen3-8b}
+    validate=${VALIDATE:-"qwen3-8b tiny-qwen3 tiny-llama tiny-qwen2 tiny-gemma3 tiny-qwen35 tiny-gemma4 tiny-qwen3-f32"} ;;
+  wgmma_moe)
+    tests="tests/test_kernels_gemm.py tests/test_kernels_moe.py" k="grouped or wgmma"
+    bench="from engine.backends.cuda import moe_bench; from engine.backends.cuda.device import Device
+moe_bench.bench_all(Device(), rows=(), tokens=(512, 4096))"
+    ncu_kernels="regex:gemm"
+    ncu_run="from engine.backends.cuda import moe_bench; from engine.backends.cuda.device import Device; from engine.quants import QType
+d = Device()
 for g in ('bf16', 'wgmma'):
     moe_bench.bench_grouped(d, QType.Q4_K, 2048, 768, iters=1, gemm=g)"
-    model=${MODEL:-qwen3-8b}
-    validate=${VALIDATE:-"qwen3-8b tiny-qwen3 tiny-llama tiny-qwen2 tiny-gemma3 tiny-qwen35 tiny-gemma4 tiny-qwen3-f32 tiny-qwen3moe tiny-gemma4moe"} ;;
-  *) echo "usage: switch_trial.sh int8|wgmma" >&2; exit 2 ;;
+    model=${MODEL:-qwen3moe-30b-a3b}
+    validate=${VALIDATE:-"qwen3moe-30b-a3b qwen36-35b-a3b gemma4-26b-a4b tiny-qwen3moe tiny-qwen3moe-f32 tiny-qwen35moe tiny-qwen35moe-f32 tiny-gemma4moe tiny-gemma4moe-f32"} ;;
+  *) echo "usage: switch_trial.sh int8|wgmma|wgmma_moe" >&2; exit 2 ;;
 esac
 source scripts/gpu/host-env.sh
 deadline=$(( $(date +%s) + ${LIMIT:-540} ))
@@ -65,7 +74,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider $tests -k "$k" > $LOG/tests.txt 2>&1
 rc=$?; tail -3 $LOG/tests.txt
 if [ $rc -ne 0 ]; then grep -E "^E |Error|FAILED" $LOG/tests.txt | head -20; finish 1; fi
-if [ "$switch" = wgmma ]; then  # the warpgroup MMAs are in the machine code (HGMMA), not a fallback
+if [ "${switch%_moe}" = wgmma ]; then  # the warpgroup MMAs are in the machine code (HGMMA), not a fallback
   python3 -c "from engine.backends.cuda import compile as nv
 open('$LOG/gemm.cubin', 'wb').write(nv.compile_cubin('gemm.cu', 'sm_90'))" \
     && cuobjdump -sass $LOG/gemm.cubin > $LOG/gemm.sass 2>&1; echo "HGMMA in gemm.cu: $(grep -c HGMMA $LOG/gemm.sass)"

@@ -4,8 +4,9 @@ turned on, in this process only:
     int8   the int8 grouped MoE GEMM (launchers/moe_gemm.py INT8); the faithful
            oracle reads the same switch, so a validation under it holds the
            int8 GEMM to its own rounding
-    wgmma  the prefill GEMM from the quantised blocks (launchers/gemm.py WGMMA);
-           its roundings are those of the path it replaces
+    wgmma  the dense prefill GEMM from the quantised blocks (launchers/gemm.py
+           WGMMA); its roundings are those of the path it replaces
+    wgmma_moe  its grouped form for the MoE projections (WGMMA_GROUPED); the same
 
     python3 scripts/gpu/switched.py int8 -m harness.cli validate-catalog --backend cuda --model tiny-qwen3moe
     python3 scripts/gpu/switched.py int8 scripts/gpu/moe_stages.py tiny-gemma4moe
@@ -14,6 +15,7 @@ turned on, in this process only:
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -22,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.backends.cuda.launchers import gemm, moe_gemm  # noqa: E402
 
-SWITCHES = {"int8": (moe_gemm, "INT8"), "wgmma": (gemm, "WGMMA")}
+SWITCHES = {"int8": (moe_gemm, "INT8"), "wgmma": (gemm, "WGMMA"), "wgmma_moe": (gemm, "WGMMA_GROUPED")}
 USAGE = f"usage: switched.py SWITCH[,SWITCH...] (-m MODULE | SCRIPT) [ARGS...]; switches: {', '.join(SWITCHES)}"
 
 
@@ -33,6 +35,7 @@ def main() -> None:
     unknown = [n for n in names if n not in SWITCHES]
     if unknown:
         sys.exit(f"switched.py: no switch {', '.join(unknown)} ({USAGE})")
+    os.environ["ANVIL_SWITCHES"] = ",".join(names)  # the processes it starts (a mutant's) too
     for n in names:
         module, attr = SWITCHES[n]
         setattr(module, attr, True)

@@ -766,7 +766,7 @@ class Ops:
 
     def _grouped(self, w: QWeight, xs: DArray | None, xq, grouping, y: DArray, n_in: int, n_out: int) -> None:
         """One projection of the grouped experts, on the GEMM its type takes: int8
-        (moe_gemm.INT8), else bf16 by wgmma (gemm.WGMMA) or moe_gemm's."""
+        (moe_gemm.INT8), else bf16 by wgmma (gemm.WGMMA_GROUPED) or moe_gemm's."""
         mg = launchers.moe_gemm
         if mg.int8(w.qtype):
             mg.gemm_i8(self.dev, w.data, w.qtype, xq, grouping, y, n_in, n_out)

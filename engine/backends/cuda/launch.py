@@ -12,6 +12,7 @@ shared memory, pass NULL pointers and get scratch memory.
 from __future__ import annotations
 
 import ctypes
+import os
 import weakref
 
 import numpy as np
@@ -21,6 +22,13 @@ from ...quants import QType
 from .device import DArray, Device, check
 
 DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a kernel may use without opting in
+
+
+def switched_on(name: str) -> bool:
+    """Whether a kernel that is off in the tree is switched on for this process
+    and the processes it starts (scripts/gpu/switched.py sets ANVIL_SWITCHES,
+    e.g. ``int8,wgmma_moe``; a mutant run's processes then take the same kernels)."""
+    return name in os.environ.get("ANVIL_SWITCHES", "").split(",")
 
 _scratch: "weakref.WeakKeyDictionary[Device, dict[str, DArray]]" = weakref.WeakKeyDictionary()
 _smem_raised: "weakref.WeakKeyDictionary[Device, dict]" = weakref.WeakKeyDictionary()

@@ -123,7 +123,7 @@ def bench_all(dev: Device, shape: dict = QWEN3_30B_A3B, rows=(None,), bns=(moe_g
             out.append(bench_grouped(dev, qt, n_in, n_out, E, k, T=T, gemm="int8"))
             out.append(bench_grouped(dev, qt, n_in, n_out, E, k, T=T, gemm="wgmma"))
     for r in out:
-        cfg = f"T{r['T']}bn{r['bn']}" if r["kind"].startswith("gemm") else f"r{r['rows']}t{r['threads']}"
+        cfg = f"T{r['T']}bn{r['bn']}" if "T" in r else f"r{r['rows']}t{r['threads']}"
         print(f"{r['kind']:7s} {r['type']:5s} {r['n_in']:5d} {r['n_out']:5d} {cfg:>10s} {r['us']:8.2f} "
               f"{r['gbps']:7.0f} {r.get('tflops', 0.0):7.1f}", flush=True)
     return out

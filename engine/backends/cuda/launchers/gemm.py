@@ -4,9 +4,10 @@ projections (``gemm``, instead of dequantising the weights to a bf16 scratch
 matrix for cuBLAS: dequant.py + cublas.py) and the Mixture-of-Experts grouped
 projection (``grouped``, instead of moe_gemm.py's grouped GEMM).
 
-``WGMMA`` switches the CUDA backend's prefill onto both (``Ops._gemms``,
-``Ops._grouped``). Off until they are timed against the kernels they replace
-on the H200: those stay the ones that run."""
+``WGMMA`` switches the dense prefill onto ``gemm`` (``Ops._gemms``),
+``WGMMA_GROUPED`` the MoE projections onto ``grouped`` (``Ops._grouped``).
+Both off until each is timed and validated against what it replaces: those
+stay the ones that run."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from .. import launch
 from ..device import DArray, Device
 from .moe import check_experts
 
-WGMMA = False
+WGMMA = launch.switched_on("wgmma")
+WGMMA_GROUPED = launch.switched_on("wgmma_moe")
 BN = 128         # gemm.cu GEMM_BN: features a block
 BMS = (128, 256) # tokens a block: gemm_<t> (MT 1) and gemm256_<t> (MT 2)
 BK = 64          # gemm.cu GEMM_BK: columns a sub-step
@@ -85,8 +87,10 @@ def gemm(dev: Device, W: DArray, qtype, x: DArray, outs: list[DArray], T: int, n
 
 
 def takes_grouped(dev: Device, qtype, n_in: int, n_out: int) -> bool:
-    """Whether a grouped expert projection goes through ``grouped``."""
-    return takes(dev, qtype, n_in, [n_out])
+    """Whether a grouped expert projection goes through ``grouped`` (its switch
+    on, a Hopper GPU, a block type, whole sub-steps, an even width)."""
+    return (WGMMA_GROUPED and dev.arch == ARCH and QType(int(qtype)) in TYPES and n_in % BK == 0
+            and n_out % 2 == 0)
 
 
 def grouped(dev: Device, W: DArray, qtype, xs: DArray, g, y: DArray, n_in: int, n_out: int) -> None:

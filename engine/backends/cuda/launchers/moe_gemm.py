@@ -31,7 +31,7 @@ Q8_GROUP, Q8_ALIGN = 32, 256 # int8 activations: a scale per 32; rows padded to 
 # The int8 grouped GEMM, for these types (their values are small integers
 # times a scale per 32 or 16 columns). Off: not yet timed against the bf16
 # GEMM on the H200, so the bf16 kernel stays the one that runs.
-INT8 = False
+INT8 = launch.switched_on("int8")
 INT8_TYPES = frozenset({QType.Q4_0, QType.Q8_0, QType.Q4_K, QType.Q5_K, QType.Q6_K})
 
 
