@@ -582,24 +582,15 @@ WGMMA_GROUPED_MUTANTS = [
 ]
 
 
-def _int8_gemm_on() -> bool:
-    from engine.backends.cuda.launchers import moe_gemm
+def _switched_kernels() -> list:
+    """The mutants of the kernels that are off in the tree, for those switched on."""
+    from engine.backends.cuda.launchers import gemm, moe_gemm
 
-    return moe_gemm.INT8
-
-
-def _wgmma_gemm_on() -> tuple[bool, bool]:
-    from engine.backends.cuda.launchers import gemm
-
-    return gemm.WGMMA, gemm.WGMMA_GROUPED
+    return ((INT8_GEMM_MUTANTS if moe_gemm.INT8 else []) + (WGMMA_GEMM_MUTANTS if gemm.WGMMA else [])
+            + (WGMMA_GROUPED_MUTANTS if gemm.WGMMA_GROUPED else []))
 
 
-if _int8_gemm_on():
-    MUTANTS += INT8_GEMM_MUTANTS
-if _wgmma_gemm_on()[0]:
-    MUTANTS += WGMMA_GEMM_MUTANTS
-if _wgmma_gemm_on()[1]:
-    MUTANTS += WGMMA_GROUPED_MUTANTS
+MUTANTS += _switched_kernels()
 BY_NAME = {m.name: m for m in MUTANTS}
 
 

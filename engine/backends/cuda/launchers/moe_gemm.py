@@ -29,8 +29,8 @@ I8_BN, I8_THREADS = 64, 128  # moe_gemm.cu I8_BN, I8_THREADS: the int8 GEMM's ti
 Q8_GROUP, Q8_ALIGN = 32, 256 # int8 activations: a scale per 32; rows padded to a GEMM step
 
 # The int8 grouped GEMM, for these types (their values are small integers
-# times a scale per 32 or 16 columns). Off: not yet timed against the bf16
-# GEMM on the H200, so the bf16 kernel stays the one that runs.
+# times a scale per 32 or 16 columns). Off: on an H100 it measured no faster
+# than the bf16 GEMM (reports/notes/moe-prefill-int8-2026-12-05.md).
 INT8 = launch.switched_on("int8")
 INT8_TYPES = frozenset({QType.Q4_0, QType.Q8_0, QType.Q4_K, QType.Q5_K, QType.Q6_K})
 
